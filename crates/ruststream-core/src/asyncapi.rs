@@ -1,0 +1,171 @@
+//! The AsyncAPI 3.0 document of an application: one channel per subscription and per reply
+//! destination, one `receive` operation per subscriber (with its reply), payload schemas from
+//! [`Outgoing`](crate::Outgoing).
+//!
+//! Payload schemas come from `schemars`; their `$defs` are lifted into `components/schemas` so every
+//! `$ref` resolves inside the document.
+
+use serde_json::{Map, Value, json};
+
+use crate::{AppInfo, ChannelDoc, MessageDoc, RustStream};
+
+/// One subscriber as the document shows it.
+#[derive(Debug, Clone)]
+pub struct OperationDoc {
+    /// The channel it reads.
+    pub channel: ChannelDoc,
+    /// What it reads.
+    pub input: MessageDoc,
+    /// Where it replies (`None` inside: the reply type's own name) and with what.
+    pub reply: Option<(Option<String>, MessageDoc)>,
+}
+
+/// Builds the AsyncAPI 3.0.0 document of an application.
+pub fn document(app: &RustStream) -> Value {
+    let ops: Vec<OperationDoc> = app.brokers().flat_map(|b| b.docs()).collect();
+    build(app_info(app), &ops)
+}
+
+fn app_info(app: &RustStream) -> &AppInfo {
+    crate::App::info(app)
+}
+
+fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
+    let mut doc = Doc::default();
+    let mut operations = Map::new();
+    for op in ops {
+        let ch = doc.channel(
+            &op.channel.address,
+            op.channel.transport,
+            Some(&op.channel.bindings),
+        );
+        let msg = doc.message(&ch, &op.input);
+        let mut operation = json!({
+            "action": "receive",
+            "channel": { "$ref": format!("#/channels/{ch}") },
+            "messages": [ { "$ref": msg } ],
+        });
+        if let Some((to, out)) = &op.reply {
+            let address = to
+                .clone()
+                .or_else(|| out.name.map(str::to_owned))
+                .unwrap_or_default();
+            let transport = ops
+                .iter()
+                .find(|o| o.channel.address == address)
+                .map_or("list", |o| o.channel.transport);
+            let reply_ch = doc.channel(&address, transport, None);
+            let reply_msg = doc.message(&reply_ch, out);
+            operation["reply"] = json!({
+                "channel": { "$ref": format!("#/channels/{reply_ch}") },
+                "messages": [ { "$ref": reply_msg } ],
+            });
+        }
+        let mut name = sanitize(&format!("receive_{}", op.channel.address));
+        while operations.contains_key(&name) {
+            name.push('_');
+        }
+        operations.insert(name, operation);
+    }
+    let mut info_obj = json!({ "title": info.title, "version": info.version });
+    if let Some(d) = &info.description {
+        info_obj["description"] = json!(d);
+    }
+    json!({
+        "asyncapi": "3.0.0",
+        "info": info_obj,
+        "defaultContentType": "application/json",
+        "channels": doc.channels,
+        "operations": operations,
+        "components": { "messages": doc.messages, "schemas": doc.schemas },
+    })
+}
+
+#[derive(Default)]
+struct Doc {
+    channels: Map<String, Value>,
+    messages: Map<String, Value>,
+    schemas: Map<String, Value>,
+}
+
+impl Doc {
+    /// The id of the channel for `address`, added when new.
+    fn channel(&mut self, address: &str, transport: &str, bindings: Option<&Value>) -> String {
+        let id = sanitize(address);
+        let entry = self.channels.entry(id.clone()).or_insert_with(|| {
+            json!({
+                "address": address,
+                "messages": {},
+                "x-redis-transport": transport,
+            })
+        });
+        if let Some(b) = bindings {
+            entry["x-redis"] = b.clone();
+        }
+        id
+    }
+
+    /// Adds `msg` to a channel (and to components); returns the channel-local `$ref`.
+    fn message(&mut self, channel: &str, msg: &MessageDoc) -> String {
+        let name = sanitize(msg.short_name());
+        if !self.messages.contains_key(&name) {
+            let schema = self.lift((msg.schema)().to_value());
+            self.messages.insert(
+                name.clone(),
+                json!({ "name": name, "contentType": msg.content_type, "payload": schema }),
+            );
+        }
+        self.channels[channel]["messages"][&name] =
+            json!({ "$ref": format!("#/components/messages/{name}") });
+        format!("#/channels/{channel}/messages/{name}")
+    }
+
+    /// Moves `$defs` into `components/schemas` and rewrites the refs to them.
+    fn lift(&mut self, mut schema: Value) -> Value {
+        if let Some(obj) = schema.as_object_mut() {
+            obj.remove("$schema");
+            if let Some(Value::Object(defs)) = obj.remove("$defs") {
+                for (k, mut v) in defs {
+                    rewrite_refs(&mut v);
+                    self.schemas.insert(k, v);
+                }
+            }
+        }
+        rewrite_refs(&mut schema);
+        schema
+    }
+}
+
+fn rewrite_refs(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                if k == "$ref"
+                    && let Value::String(s) = child
+                    && let Some(rest) = s.strip_prefix("#/$defs/")
+                {
+                    *s = format!("#/components/schemas/{rest}");
+                } else {
+                    rewrite_refs(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(rewrite_refs),
+        _ => {}
+    }
+}
+
+/// AsyncAPI component keys must match `^[\w\d\.\-_]+$`.
+fn sanitize(s: &str) -> String {
+    let out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() { "_".into() } else { out }
+}

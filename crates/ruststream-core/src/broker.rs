@@ -1,0 +1,147 @@
+//! The contract between the core and a broker: sources, receivers, settlers, publishing.
+//!
+//! The core owns the dispatch loop (concurrency, panics, retries, shutdown); a broker only moves
+//! bytes: it claims up to `n` messages, settles a batch of them, and publishes.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Backoff, DeliveryInfo, OutMessage, Publisher, Result, Settlement};
+
+/// Options every subscription has, whatever its broker.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct SubscribeOptions {
+    /// Most handlers of this subscription running at once; the broker never claims more than
+    /// `concurrency - in_flight` messages, so prefetch never runs ahead of handlers.
+    pub concurrency: usize,
+    /// Deliveries a message gets before it goes to the dead-letter list with reason `max-attempts`.
+    pub max_attempts: u32,
+    /// Delay before each retry.
+    pub retry: Backoff,
+}
+
+impl Default for SubscribeOptions {
+    /// 128 handlers at once, 10 attempts, [`Backoff::default`].
+    fn default() -> Self {
+        Self {
+            concurrency: 128,
+            max_attempts: 10,
+            retry: Backoff::default(),
+        }
+    }
+}
+
+/// How a channel appears in the AsyncAPI document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelDoc {
+    /// The key, as users name it (without the broker's prefix).
+    pub address: String,
+    /// `list`, `stream`, `pubsub`.
+    pub transport: &'static str,
+    /// Transport details (mode, processing list, group, ...), as JSON.
+    pub bindings: serde_json::Value,
+}
+
+/// A broker's own description of a subscription source.
+pub trait BrokerSource: Send + Sync + 'static {
+    /// The key the source reads, as the user named it.
+    fn key(&self) -> &str;
+    /// The broker-agnostic options.
+    fn options(&self) -> &SubscribeOptions;
+    /// The channel, for the AsyncAPI document.
+    fn describe(&self) -> ChannelDoc;
+}
+
+/// A source expression a user writes (`RedisList::new("jobs").reliable()`), tied to its broker.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a subscription source",
+    note = "use a source of a broker, such as `RedisList::new(\"key\")` or `RedisStream::new(\"key\").group(\"g\")`"
+)]
+pub trait Source: Send + 'static {
+    /// The broker that reads this source.
+    type Broker: Broker;
+    /// Converts into the broker's source type.
+    fn into_source(self) -> <Self::Broker as Broker>::Source;
+}
+
+/// One delivered message: what the handler needs, and the broker's token to settle it.
+#[derive(Debug)]
+pub struct Delivery<T> {
+    /// Id, attempt, source and headers.
+    pub info: DeliveryInfo,
+    /// The encoded payload.
+    pub payload: Bytes,
+    /// What the broker needs to settle this message.
+    pub token: T,
+}
+
+/// Reads one subscription. It owns the connection it blocks on.
+pub trait Receiver: Send + 'static {
+    /// What the settler needs per message.
+    type Token: Send + Sync + 'static;
+    /// Settles batches; runs beside the receiver.
+    type Settler: Settler<Token = Self::Token>;
+
+    /// Claims up to `max` messages (`max >= 1`), waiting up to the source's block time when there
+    /// are none. Returns early, possibly empty, once the stop token given at creation is cancelled.
+    /// Messages it returns have been claimed and must be settled (or left to recovery).
+    fn receive(
+        &mut self,
+        max: usize,
+    ) -> impl Future<Output = Result<Vec<Delivery<Self::Token>>>> + Send;
+
+    /// The settler for messages of this receiver.
+    fn settler(&self) -> Self::Settler;
+}
+
+/// Carries out settlements, many per round trip.
+pub trait Settler: Send + Sync + 'static {
+    /// The receiver's token.
+    type Token: Send + Sync + 'static;
+    /// Settles every message of the batch, atomically per message.
+    fn settle(
+        &self,
+        batch: &[(Self::Token, Settlement)],
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A message broker: connects, validates its subscriptions, reads and publishes.
+pub trait Broker: Send + Sync + Sized + 'static {
+    /// What a subscription reads.
+    type Source: BrokerSource;
+    /// How a reply is published (`list::Publish` on Redis).
+    type Policy: Clone + Send + Sync + 'static;
+    /// Reads one subscription.
+    type Receiver: Receiver;
+
+    /// Checks the configuration of every subscription before anything connects: the error says
+    /// what to change.
+    fn validate(&self, sources: &[&Self::Source]) -> Result<()>;
+
+    /// Connects, checks what needs the server (credentials, cluster slots), and prepares the
+    /// sources (consumer groups, scripts).
+    fn connect(&self, sources: &[&Self::Source]) -> impl Future<Output = Result<()>> + Send;
+
+    /// Opens a receiver for a source, on a connection of its own.
+    fn receiver(
+        &self,
+        source: &Self::Source,
+        stop: CancellationToken,
+    ) -> impl Future<Output = Result<Self::Receiver>> + Send;
+
+    /// A publisher on this broker, with each destination's default policy.
+    fn publisher(&self) -> Publisher;
+
+    /// Publishes with an explicit policy (a reply's `.out_reply(..)`).
+    fn publish_with(
+        &self,
+        policy: &Self::Policy,
+        messages: Vec<OutMessage>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Closes every connection.
+    fn close(&self) -> impl Future<Output = ()> + Send;
+}

@@ -1,0 +1,238 @@
+//! The dispatch loop of one subscription: claim, run handlers concurrently, settle in batches.
+//!
+//! - The reader claims at most `concurrency - in_flight` messages; a permit is held from claim
+//!   until the message is settled, so prefetch never runs ahead of handlers.
+//! - Each handler runs in its own task; a panic is caught and the message retried.
+//! - Settlements go to one settler task that sends them to the broker in batches.
+//! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
+//!   whatever is still unfinished is left to the broker's recovery. Nothing is lost.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::subscriber::{ErasedHandler, Handled};
+use crate::{
+    Broker, BrokerSource, Delivery, DeliveryInfo, OutMessage, Publisher, Receiver, Settlement,
+    Settler, SubscribeOptions,
+};
+
+/// Most settlements sent to the broker in one call.
+const SETTLE_BATCH: usize = 1024;
+
+/// Everything the loop of one subscription needs.
+pub(crate) struct Subscription<B: Broker> {
+    pub(crate) name: String,
+    pub(crate) broker: Arc<B>,
+    pub(crate) source: B::Source,
+    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) reply_policy: Option<B::Policy>,
+    pub(crate) publisher: Publisher,
+    pub(crate) shutdown_timeout: Duration,
+}
+
+type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
+type Done<B> = (Token<B>, Settlement, OwnedSemaphorePermit);
+
+impl<B: Broker> Subscription<B> {
+    /// Runs until `stop` is cancelled and every in-flight message is settled or abandoned.
+    pub(crate) async fn run(self: Arc<Self>, mut receiver: B::Receiver, stop: CancellationToken) {
+        let opts = self.source.options().clone();
+        let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        let (done_tx, done_rx) = mpsc::unbounded_channel::<Done<B>>();
+        let settler = tokio::spawn(settle_loop::<B>(
+            receiver.settler(),
+            done_rx,
+            self.name.clone(),
+        ));
+        let mut handlers = JoinSet::new();
+        let mut backoff = ErrorBackoff::default();
+
+        while !stop.is_cancelled() {
+            let first = tokio::select! {
+                p = permits.clone().acquire_many_owned(1) => match p { Ok(p) => p, Err(_) => break },
+                () = stop.cancelled() => break,
+            };
+            let mut held = vec![first];
+            while let Ok(p) = permits.clone().try_acquire_owned() {
+                held.push(p);
+            }
+            let batch = match receiver.receive(held.len()).await {
+                Ok(batch) => {
+                    backoff.reset();
+                    batch
+                }
+                Err(e) => {
+                    let wait = backoff.next();
+                    tracing::warn!(subscription = %self.name, error = %e, retry_in = ?wait, "receive failed");
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = stop.cancelled() => {}
+                    }
+                    continue;
+                }
+            };
+            held.truncate(batch.len());
+            for (delivery, permit) in batch.into_iter().zip(held) {
+                let this = self.clone();
+                let done = done_tx.clone();
+                let opts = opts.clone();
+                handlers.spawn(async move {
+                    let settlement = this.handle(&delivery, &opts).await;
+                    // The settler outlives every handler task; a closed channel means it is gone
+                    // and the message stays claimed, to be recovered.
+                    let _ = done.send((delivery.token, settlement, permit));
+                });
+            }
+            // Reap finished tasks so the set does not grow without bound.
+            while handlers.try_join_next().is_some() {}
+        }
+
+        drop(done_tx);
+        let in_flight = handlers.len();
+        if in_flight > 0 {
+            tracing::info!(subscription = %self.name, in_flight, "stopping: waiting for handlers");
+        }
+        let finished = tokio::time::timeout(self.shutdown_timeout, async {
+            while handlers.join_next().await.is_some() {}
+        })
+        .await;
+        if finished.is_err() {
+            tracing::warn!(
+                subscription = %self.name,
+                abandoned = handlers.len(),
+                "shutdown timeout: unfinished messages stay claimed and will be recovered"
+            );
+            handlers.abort_all();
+            while handlers.join_next().await.is_some() {}
+        }
+        if settler.await.is_err() {
+            tracing::error!(subscription = %self.name, "settler task failed");
+        }
+    }
+
+    /// Runs the handler on one delivery and decides its settlement.
+    async fn handle(&self, d: &Delivery<Token<B>>, opts: &SubscribeOptions) -> Settlement {
+        let run = AssertUnwindSafe(self.handler.call(&d.info, &d.payload, &self.publisher));
+        match run.catch_unwind().await {
+            Ok(Handled::Ack(None)) => Settlement::Ack,
+            Ok(Handled::Ack(Some(reply))) => match self.publish_reply(reply).await {
+                Ok(()) => Settlement::Ack,
+                Err(e) => {
+                    tracing::warn!(subscription = %self.name, error = %e, "reply not published; retrying the message");
+                    retry(&d.info, None, opts)
+                }
+            },
+            Ok(Handled::Outcome(outcome)) => {
+                if outcome.is_ack() {
+                    Settlement::Ack
+                } else if outcome.is_drop() {
+                    Settlement::Dead {
+                        reason: "dropped".into(),
+                    }
+                } else {
+                    retry(&d.info, outcome.retry_delay().flatten(), opts)
+                }
+            }
+            Ok(Handled::Failed(e)) => {
+                tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %e, "message cannot be handled");
+                Settlement::Dead {
+                    reason: e.to_string(),
+                }
+            }
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(ToString::to_string)
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(subscription = %self.name, message_id = %d.info.message_id, panic = %what, "handler panicked");
+                retry(&d.info, None, opts)
+            }
+        }
+    }
+
+    async fn publish_reply(&self, reply: OutMessage) -> crate::Result<()> {
+        match &self.reply_policy {
+            Some(policy) => self.broker.publish_with(policy, vec![reply]).await,
+            None => self.publisher.send(vec![reply]).await,
+        }
+    }
+}
+
+/// A retry, or the dead-letter list once the attempts are used up.
+fn retry(info: &DeliveryInfo, delay: Option<Duration>, opts: &SubscribeOptions) -> Settlement {
+    if info.attempt >= opts.max_attempts {
+        tracing::warn!(
+            message_id = %info.message_id,
+            attempts = info.attempt,
+            source = %info.source,
+            "no attempts left: to the dead-letter list"
+        );
+        return Settlement::Dead {
+            reason: "max-attempts".into(),
+        };
+    }
+    let delay = delay.unwrap_or_else(|| opts.retry.delay(info.attempt));
+    Settlement::Retry {
+        delay: (!delay.is_zero()).then_some(delay),
+    }
+}
+
+async fn settle_loop<B: Broker>(
+    settler: <B::Receiver as Receiver>::Settler,
+    mut done: mpsc::UnboundedReceiver<Done<B>>,
+    name: String,
+) {
+    let mut batch = Vec::with_capacity(SETTLE_BATCH);
+    let mut permits = Vec::with_capacity(SETTLE_BATCH);
+    while let Some((token, settlement, permit)) = done.recv().await {
+        batch.push((token, settlement));
+        permits.push(permit);
+        while batch.len() < SETTLE_BATCH {
+            match done.try_recv() {
+                Ok((token, settlement, permit)) => {
+                    batch.push((token, settlement));
+                    permits.push(permit);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut backoff = ErrorBackoff::default();
+        let mut tries = 0;
+        while let Err(e) = settler.settle(&batch).await {
+            tries += 1;
+            if tries >= 20 {
+                tracing::error!(subscription = %name, error = %e, lost_settlements = batch.len(),
+                    "settle keeps failing: giving up; the messages stay claimed and will be recovered");
+                break;
+            }
+            let wait = backoff.next();
+            tracing::warn!(subscription = %name, error = %e, retry_in = ?wait, "settle failed");
+            tokio::time::sleep(wait).await;
+        }
+        batch.clear();
+        permits.clear();
+    }
+}
+
+/// Capped exponential backoff for broker errors: 50 ms doubling to 5 s.
+#[derive(Default)]
+struct ErrorBackoff(u32);
+
+impl ErrorBackoff {
+    fn next(&mut self) -> Duration {
+        let wait = Duration::from_millis(50) * 2u32.saturating_pow(self.0.min(7));
+        self.0 += 1;
+        wait.min(Duration::from_secs(5))
+    }
+
+    fn reset(&mut self) {
+        self.0 = 0;
+    }
+}

@@ -1,0 +1,42 @@
+//! The one error type of the core: what went wrong, said so that the reader knows what to do.
+
+use std::borrow::Cow;
+
+/// Everything that can fail in RustStream's core and in the brokers built on it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The application is configured in a way that cannot run; the message says how to fix it.
+    #[error("configuration: {0}")]
+    Config(Cow<'static, str>),
+    /// A payload could not be encoded for publishing.
+    #[error("encode: {0}")]
+    Encode(String),
+    /// A payload could not be decoded into the handler's type.
+    #[error("decode: {0}")]
+    Decode(String),
+    /// A publish had no destination: neither `.to(..)` nor an outgoing name on the type.
+    #[error(
+        "publish: no destination for {type_name}; call `.to(\"key\")` or give the type a name with `#[outgoing(name = \"...\")]`"
+    )]
+    NoDestination {
+        /// The Rust type that was published.
+        type_name: &'static str,
+    },
+    /// The broker could not connect, or a command failed.
+    #[error("broker: {0}")]
+    Broker(String),
+    /// The operation needs a running broker, and it is closed or was never started.
+    #[error("broker is not connected: start the app (or the broker) before publishing")]
+    NotConnected,
+}
+
+impl Error {
+    /// A configuration error with the given message.
+    pub fn config(msg: impl Into<Cow<'static, str>>) -> Self {
+        Self::Config(msg.into())
+    }
+}
+
+/// The result type of RustStream.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,43 @@
+//! Broker-agnostic core of RustStream.
+//!
+//! Users depend on the `ruststream` crate; this crate holds what every broker shares: the
+//! [`Handle`] trait and [`HandlerOutcome`], the per-message [`Context`], message types
+//! ([`Outgoing`]), the [`Publisher`], the [`Broker`] contract, the dispatch loop (concurrency,
+//! panics, retries, graceful shutdown), [`RustStream`] apps and the AsyncAPI document.
+//! It sends no command to any server itself.
+
+pub mod app;
+pub mod asyncapi;
+pub mod broker;
+pub mod context;
+mod dispatch;
+pub mod error;
+pub mod handler;
+pub mod message;
+pub mod outcome;
+pub mod publish;
+pub mod retry;
+pub mod subscriber;
+
+pub use app::{App, AppInfo, Mount, MountedBroker, RunningApp, RustStream};
+pub use broker::{
+    Broker, BrokerSource, ChannelDoc, Delivery, Receiver, Settler, Source, SubscribeOptions,
+};
+pub use context::{Context, DeliveryInfo};
+pub use error::{Error, Result};
+pub use handler::{Handle, IntoHandlerResult};
+pub use message::{Headers, Outgoing};
+pub use outcome::{HandlerOutcome, Settlement};
+pub use publish::{Due, OutMessage, Publish, PublishBackend, Publisher};
+pub use retry::Backoff;
+pub use subscriber::{
+    IntoSubscriber, MessageDoc, ReplyBuilder, Subscriber, SubscriberBuilder, subscriber,
+};
+
+/// Re-exports used by the macros; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use bytes::Bytes;
+    pub use schemars;
+    pub use serde_json;
+}

@@ -1,0 +1,262 @@
+//! Subscribers: a source bound to a handler, built by hand with [`subscriber`] or by
+//! `#[subscriber]`, and mounted on a broker with `b.include(..)`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::{
+    Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, HandlerOutcome, OutMessage,
+    Outgoing, Publisher, Source,
+};
+
+/// What running a handler on one payload came to.
+#[derive(Debug)]
+pub(crate) enum Handled {
+    /// Acknowledge, publishing the reply first when there is one.
+    Ack(Option<OutMessage>),
+    /// The handler settled otherwise.
+    Outcome(HandlerOutcome),
+    /// The payload could not be decoded, or the reply could not be encoded.
+    Failed(Error),
+}
+
+/// A handler with its message types erased: decode, handle, encode the reply.
+pub(crate) trait ErasedHandler: Send + Sync + 'static {
+    fn call<'a>(
+        &'a self,
+        info: &'a DeliveryInfo,
+        payload: &'a [u8],
+        publisher: &'a Publisher,
+    ) -> BoxFuture<'a, Handled>;
+}
+
+struct Typed<H, In, Out> {
+    handler: H,
+    reply_to: Option<String>,
+    _types: PhantomData<fn(In) -> Out>,
+}
+
+impl<H: Handle<In, ()>, In: Outgoing> ErasedHandler for Typed<H, In, ()> {
+    fn call<'a>(
+        &'a self,
+        info: &'a DeliveryInfo,
+        payload: &'a [u8],
+        publisher: &'a Publisher,
+    ) -> BoxFuture<'a, Handled> {
+        Box::pin(async move {
+            let msg = match In::decode(payload) {
+                Ok(m) => m,
+                Err(e) => return Handled::Failed(e),
+            };
+            let mut ctx = Context::new(info, publisher);
+            match self.handler.handle(&msg, &(), &mut ctx).await {
+                Ok(()) => Handled::Ack(None),
+                Err(outcome) => Handled::Outcome(outcome),
+            }
+        })
+    }
+}
+
+/// The reply flavour: `Out` is published to the reply destination before the input is acked.
+struct Replying<H, In, Out>(Typed<H, In, Out>);
+
+impl<H: Handle<In, Out>, In: Outgoing, Out: Outgoing> ErasedHandler for Replying<H, In, Out> {
+    fn call<'a>(
+        &'a self,
+        info: &'a DeliveryInfo,
+        payload: &'a [u8],
+        publisher: &'a Publisher,
+    ) -> BoxFuture<'a, Handled> {
+        Box::pin(async move {
+            let msg = match In::decode(payload) {
+                Ok(m) => m,
+                Err(e) => return Handled::Failed(e),
+            };
+            let mut ctx = Context::new(info, publisher);
+            let out = match self.0.handler.handle(&msg, &(), &mut ctx).await {
+                Ok(out) => out,
+                Err(outcome) => return Handled::Outcome(outcome),
+            };
+            match encode_reply(&out, self.0.reply_to.as_deref()) {
+                Ok(m) => Handled::Ack(Some(m)),
+                Err(e) => Handled::Failed(e),
+            }
+        })
+    }
+}
+
+fn encode_reply<Out: Outgoing>(out: &Out, to: Option<&str>) -> Result<OutMessage, Error> {
+    let destination = match to {
+        Some(to) => to.to_owned(),
+        None => out
+            .destination()?
+            .ok_or(Error::NoDestination {
+                type_name: std::any::type_name::<Out>(),
+            })?
+            .into_owned(),
+    };
+    Ok(OutMessage::new(destination, out.encode()?))
+}
+
+/// A message type as the AsyncAPI document shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageDoc {
+    /// The Rust type name.
+    pub type_name: &'static str,
+    /// The payload's JSON schema.
+    pub schema: fn() -> schemars::Schema,
+    /// The content type.
+    pub content_type: &'static str,
+    /// The type's own destination template, if any.
+    pub name: Option<&'static str>,
+}
+
+impl MessageDoc {
+    fn of<T: Outgoing>() -> Self {
+        Self {
+            type_name: std::any::type_name::<T>(),
+            schema: T::schema,
+            content_type: T::content_type(),
+            name: T::NAME,
+        }
+    }
+
+    /// The type name without its module path.
+    pub fn short_name(&self) -> &'static str {
+        self.type_name.rsplit("::").next().unwrap_or(self.type_name)
+    }
+}
+
+/// A source bound to a handler, ready to mount with `b.include(..)`.
+pub struct Subscriber<B: Broker> {
+    pub(crate) source: B::Source,
+    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) input: MessageDoc,
+    pub(crate) reply: Option<Reply<B>>,
+}
+
+pub(crate) struct Reply<B: Broker> {
+    pub(crate) to: Option<String>,
+    pub(crate) message: MessageDoc,
+    pub(crate) policy: Option<B::Policy>,
+}
+
+impl<B: Broker> Subscriber<B> {
+    /// Sets how replies are published, e.g. `list::Publish::new().ttl(..)` on Redis. Without it,
+    /// replies use the default policy of the destination's transport.
+    pub fn out_reply(&mut self, policy: impl Into<B::Policy>) -> &mut Self {
+        if let Some(reply) = &mut self.reply {
+            reply.policy = Some(policy.into());
+        } else {
+            tracing::warn!(
+                source = self.source.key(),
+                "out_reply on a subscriber without a reply: ignored; add `.reply()` to the subscriber"
+            );
+        }
+        self
+    }
+
+    /// The source this subscriber reads.
+    pub fn source(&self) -> &B::Source {
+        &self.source
+    }
+
+    /// The reply destination, when the subscriber replies to a fixed one.
+    pub fn reply_to(&self) -> Option<&str> {
+        self.reply.as_ref().and_then(|r| r.to.as_deref())
+    }
+}
+
+/// Anything `b.include(..)` mounts: a [`Subscriber`], or the item `#[subscriber]` generates.
+pub trait IntoSubscriber {
+    /// The broker the subscriber runs on.
+    type Broker: Broker;
+    /// Builds the subscriber.
+    fn into_subscriber(self) -> Subscriber<Self::Broker>;
+}
+
+impl<B: Broker> IntoSubscriber for Subscriber<B> {
+    type Broker = B;
+    fn into_subscriber(self) -> Subscriber<B> {
+        self
+    }
+}
+
+/// Starts a hand-written subscriber: `subscriber(RedisList::new("jobs"), Render).build()`.
+pub fn subscriber<S: Source, H>(source: S, handler: H) -> SubscriberBuilder<S, H> {
+    SubscriberBuilder { source, handler }
+}
+
+/// A subscriber being built.
+#[must_use = "finish with `.build()`"]
+pub struct SubscriberBuilder<S, H> {
+    source: S,
+    handler: H,
+}
+
+impl<S: Source, H> SubscriberBuilder<S, H> {
+    /// A subscriber whose handler acknowledges with no reply.
+    pub fn build<In: Outgoing>(self) -> Subscriber<S::Broker>
+    where
+        H: Handle<In, ()>,
+    {
+        Subscriber {
+            source: self.source.into_source(),
+            handler: Arc::new(Typed {
+                handler: self.handler,
+                reply_to: None,
+                _types: PhantomData::<fn(In)>,
+            }),
+            input: MessageDoc::of::<In>(),
+            reply: None,
+        }
+    }
+
+    /// The handler's return value is published as a reply: to `.to(..)`, or to its type's
+    /// outgoing name.
+    pub fn reply(self) -> ReplyBuilder<S, H> {
+        ReplyBuilder {
+            inner: self,
+            to: None,
+        }
+    }
+}
+
+/// A replying subscriber being built.
+#[must_use = "finish with `.build()`"]
+pub struct ReplyBuilder<S, H> {
+    inner: SubscriberBuilder<S, H>,
+    to: Option<String>,
+}
+
+impl<S: Source, H> ReplyBuilder<S, H> {
+    /// The key replies go to (overrides the reply type's outgoing name).
+    pub fn to(mut self, destination: impl Into<String>) -> Self {
+        self.to = Some(destination.into());
+        self
+    }
+
+    /// Builds the subscriber.
+    pub fn build<In: Outgoing, Out: Outgoing>(self) -> Subscriber<S::Broker>
+    where
+        H: Handle<In, Out>,
+    {
+        let typed = Typed {
+            handler: self.inner.handler,
+            reply_to: self.to.clone(),
+            _types: PhantomData::<fn(In) -> Out>,
+        };
+        Subscriber {
+            source: self.inner.source.into_source(),
+            handler: Arc::new(Replying(typed)),
+            input: MessageDoc::of::<In>(),
+            reply: Some(Reply {
+                to: self.to,
+                message: MessageDoc::of::<Out>(),
+                policy: None,
+            }),
+        }
+    }
+}

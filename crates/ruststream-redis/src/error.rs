@@ -1,0 +1,68 @@
+//! Redis errors, converted into the core's error with credentials removed.
+
+use ruststream_core::Error as CoreError;
+
+/// A failed Redis command.
+#[derive(Debug, thiserror::Error)]
+#[error("redis: {0}")]
+pub struct RedisError(String);
+
+impl From<fred::error::Error> for RedisError {
+    fn from(e: fred::error::Error) -> Self {
+        Self(redact(&format!("{:?}: {}", e.kind(), e.details())))
+    }
+}
+
+impl From<RedisError> for CoreError {
+    fn from(e: RedisError) -> Self {
+        CoreError::Broker(e.0)
+    }
+}
+
+/// Converts a fred error into the core's.
+pub(crate) fn core(e: fred::error::Error) -> CoreError {
+    RedisError::from(e).into()
+}
+
+/// Replaces the password of any `scheme://user:password@host` in `text` with `***`.
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail.find(['/', ' ', '"', '\'']).unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match (authority.rfind('@'), authority.find(':')) {
+            (Some(at), Some(colon)) if colon < at => {
+                out.push_str(&authority[..colon]);
+                out.push_str(":***");
+                out.push_str(&authority[at..]);
+            }
+            (Some(at), None) => {
+                out.push_str("***");
+                out.push_str(&authority[at..]);
+            }
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_removed() {
+        assert_eq!(
+            redact("redis://u:s3cret@h:6379/0"),
+            "redis://u:***@h:6379/0"
+        );
+        assert_eq!(redact("redis://s3cret@h:6379"), "redis://***@h:6379");
+        assert_eq!(redact("x redis://h:6379 y"), "x redis://h:6379 y");
+        assert!(!redact("failed: rediss://a:b@c and redis://d:e@f").contains('b'));
+    }
+}

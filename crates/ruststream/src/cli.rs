@@ -1,0 +1,133 @@
+//! The command line every RustStream service gets from [`run_main`]: `run` (the default),
+//! `check`, and `asyncapi`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::App;
+
+#[derive(Parser)]
+#[command(about = "A RustStream service", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Connect and handle messages until SIGINT or SIGTERM (the default).
+    Run,
+    /// Validate every subscription and connect, then exit: 0 when all is well.
+    Check,
+    /// Print the AsyncAPI 3.0 document of the service.
+    Asyncapi {
+        /// Write to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<std::path::PathBuf>,
+    },
+}
+
+/// Runs a service: parses the command line, installs a `tracing` subscriber (fmt to stderr,
+/// `RUST_LOG` honoured, `info` by default) unless one is installed, and runs the command.
+///
+/// ```no_run
+/// use ruststream::prelude::*;
+/// fn app() -> impl App {
+///     RustStream::new(AppInfo::new("images", "0.1.0"))
+///         .with_broker(RedisBroker::from_env(), |_b| {})
+/// }
+/// fn main() -> std::process::ExitCode {
+///     run_main(app)
+/// }
+/// ```
+pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let app = app();
+    let result = runtime.block_on(async move {
+        match cli.command.unwrap_or(Command::Run) {
+            Command::Run => run(app).await,
+            Command::Check => {
+                app.check().await?;
+                println!("ok: every subscription is valid and the brokers answer");
+                Ok(())
+            }
+            Command::Asyncapi { output } => {
+                let doc = crate::asyncapi::document(&app.into_rust_stream());
+                let text = serde_json::to_string_pretty(&doc)
+                    .map_err(|e| crate::Error::Encode(e.to_string()))?;
+                match output {
+                    Some(path) => std::fs::write(&path, text + "\n").map_err(|e| {
+                        crate::Error::config(format!("cannot write {}: {e}", path.display()))
+                    }),
+                    None => {
+                        println!("{text}");
+                        Ok(())
+                    }
+                }
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "stopped");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run<A: App>(app: A) -> crate::Result<()> {
+    let running = app.start().await?;
+    let stop = running.stop_token();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: shutting down");
+        stop.cancel();
+    });
+    running.wait().await
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Fails when the application installed its own subscriber: keep that one.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

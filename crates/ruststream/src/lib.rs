@@ -1,0 +1,32 @@
+#![doc = include_str!("../../../README.md")]
+
+pub mod cli;
+
+pub use cli::run_main;
+pub use ruststream_core::{
+    App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
+    IntoHandlerResult, IntoSubscriber, Mount, OutMessage, Outgoing, Publisher, Result, RunningApp,
+    RustStream, Settlement, Subscriber, asyncapi, outgoing, subscriber,
+};
+pub use ruststream_macros::{Outgoing, app, subscriber};
+pub use ruststream_redis::{
+    PublishPolicy, RedisBroker, RedisList, RedisSource, RedisStream, list, stream,
+};
+pub use schemars;
+
+/// Everything an application needs: `use ruststream::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        App, AppInfo, Backoff, Context, Handle, HandlerOutcome, Outgoing, Publisher, RedisBroker,
+        RedisList, RedisStream, RustStream, list, outgoing, run_main, stream, subscriber,
+    };
+    pub use schemars::JsonSchema;
+    pub use serde::{Deserialize, Serialize};
+}
+
+/// Re-exports used by the macros; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use ruststream_core::__private::*;
+    pub use ruststream_core::{IntoHandlerResult, Source, message};
+}
