@@ -118,6 +118,14 @@ impl<B: Broker> Subscription<B> {
 
     /// Runs the handler on one delivery and decides its settlement.
     async fn handle(&self, d: &Delivery<Token<B>>, opts: &SubscribeOptions) -> Settlement {
+        if d.info.attempt > opts.max_attempts {
+            // Recovered after a crash on its last attempt: do not run it again.
+            tracing::warn!(subscription = %self.name, message_id = %d.info.message_id, attempt = d.info.attempt,
+                "no attempts left: to the dead-letter list");
+            return Settlement::Dead {
+                reason: "max-attempts".into(),
+            };
+        }
         let run = AssertUnwindSafe(self.handler.call(&d.info, &d.payload, &self.publisher));
         match run.catch_unwind().await {
             Ok(Handled::Ack(None)) => Settlement::Ack,

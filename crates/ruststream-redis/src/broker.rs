@@ -82,8 +82,24 @@ pub struct RedisBroker {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Where the servers are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server (or a primary with replicas the client does not use).
+    Standalone,
+    /// A Redis Cluster, reached through any of these nodes.
+    Cluster(Vec<String>),
+    /// A primary found through these sentinels under `service`.
+    Sentinel {
+        service: String,
+        sentinels: Vec<String>,
+    },
+}
+
 pub(crate) struct Inner {
+    /// The standalone URL, or the first node's (credentials, TLS and database come from it).
     pub(crate) url: String,
+    pub(crate) topology: Topology,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) prefix: String,
@@ -96,7 +112,7 @@ pub(crate) struct Inner {
 impl fmt::Debug for RedisBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBroker")
-            .field("url", &redact(&self.inner.url))
+            .field("target", &self.inner.target())
             .field("prefix", &self.inner.prefix)
             .finish_non_exhaustive()
     }
@@ -108,6 +124,7 @@ impl RedisBroker {
         Self {
             inner: Arc::new(Inner {
                 url: url.into(),
+                topology: Topology::Standalone,
                 username: None,
                 password: None,
                 prefix: String::new(),
@@ -132,6 +149,7 @@ impl RedisBroker {
                 let old = &self.inner;
                 let mut inner = Inner {
                     url: old.url.clone(),
+                    topology: old.topology.clone(),
                     username: old.username.clone(),
                     password: old.password.clone(),
                     prefix: old.prefix.clone(),
@@ -144,6 +162,31 @@ impl RedisBroker {
             }
         }
         self
+    }
+
+    /// A broker on a Redis Cluster, reached through any of `nodes` (`redis://host:port` each; the
+    /// first one's credentials and TLS apply to all).
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let nodes: Vec<String> = nodes.into_iter().map(Into::into).collect();
+        let first = nodes.first().cloned().unwrap_or_default();
+        Self::standalone(first).with(|i| i.topology = Topology::Cluster(nodes))
+    }
+
+    /// A broker on the primary that the sentinels at `sentinels` (`host:port` or
+    /// `redis://host:port`) name for `service`; it follows failovers.
+    pub fn sentinel<I, S>(service: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let sentinels: Vec<String> = sentinels.into_iter().map(Into::into).collect();
+        let service = service.into();
+        Self::standalone("redis://127.0.0.1:6379")
+            .with(|i| i.topology = Topology::Sentinel { service, sentinels })
     }
 
     /// The ACL user name (overrides the URL's).
@@ -198,6 +241,7 @@ impl RedisBroker {
         pool.init()
             .await
             .map_err(|e| self.inner.connect_error(&e))?;
+        let client = pool.next();
         for script in [
             &*scripts::CLAIM,
             &*scripts::SETTLE_LIST,
@@ -206,13 +250,7 @@ impl RedisBroker {
             &*scripts::PUSH_TTL,
             &*scripts::SETTLE_STREAM,
         ] {
-            if let Some(lua) = script.lua() {
-                let _: () = pool
-                    .next()
-                    .script_load(lua.clone())
-                    .await
-                    .map_err(RedisError::from)?;
-            }
+            script.load(client).await.map_err(RedisError::from)?;
         }
         *self.inner.pool.write().map_err(poisoned)? = Some(pool);
         Ok(())
@@ -266,13 +304,58 @@ impl Inner {
         };
         CoreError::Broker(format!(
             "cannot connect to {}: {}; {hint}",
-            redact(&self.url),
+            self.target(),
             redact(e.details())
         ))
     }
 
+    /// Where this broker connects, with passwords removed.
+    fn target(&self) -> String {
+        match &self.topology {
+            Topology::Standalone => redact(&self.url),
+            Topology::Cluster(nodes) => format!("cluster {}", redact(&nodes.join(","))),
+            Topology::Sentinel { service, sentinels } => {
+                format!("`{service}` via sentinels {}", redact(&sentinels.join(",")))
+            }
+        }
+    }
+
     fn builder(&self, blocking: bool) -> Result<Builder> {
         let mut config = Config::from_url(&self.url).map_err(|e| self.connect_error(&e))?;
+        match &self.topology {
+            Topology::Standalone => {}
+            Topology::Cluster(nodes) => {
+                let mut hosts = Vec::new();
+                for node in nodes {
+                    let c = Config::from_url(node).map_err(|e| self.connect_error(&e))?;
+                    hosts.extend(
+                        c.server
+                            .hosts()
+                            .into_iter()
+                            .map(|s| (s.host.to_string(), s.port)),
+                    );
+                }
+                config.server = ServerConfig::new_clustered(hosts);
+            }
+            Topology::Sentinel { service, sentinels } => {
+                let mut hosts = Vec::new();
+                for s in sentinels {
+                    let url = if s.contains("://") {
+                        s.clone()
+                    } else {
+                        format!("redis://{s}")
+                    };
+                    let c = Config::from_url(&url).map_err(|e| self.connect_error(&e))?;
+                    hosts.extend(
+                        c.server
+                            .hosts()
+                            .into_iter()
+                            .map(|s| (s.host.to_string(), s.port)),
+                    );
+                }
+                config.server = ServerConfig::new_sentinel(hosts, service.clone());
+            }
+        }
         if self.username.is_some() {
             config.username.clone_from(&self.username);
         }
@@ -303,6 +386,10 @@ impl Broker for RedisBroker {
     fn validate(&self, sources: &[&RedisSource]) -> Result<()> {
         for s in sources {
             crate::validate::source(s)?;
+            if matches!(self.inner.topology, Topology::Cluster(_)) {
+                let keys = crate::validate::keys_used_together(s, &self.inner.prefix);
+                crate::validate::same_slot(s.key(), &keys)?;
+            }
         }
         Ok(())
     }

@@ -33,17 +33,17 @@ pub fn redact(text: &str) -> String {
         out.push_str(head);
         let end = tail.find(['/', ' ', '"', '\'']).unwrap_or(tail.len());
         let authority = &tail[..end];
-        match (authority.rfind('@'), authority.find(':')) {
-            (Some(at), Some(colon)) if colon < at => {
-                out.push_str(&authority[..colon]);
-                out.push_str(":***");
+        match authority.rfind('@') {
+            Some(at) => {
+                if let Some(colon) = authority[..at].find(':') {
+                    out.push_str(&authority[..colon]);
+                    out.push_str(":***");
+                } else {
+                    out.push_str("***");
+                }
                 out.push_str(&authority[at..]);
             }
-            (Some(at), None) => {
-                out.push_str("***");
-                out.push_str(&authority[at..]);
-            }
-            _ => out.push_str(authority),
+            None => out.push_str(authority),
         }
         rest = &tail[end..];
     }

@@ -1,6 +1,7 @@
 //! Reading and settling: the receiver and settler of one subscription.
 //!
-//! Simple list: `RPOP key n`; when empty, `BRPOP key t`. Reliable list: the `CLAIM` script
+//! Simple list: `RPOP key n`; when empty, `BRPOP key t`; delayed publishes are moved back by
+//! `MOVE_DUE` before popping, as for reliable lists. Reliable list: the `CLAIM` script
 //! (`LMOVE` ×n); when empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an
 //! entry arrives; due retries are moved back by `MOVE_DUE` before claiming. Stream:
 //! `XREADGROUP .. BLOCK`. Settles: `SETTLE_LIST` / `SETTLE_STREAM`, one script call per batch;
@@ -10,11 +11,13 @@
 //! `PING` on that client makes fred send `CLIENT UNBLOCK`, so shutdown does not wait for the block
 //! timeout, and whatever the read returned is still handled.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
+use fred::types::ClusterHash;
 use fred::types::lists::LMoveDirection;
 use ruststream_core::{
     Delivery, DeliveryInfo, Error, Headers, Receiver, Result, Settlement, Settler,
@@ -46,6 +49,8 @@ pub struct Token {
     raw: Bytes,
     /// The decoded entry, its id filled in.
     frame: Frame,
+    /// The claim's member in the recovery set, when there is one.
+    member: Option<Bytes>,
 }
 
 /// The receiver of one Redis subscription.
@@ -57,16 +62,30 @@ pub struct RedisReceiver {
     settler: RedisSettler,
 }
 
+/// A reliable list's recovery set, and this reader's identity in it.
+struct Recovery {
+    zset: String,
+    min_idle_ms: u64,
+    ttl_ms: u64,
+    reader_id: String,
+    seq: AtomicU64,
+}
+
+/// Most stale claims one read moves back to the queue (seed 000).
+pub const RECOVER_BATCH: u32 = 128;
+
 enum Kind {
     Simple {
         key: String,
-        block: f64,
+        block: Duration,
+        next_due: Mutex<Instant>,
     },
     Reliable {
         key: String,
         processing: String,
         block: Duration,
         next_due: Arc<Mutex<Instant>>,
+        recovery: Option<Recovery>,
     },
     Stream {
         key: String,
@@ -93,7 +112,8 @@ impl RedisReceiver {
                         l.key.clone(),
                         Kind::Simple {
                             key,
-                            block: l.block.as_secs_f64(),
+                            block: l.block,
+                            next_due: Mutex::new(Instant::now()),
                         },
                         SettleKind::Simple { dead },
                     ),
@@ -101,13 +121,23 @@ impl RedisReceiver {
                         let processing = broker.key(&l.processing_key());
                         let (delayed, payloads) = delayed_keys(&key);
                         let next_due = Arc::new(Mutex::new(Instant::now()));
-                        let keys = vec![
+                        let recovery = l.recovery_zset.as_ref().map(|z| Recovery {
+                            zset: broker.key(z),
+                            min_idle_ms: millis(l.min_idle.unwrap_or_default()),
+                            ttl_ms: l.recovery_ttl.map_or(0, millis),
+                            reader_id: uuid::Uuid::now_v7().simple().to_string(),
+                            seq: AtomicU64::new(0),
+                        });
+                        let mut keys = vec![
                             key.clone(),
                             processing.clone(),
-                            dead.unwrap_or_default(),
+                            dead.unwrap_or_else(|| key.clone()),
                             delayed,
                             payloads,
                         ];
+                        if let Some(r) = &recovery {
+                            keys.push(r.zset.clone());
+                        }
                         (
                             l.key.clone(),
                             Kind::Reliable {
@@ -115,6 +145,7 @@ impl RedisReceiver {
                                 processing,
                                 block: l.block,
                                 next_due: next_due.clone(),
+                                recovery,
                             },
                             SettleKind::Reliable {
                                 keys,
@@ -140,7 +171,7 @@ impl RedisReceiver {
                             .max(1),
                     },
                     SettleKind::Stream {
-                        keys: vec![key, dead.clone().unwrap_or_default()],
+                        keys: vec![key.clone(), dead.clone().unwrap_or(key)],
                         group: s.group_name().to_owned(),
                         has_dead: dead.is_some(),
                     },
@@ -190,7 +221,11 @@ impl RedisReceiver {
                 frame.headers.clone(),
             ),
             payload: frame.payload.clone(),
-            token: Token { raw, frame },
+            token: Token {
+                raw,
+                frame,
+                member: None,
+            },
         }
     }
 
@@ -207,13 +242,20 @@ impl RedisReceiver {
     async fn receive_simple(
         &self,
         key: &str,
-        block: f64,
+        block: Duration,
+        next_due: &Mutex<Instant>,
         max: usize,
     ) -> Result<Vec<Delivery<Token>>> {
+        // Delayed publishes (`.delay(..)`) wait in `K.delayed` whatever the consumer's mode.
+        self.move_due(key, next_due).await?;
         let popped: Value = self.client.rpop(key, Some(max)).await.map_err(core)?;
         let mut values = bytes_array(popped);
         if values.is_empty() && !self.stop.is_cancelled() {
-            let got: Value = self.blocking(self.client.brpop(key, block)).await?;
+            let until_due = lock(next_due).saturating_duration_since(Instant::now());
+            let wait = block.min(until_due).max(Duration::from_millis(10));
+            let got: Value = self
+                .blocking(self.client.brpop(key, wait.as_secs_f64()))
+                .await?;
             if let Value::Array(mut kv) = got
                 && kv.len() == 2
                 && let Some(v) = kv.pop().and_then(value_bytes)
@@ -230,35 +272,83 @@ impl RedisReceiver {
         processing: &str,
         block: Duration,
         next_due: &Mutex<Instant>,
+        recovery: Option<&Recovery>,
         max: usize,
     ) -> Result<Vec<Delivery<Token>>> {
         self.move_due(key, next_due).await?;
-        let keys = vec![key.to_owned(), processing.to_owned()];
-        let claimed: Value = scripts::CLAIM
-            .evalsha_with_reload(&self.client, keys.clone(), vec![max])
-            .await
-            .map_err(core)?;
-        let values = bytes_array(claimed);
-        if !values.is_empty() || self.stop.is_cancelled() {
-            return Ok(self.list_deliveries(values));
+        let claimed = self.claim(key, processing, recovery, max).await?;
+        if !claimed.is_empty() || self.stop.is_cancelled() {
+            return Ok(claimed);
         }
         let until_due = lock(next_due).saturating_duration_since(Instant::now());
-        let wait = block.min(until_due).max(Duration::from_millis(10));
+        let mut wait = block.min(until_due);
+        if let Some(r) = recovery {
+            // Wake in time to sweep claims that go stale while the queue is empty.
+            wait = wait.min(Duration::from_millis(r.min_idle_ms));
+        }
         let _: Value = self
             .blocking(self.client.blmove(
                 key,
                 key,
                 LMoveDirection::Right,
                 LMoveDirection::Right,
-                wait.as_secs_f64(),
+                wait.max(Duration::from_millis(10)).as_secs_f64(),
             ))
             .await?;
         self.move_due(key, next_due).await?;
-        let claimed: Value = scripts::CLAIM
-            .evalsha_with_reload(&self.client, keys, vec![max])
+        self.claim(key, processing, recovery, max).await
+    }
+
+    /// One `CLAIM` script call: sweep stale claims (with recovery), then claim up to `max`.
+    async fn claim(
+        &self,
+        key: &str,
+        processing: &str,
+        recovery: Option<&Recovery>,
+        max: usize,
+    ) -> Result<Vec<Delivery<Token>>> {
+        let mut keys = vec![key.to_owned(), processing.to_owned()];
+        let max_i = i64::try_from(max).unwrap_or(i64::MAX);
+        let (args, first_seq): (Vec<Value>, u64) = match recovery {
+            None => (vec![Value::Integer(max_i), Value::from_static_str("")], 0),
+            Some(r) => {
+                keys.push(r.zset.clone());
+                let first = r.seq.fetch_add(max as u64, Ordering::Relaxed);
+                (
+                    vec![
+                        Value::Integer(max_i),
+                        Value::from(r.reader_id.as_str()),
+                        Value::from(first.to_string()),
+                        Value::from(r.min_idle_ms.to_string()),
+                        Value::from(r.ttl_ms.to_string()),
+                        Value::Integer(i64::from(RECOVER_BATCH)),
+                    ],
+                    first,
+                )
+            }
+        };
+        let reply: Value = scripts::CLAIM
+            .evalsha_with_reload(&self.client, keys, args)
             .await
             .map_err(core)?;
-        Ok(self.list_deliveries(bytes_array(claimed)))
+        let Value::Array(mut items) = reply else {
+            return Ok(Vec::new());
+        };
+        if let Some(Value::Integer(recovered)) = items.first()
+            && *recovered > 0
+        {
+            tracing::warn!(source = %self.source, recovered, "claims idle longer than min_idle went back to the queue");
+        }
+        let values: Vec<Bytes> = items.drain(1..).filter_map(value_bytes).collect();
+        let mut out = self.list_deliveries(values);
+        if let Some(r) = recovery {
+            for (i, d) in (first_seq..).zip(out.iter_mut()) {
+                let mut member = format!("{}:{i}:", r.reader_id).into_bytes();
+                member.extend_from_slice(&d.token.raw);
+                d.token.member = Some(Bytes::from(member));
+            }
+        }
+        Ok(out)
     }
 
     /// Moves due retries back to the queue when one may be due.
@@ -318,10 +408,10 @@ impl RedisReceiver {
             ">".into(),
         ];
         let reply: Value = self
-            .blocking(
-                self.client
-                    .custom(fred::cmd!("XREADGROUP", blocking: true), args),
-            )
+            .blocking(self.client.custom(
+                fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
+                args,
+            ))
             .await?;
         Ok(stream_entries(reply)
             .into_iter()
@@ -339,14 +429,19 @@ impl Receiver for RedisReceiver {
 
     async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
         match &self.kind {
-            Kind::Simple { key, block } => self.receive_simple(key, *block, max).await,
+            Kind::Simple {
+                key,
+                block,
+                next_due,
+            } => self.receive_simple(key, *block, next_due, max).await,
             Kind::Reliable {
                 key,
                 processing,
                 block,
                 next_due,
+                recovery,
             } => {
-                self.receive_reliable(key, processing, *block, next_due, max)
+                self.receive_reliable(key, processing, *block, next_due, recovery.as_ref(), max)
                     .await
             }
             Kind::Stream {
@@ -431,7 +526,7 @@ impl Settler for RedisSettler {
                 has_dead,
                 next_due,
             } => {
-                let mut args = Vec::with_capacity(batch.len() * 4);
+                let mut args = Vec::with_capacity(batch.len() * 5);
                 let mut earliest: Option<Duration> = None;
                 for (t, s) in batch {
                     let (op, new, arg) = match s {
@@ -458,6 +553,9 @@ impl Settler for RedisSettler {
                         } else {
                             arg
                         },
+                        t.member
+                            .clone()
+                            .map_or_else(|| Value::from_static_str(""), Value::Bytes),
                     ]);
                 }
                 let _: i64 = scripts::SETTLE_LIST
@@ -525,7 +623,7 @@ pub(crate) async fn create_group(pool: &Pool, key: &str, group: &str) -> Result<
     let r: Result<Value, _> = pool
         .next()
         .custom(
-            fred::cmd!("XGROUP"),
+            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
             vec!["CREATE", key, group, "0", "MKSTREAM"],
         )
         .await;
@@ -636,4 +734,8 @@ fn stream_fields(frame: &Frame, attempt: u32) -> Vec<Value> {
         f.push(Value::from(v.as_str()));
     }
     f
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

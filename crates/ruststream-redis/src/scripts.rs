@@ -8,15 +8,55 @@ use fred::types::scripts::Script;
 
 /// Claims up to `ARGV[1]` entries: `LMOVE queue processing RIGHT LEFT`, repeated.
 ///
-/// `KEYS`: queue, processing. Returns the claimed values, oldest first.
+/// `KEYS`: queue, processing, and with recovery the recovery set.
+/// `ARGV`: most entries to claim, reader id (`""`: no recovery), first claim sequence number,
+/// `min_idle` ms, recovery-set ttl ms (0: none), most claims to recover.
+///
+/// With recovery, the script first sweeps: each claim scored older than `now - min_idle` leaves
+/// the set, and its entry goes from the processing list back to the queue with its attempt
+/// number raised by one (a raw value becomes a frame with attempt 2). Then every claim is
+/// recorded in the set as `<reader id>:<seq>:<value>` scored by the server's clock, so two claims
+/// of identical bytes are two members. Returns `{recovered, value...}`, oldest first.
 pub static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r"
-local out = {}
+local function bump(v)
+  if string.sub(v, 1, 4) == '\0rs1' and #v >= 8 then
+    local a = struct.unpack('>I4', v, 5)
+    return string.sub(v, 1, 4) .. struct.pack('>I4', a + 1) .. string.sub(v, 9)
+  end
+  return '\0rs1' .. struct.pack('>I4>I2>I2', 2, 0, 0) .. v
+end
+local out = {0}
+local rid = ARGV[2]
+local now = 0
+if rid ~= '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]),
+    'LIMIT', 0, tonumber(ARGV[6]))
+  for _, m in ipairs(stale) do
+    redis.call('ZREM', KEYS[3], m)
+    local p = string.find(m, ':', 1, true)
+    local q = string.find(m, ':', p + 1, true)
+    local v = string.sub(m, q + 1)
+    if redis.call('LREM', KEYS[2], -1, v) > 0 then
+      redis.call('LPUSH', KEYS[1], bump(v))
+      out[1] = out[1] + 1
+    end
+  end
+end
+local seq = tonumber(ARGV[3])
 for i = 1, tonumber(ARGV[1]) do
   local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   if not v then break end
-  out[i] = v
+  out[i + 1] = v
+  if rid ~= '' then
+    redis.call('ZADD', KEYS[3], now, rid .. ':' .. (seq + i - 1) .. ':' .. v)
+  end
+end
+if rid ~= '' and #out > 1 and tonumber(ARGV[5]) > 0 then
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
 end
 return out
 ",
@@ -25,24 +65,35 @@ return out
 
 /// Settles a batch of claimed list entries.
 ///
-/// `KEYS`: queue, processing, dead-letter list, delayed set, delayed payload hash.
-/// `ARGV`: groups of four, `op claimed new arg`:
+/// `KEYS`: queue, processing, dead-letter list, delayed set, delayed payload hash, and with
+/// recovery the recovery set.
+/// `ARGV`: groups of five, `op claimed new arg member`:
 /// - `a`: ack, `LREM processing -1 claimed`;
 /// - `r`: retry now, remove then `LPUSH queue new`;
-/// - `d`: retry later, remove then schedule `new` under id `arg2` `arg` ms from now
-///   (`ZADD delayed`, `HSET hash`); `arg` is `delay_ms:id`;
+/// - `d`: retry later, remove then schedule `new` (`ZADD delayed`, `HSET hash`); `arg` is
+///   `delay_ms:id`, the delay counted on the server's clock;
 /// - `x`: dead, remove then `LPUSH dead new`.
 ///
-/// A follow-up write happens only when the remove found the entry, so an entry that was
-/// recovered meanwhile is not duplicated. Returns how many entries were found.
+/// `member` is the claim's member in the recovery set (`""` without recovery). The claim is
+/// still this worker's only when its member is still in the set (a sweep may have handed the
+/// entry to another worker); then the entry is removed from the processing list, and only when
+/// that finds it do the follow-up writes happen, so nothing is duplicated. Returns how many
+/// claims were still owned.
 pub static SETTLE_LIST: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r"
 local found = 0
 local now = nil
-for i = 1, #ARGV, 4 do
+for i = 1, #ARGV, 5 do
   local op = ARGV[i]
-  if redis.call('LREM', KEYS[2], -1, ARGV[i + 1]) > 0 then
+  local owned
+  if ARGV[i + 4] ~= '' then
+    owned = redis.call('ZREM', KEYS[6], ARGV[i + 4]) == 1
+      and redis.call('LREM', KEYS[2], -1, ARGV[i + 1]) > 0
+  else
+    owned = redis.call('LREM', KEYS[2], -1, ARGV[i + 1]) > 0
+  end
+  if owned then
     found = found + 1
     if op == 'r' then
       redis.call('LPUSH', KEYS[1], ARGV[i + 2])

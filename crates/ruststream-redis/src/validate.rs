@@ -2,8 +2,8 @@
 
 use ruststream_core::{Error, Result};
 
-use crate::RedisSource;
 use crate::list::Mode;
+use crate::{RedisList, RedisSource};
 
 /// Checks one source.
 pub(crate) fn source(s: &RedisSource) -> Result<()> {
@@ -33,6 +33,7 @@ pub(crate) fn source(s: &RedisSource) -> Result<()> {
                     "list `{key}`: processing and recovery_zset need a reliable list; add `.reliable()`"
                 )));
             }
+            recovery(l)?;
             if l.mode == Mode::Reliable && l.processing_key() == *key {
                 return Err(Error::config(format!(
                     "list `{key}`: the processing list must differ from the queue"
@@ -59,5 +60,131 @@ pub(crate) fn source(s: &RedisSource) -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// The recovery set needs `min_idle`, and its ttl must outlive `min_idle`.
+fn recovery(l: &RedisList) -> Result<()> {
+    let key = &l.key;
+    match (&l.recovery_zset, l.min_idle, l.recovery_ttl) {
+        (Some(z), None, _) => Err(Error::config(format!(
+            "list `{key}`: recovery_zset `{z}` needs min_idle: add `.min_idle(Duration::from_secs(60))`, longer than the slowest handler ever takes"
+        ))),
+        (Some(z), Some(idle), Some(ttl)) if ttl <= idle => Err(Error::config(format!(
+            "list `{key}`: recovery_ttl ({ttl:?}) of `{z}` must be longer than min_idle ({idle:?}), or the set expires under live claims"
+        ))),
+        (Some(_), Some(idle), _) if idle.is_zero() => Err(Error::config(format!(
+            "list `{key}`: min_idle must be longer than zero, or every claim is recovered at once"
+        ))),
+        (None, Some(_), _) | (None, _, Some(_)) => Err(Error::config(format!(
+            "list `{key}`: min_idle and recovery_ttl need a recovery set: add `.recovery_zset(\"{key}.claims\")`"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The keys a source uses together in one script, prefixed; on a cluster they must share a slot.
+pub(crate) fn keys_used_together(s: &RedisSource, prefix: &str) -> Vec<String> {
+    let p = |k: &str| format!("{prefix}{k}");
+    match s {
+        RedisSource::List(l) if l.mode == Mode::Reliable => {
+            let (delayed, payloads) = l.delayed_keys();
+            let mut keys = vec![p(&l.key), p(&l.processing_key()), p(&delayed), p(&payloads)];
+            keys.extend(l.dead_letter_key().map(|k| p(&k)));
+            keys.extend(l.recovery_zset.as_deref().map(p));
+            keys
+        }
+        RedisSource::List(_) => Vec::new(),
+        RedisSource::Stream(st) => {
+            let mut keys = vec![p(&st.key)];
+            keys.extend(st.dead_letter_key().map(|k| p(&k)));
+            keys
+        }
+    }
+}
+
+/// Checks that keys used together hash to one slot; the error names the keys, their slots and
+/// the hash tag to use.
+pub(crate) fn same_slot(source_key: &str, keys: &[String]) -> Result<()> {
+    let Some(first) = keys.first() else {
+        return Ok(());
+    };
+    let slot = fred::util::redis_keyslot(first.as_bytes());
+    for k in &keys[1..] {
+        let other = fred::util::redis_keyslot(k.as_bytes());
+        if other != slot {
+            let tag = suggested_tag(source_key);
+            return Err(Error::config(format!(
+                "subscription `{source_key}`: keys `{first}` (slot {slot}) and `{k}` (slot {other}) are used together in one script but fall in different hash slots of the cluster; put the queue in a hash tag: `{tag}` (derived names such as `{tag}.processing` inherit it), and name any custom processing, dead-letter or recovery key with the same tag"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The key with its hash-tag part in braces: `jobs` -> `{jobs}`, `{jobs}` stays.
+fn suggested_tag(key: &str) -> String {
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return key.to_owned();
+    }
+    format!("{{{key}}}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::RedisList;
+
+    fn err(l: RedisList) -> String {
+        source(&RedisSource::List(l)).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn recovery_needs_min_idle_and_a_longer_ttl() {
+        let l = RedisList::new("{t}").reliable().recovery_zset("{t}.claims");
+        assert!(err(l.clone()).contains("needs min_idle"));
+        let l = l.min_idle(Duration::from_secs(60));
+        assert!(source(&RedisSource::List(l.clone())).is_ok());
+        assert!(
+            err(l.recovery_ttl(Duration::from_secs(60))).contains("must be longer than min_idle")
+        );
+        assert!(
+            err(RedisList::new("q")
+                .reliable()
+                .min_idle(Duration::from_secs(1)))
+            .contains("recovery_zset")
+        );
+    }
+
+    #[test]
+    fn slot_rule_names_keys_slots_and_tag() {
+        let untagged = RedisSource::List(RedisList::new("jobs").reliable());
+        let e = same_slot("jobs", &keys_used_together(&untagged, ""))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`jobs` (slot ") && e.contains("`jobs.processing` (slot "),
+            "{e}"
+        );
+        assert!(e.contains("hash tag: `{jobs}`"), "{e}");
+        let tagged = RedisSource::List(
+            RedisList::new("{thumbnails}")
+                .reliable()
+                .recovery_zset("{thumbnails}.claims")
+                .min_idle(Duration::from_secs(1)),
+        );
+        assert!(same_slot("{thumbnails}", &keys_used_together(&tagged, "app:")).is_ok());
+        let stray = RedisSource::List(
+            RedisList::new("{t}")
+                .reliable()
+                .recovery_zset("claims")
+                .min_idle(Duration::from_secs(1)),
+        );
+        assert!(same_slot("{t}", &keys_used_together(&stray, "")).is_err());
     }
 }

@@ -13,6 +13,8 @@ pub use ruststream_redis::{
     PublishPolicy, RedisBroker, RedisList, RedisSource, RedisStream, list, stream,
 };
 pub use schemars;
+/// The Redis broker crate, for what the prelude does not bring (scripts, frames).
+pub use ruststream_redis as redis;
 
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {
