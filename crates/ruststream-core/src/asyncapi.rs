@@ -2,8 +2,12 @@
 //! destination, one `receive` operation per subscriber (with its reply), payload schemas from
 //! [`Outgoing`](crate::Outgoing).
 //!
-//! Payload schemas come from `schemars`; their `$defs` are lifted into `components/schemas` so every
-//! `$ref` resolves inside the document.
+//! Payload schemas come from `schemars` in draft-07 (see
+//! [`schema_for`](crate::message::schema_for)); their `definitions` are lifted into
+//! `components/schemas` so every `$ref` resolves inside the document.
+//!
+//! Braces in an address are declared as channel parameters: a hash tag (`{thumbnails}`) as a
+//! parameter whose only value is itself, a name template's `{field}` as read from the payload.
 
 use serde_json::{Map, Value, json};
 
@@ -36,6 +40,7 @@ fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
     for op in ops {
         let ch = doc.channel(
             &op.channel.address,
+            Address::Key,
             op.channel.transport,
             Some(&op.channel.bindings),
         );
@@ -46,15 +51,16 @@ fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
             "messages": [ { "$ref": msg } ],
         });
         if let Some((to, out)) = &op.reply {
-            let address = to
-                .clone()
-                .or_else(|| out.name.map(str::to_owned))
-                .unwrap_or_default();
+            let (address, kind) = match (to, out.name) {
+                (Some(to), _) => (to.clone(), Address::Key),
+                (None, Some(name)) => (name.to_owned(), Address::Template),
+                (None, None) => (String::new(), Address::Key),
+            };
             let transport = ops
                 .iter()
                 .find(|o| o.channel.address == address)
                 .map_or("list", |o| o.channel.transport);
-            let reply_ch = doc.channel(&address, transport, None);
+            let reply_ch = doc.channel(&address, kind, transport, None);
             let reply_msg = doc.message(&reply_ch, out);
             operation["reply"] = json!({
                 "channel": { "$ref": format!("#/channels/{reply_ch}") },
@@ -90,14 +96,24 @@ struct Doc {
 
 impl Doc {
     /// The id of the channel for `address`, added when new.
-    fn channel(&mut self, address: &str, transport: &str, bindings: Option<&Value>) -> String {
+    fn channel(
+        &mut self,
+        address: &str,
+        kind: Address,
+        transport: &str,
+        bindings: Option<&Value>,
+    ) -> String {
         let id = sanitize(address);
         let entry = self.channels.entry(id.clone()).or_insert_with(|| {
-            json!({
+            let mut channel = json!({
                 "address": address,
                 "messages": {},
                 "x-redis-transport": transport,
-            })
+            });
+            if let Some(params) = parameters(address, kind) {
+                channel["parameters"] = params;
+            }
+            channel
         });
         if let Some(b) = bindings {
             entry["x-redis"] = b.clone();
@@ -120,14 +136,16 @@ impl Doc {
         format!("#/channels/{channel}/messages/{name}")
     }
 
-    /// Moves `$defs` into `components/schemas` and rewrites the refs to them.
+    /// Moves `$defs` / `definitions` into `components/schemas` and rewrites the refs to them.
     fn lift(&mut self, mut schema: Value) -> Value {
         if let Some(obj) = schema.as_object_mut() {
             obj.remove("$schema");
-            if let Some(Value::Object(defs)) = obj.remove("$defs") {
-                for (k, mut v) in defs {
-                    rewrite_refs(&mut v);
-                    self.schemas.insert(k, v);
+            for key in ["$defs", "definitions"] {
+                if let Some(Value::Object(defs)) = obj.remove(key) {
+                    for (k, mut v) in defs {
+                        rewrite_refs(&mut v);
+                        self.schemas.insert(k, v);
+                    }
                 }
             }
         }
@@ -136,13 +154,56 @@ impl Doc {
     }
 }
 
+/// Where a channel address comes from, which decides what its braces mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Address {
+    /// A key as written (a source, `.to(..)`): braces are a Redis hash tag, part of the key.
+    Key,
+    /// A type's outgoing name: braces are placeholders for fields of the message.
+    Template,
+}
+
+/// The channel's `parameters`: AsyncAPI reads every `{name}` in an address as a parameter, so
+/// each one is declared. A hash tag is a parameter whose only value is itself (the address then
+/// reads literally); a name template's placeholder is located in the payload.
+fn parameters(address: &str, kind: Address) -> Option<Value> {
+    let mut params = Map::new();
+    let mut rest = address;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        let param = match kind {
+            Address::Key => json!({
+                "description": format!(
+                    "Not a variable: `{{{name}}}` is a Redis hash tag, written literally in the key."
+                ),
+                "enum": [format!("{{{name}}}")],
+                "default": format!("{{{name}}}"),
+            }),
+            Address::Template => json!({
+                "description": format!("The message's `{name}` field."),
+                "location": format!(
+                    "$message.payload#/{}",
+                    name.replace('~', "~0").replace('/', "~1")
+                ),
+            }),
+        };
+        params.insert(name.to_owned(), param);
+        rest = &after[close + 1..];
+    }
+    (!params.is_empty()).then_some(Value::Object(params))
+}
+
 fn rewrite_refs(v: &mut Value) {
     match v {
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
                 if k == "$ref"
                     && let Value::String(s) = child
-                    && let Some(rest) = s.strip_prefix("#/$defs/")
+                    && let Some(rest) = s
+                        .strip_prefix("#/$defs/")
+                        .or_else(|| s.strip_prefix("#/definitions/"))
                 {
                     *s = format!("#/components/schemas/{rest}");
                 } else {
@@ -168,4 +229,18 @@ fn sanitize(s: &str) -> String {
         })
         .collect();
     if out.is_empty() { "_".into() } else { out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces_become_parameters() {
+        assert_eq!(parameters("cache.warmups", Address::Key), None);
+        let tag = parameters("{thumbnails}.processing", Address::Key).unwrap();
+        assert_eq!(tag["thumbnails"]["enum"], json!(["{thumbnails}"]));
+        let template = parameters("orders.{tenant}", Address::Template).unwrap();
+        assert_eq!(template["tenant"]["location"], "$message.payload#/tenant");
+    }
 }

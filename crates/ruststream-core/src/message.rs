@@ -60,6 +60,14 @@ pub fn json_decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, Error> {
     serde_json::from_slice(payload).map_err(|e| Error::Decode(e.to_string()))
 }
 
+/// The JSON schema of `T` as AsyncAPI 3.0 payloads expect it: JSON Schema draft-07 (the dialect
+/// the AsyncAPI Schema Object extends), with shared definitions under `definitions`.
+pub fn schema_for<T: schemars::JsonSchema>() -> schemars::Schema {
+    schemars::generate::SchemaSettings::draft07()
+        .into_generator()
+        .into_root_schema_for::<T>()
+}
+
 /// Fills the `{field}` placeholders of a name template from the value's top-level fields.
 ///
 /// A template without braces is returned as is, without serializing the value.
@@ -165,7 +173,7 @@ macro_rules! outgoing {
                 }
             }
             fn schema() -> $crate::__private::schemars::Schema {
-                $crate::__private::schemars::schema_for!($ty)
+                $crate::message::schema_for::<$ty>()
             }
             fn encode(&self) -> ::core::result::Result<$crate::__private::Bytes, $crate::Error> {
                 $crate::message::json_encode(self)

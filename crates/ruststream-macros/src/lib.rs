@@ -1,22 +1,110 @@
-//! Procedural macros of RustStream. Each entry point parses and expands; behaviour lives in the
-//! runtime crates.
+//! Procedural macros of RustStream, re-exported by the `ruststream` crate: use them from there.
+//!
+//! Each entry point parses and expands; the behaviour lives in the runtime crates, so what a macro
+//! generates is what a user could write by hand (`Handle` impls, `subscriber(..).build()`,
+//! `Outgoing` impls, `run_main`). Errors are `syn::Error`s turned into `compile_error!`s that say
+//! how to fix the code.
 
 use proc_macro::TokenStream;
 
-/// Placeholder until the macro crate lands.
+mod app;
+mod outgoing;
+mod subscriber;
+
+/// Turns an `async fn` into a subscriber that `b.include(..)` mounts.
+///
+/// ```
+/// use ruststream::prelude::*;
+/// # #[derive(Deserialize, Serialize, Outgoing)]
+/// # struct Warmup { page: String }
+/// # #[derive(Deserialize, Serialize, Outgoing)]
+/// # struct Upload { image: String }
+/// # #[derive(Deserialize, Serialize, Outgoing)]
+/// # struct ThumbnailJob { image: String }
+///
+/// #[subscriber(RedisList::new("cache.warmups"))]
+/// async fn warm_cache(warmup: &Warmup) -> HandlerOutcome {
+///     if warmup.page.is_empty() {
+///         return HandlerOutcome::drop();
+///     }
+///     HandlerOutcome::ack()
+/// }
+///
+/// #[subscriber(RedisStream::new("uploads").group("thumbnailer"), reply("{thumbnails}"))]
+/// async fn queue_thumbnail(upload: &Upload, ctx: &mut Context<'_>) -> ThumbnailJob {
+///     let _first_try = ctx.attempt() == 1;
+///     ThumbnailJob { image: upload.image.clone() }
+/// }
+///
+/// let app = RustStream::new(AppInfo::new("images", "0.1.0"))
+///     .with_broker(RedisBroker::from_env(), |b| {
+///         b.include(warm_cache);
+///         b.include(queue_thumbnail);
+///     });
+/// # drop(app);
+/// ```
+///
+/// - The source is written `Type::ctor(..)` followed by builder methods; `Type` names the broker.
+/// - Options after the source: `reply` (publish the return value to its type's outgoing name) or
+///   `reply("key")` (publish it to `key`).
+/// - The function takes the message as `&T` and optionally `ctx: &mut Context<'_>`, and returns
+///   `HandlerOutcome`, `()`, `Result<(), E>`, `Result<HandlerOutcome, E>`, or with `reply` the
+///   reply type or `Result<Reply, E>`.
+///
+/// It expands to a unit struct named like the function, implementing `Handle` (the body becomes an
+/// associated `async fn` of the same name) and `IntoSubscriber` through
+/// `subscriber(source, handler).build()`, exactly as a hand-written subscriber.
 #[proc_macro_attribute]
-pub fn subscriber(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
+    subscriber::expand(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }
 
-/// Placeholder until the macro crate lands.
-#[proc_macro_attribute]
-pub fn app(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+/// Implements `Outgoing` for a serde type: JSON on the wire, its default destination, and its JSON
+/// schema (the type needs no `JsonSchema` derive).
+///
+/// ```
+/// use ruststream::prelude::*;
+///
+/// #[derive(Deserialize, Serialize, Outgoing)]
+/// #[outgoing(name = "orders.{tenant}")] // braces read the `tenant` field
+/// struct Order {
+///     tenant: String,
+/// }
+///
+/// let order = Order { tenant: "acme".into() };
+/// assert_eq!(order.destination().unwrap().as_deref(), Some("orders.acme"));
+/// assert_eq!(order.encode().unwrap(), r#"{"tenant":"acme"}"#);
+/// assert_eq!(<Order as Outgoing>::schema().get("title").unwrap(), "Order");
+/// ```
+///
+/// The schema comes from a hidden copy of the type with the same fields and the same `#[serde]`
+/// (and `#[schemars]`) attributes that derives `JsonSchema`. Field types must implement
+/// `JsonSchema`. Generic types are not supported: use `outgoing!` on a concrete type instead.
+#[proc_macro_derive(Outgoing, attributes(outgoing, schemars))]
+pub fn derive_outgoing(item: TokenStream) -> TokenStream {
+    outgoing::expand(item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }
 
-/// Placeholder until the macro crate lands.
-#[proc_macro_derive(Outgoing, attributes(outgoing))]
-pub fn derive_outgoing(_item: TokenStream) -> TokenStream {
-    TokenStream::new()
+/// Marks the function that builds the application and generates `main` from it.
+///
+/// ```no_run
+/// use ruststream::prelude::*;
+///
+/// #[ruststream::app]
+/// fn app() -> impl App {
+///     RustStream::new(AppInfo::new("images", "0.1.0"))
+///         .with_broker(RedisBroker::from_env(), |_b| { /* b.include(..) */ })
+/// }
+/// ```
+///
+/// The function stays as written; `fn main() -> ExitCode { ruststream::run_main(app) }` is added.
+#[proc_macro_attribute]
+pub fn app(attr: TokenStream, item: TokenStream) -> TokenStream {
+    app::expand(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
 }

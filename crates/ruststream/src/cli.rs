@@ -1,5 +1,5 @@
 //! The command line every RustStream service gets from [`run_main`]: `run` (the default),
-//! `check`, and `asyncapi`.
+//! `check`, and `asyncapi [-o FILE] [--yaml]`.
 
 use std::process::ExitCode;
 
@@ -20,11 +20,14 @@ enum Command {
     Run,
     /// Validate every subscription and connect, then exit: 0 when all is well.
     Check,
-    /// Print the AsyncAPI 3.0 document of the service.
+    /// Print the AsyncAPI 3.0 document of the service (JSON, or YAML with --yaml).
     Asyncapi {
         /// Write to this file instead of standard output.
         #[arg(short, long)]
         output: Option<std::path::PathBuf>,
+        /// Write YAML instead of JSON.
+        #[arg(long)]
+        yaml: bool,
     },
 }
 
@@ -63,16 +66,16 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
                 println!("ok: every subscription is valid and the brokers answer");
                 Ok(())
             }
-            Command::Asyncapi { output } => {
+            Command::Asyncapi { output, yaml } => {
                 let doc = crate::asyncapi::document(&app.into_rust_stream());
-                let text = serde_json::to_string_pretty(&doc)
-                    .map_err(|e| crate::Error::Encode(e.to_string()))?;
+                let format = if yaml { Format::Yaml } else { Format::Json };
+                let text = render(&doc, format)?;
                 match output {
-                    Some(path) => std::fs::write(&path, text + "\n").map_err(|e| {
+                    Some(path) => std::fs::write(&path, text).map_err(|e| {
                         crate::Error::config(format!("cannot write {}: {e}", path.display()))
                     }),
                     None => {
-                        println!("{text}");
+                        print!("{text}");
                         Ok(())
                     }
                 }
@@ -87,6 +90,32 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// How `asyncapi` writes the document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Pretty-printed JSON.
+    Json,
+    /// YAML (strings that a YAML 1.1 reader would take for booleans or numbers are quoted).
+    Yaml,
+}
+
+/// Renders a document (e.g. [`asyncapi::document`](crate::asyncapi::document)) as text ending in
+/// a newline.
+pub fn render(doc: &serde_json::Value, format: Format) -> crate::Result<String> {
+    let mut text = match format {
+        Format::Json => {
+            serde_json::to_string_pretty(doc).map_err(|e| crate::Error::Encode(e.to_string()))?
+        }
+        Format::Yaml => {
+            serde_saphyr::to_string(doc).map_err(|e| crate::Error::Encode(e.to_string()))?
+        }
+    };
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 async fn run<A: App>(app: A) -> crate::Result<()> {

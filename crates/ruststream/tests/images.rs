@@ -1,0 +1,523 @@
+//! The image service of the guide, both forms (`examples/images.rs`, `examples/images_manual.rs`),
+//! end to end on a real Redis, and its AsyncAPI document against the official 3.0.0 schema.
+//!
+//! The examples hard-code `redis://localhost:6379` and unprefixed keys, so the tests include each
+//! example's file into a module (its subscribers, message types and `app()` as written) and mount
+//! the same subscribers on `RedisBroker::standalone($RUSTSTREAM_REDIS_URL).prefix(unique)`: runs
+//! never share keys. That the mount matches the example's `app()` is checked by comparing their
+//! AsyncAPI documents.
+//!
+//! A job that the render subscriber claims the instant it lands cannot be seen on its queue, so the
+//! upload is handled in two steps: first an app without the render subscriber (the queue's expiry
+//! can be read while the job waits), then the full app, which renders and acknowledges it.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use fred::prelude::*;
+use ruststream::prelude::*;
+use ruststream::{RustStream, asyncapi};
+use serde_json::{Value, json};
+
+#[allow(dead_code)]
+mod images {
+    include!("../examples/images.rs");
+
+    /// `app()`'s subscribers, mounted as `app()` mounts them, on `broker`.
+    pub(super) fn app_on(broker: RedisBroker) -> RustStream {
+        RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(broker, |b| {
+            b.include(warm_cache);
+            b.include(render);
+            b.include(queue_thumbnail)
+                .out_reply(list::Publish::new().ttl(Duration::from_hours(24)));
+        })
+    }
+
+    /// `app_on` without the render subscriber: thumbnail jobs stay on their queue.
+    pub(super) fn producers_on(broker: RedisBroker) -> RustStream {
+        RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(broker, |b| {
+            b.include(warm_cache);
+            b.include(queue_thumbnail)
+                .out_reply(list::Publish::new().ttl(Duration::from_hours(24)));
+        })
+    }
+
+    pub(super) fn example_app() -> RustStream {
+        app().into_rust_stream()
+    }
+
+    pub(super) async fn publish_warmup(p: &Publisher, page: &str) -> ruststream::Result<()> {
+        p.message(&Warmup { page: page.into() }).publish().await
+    }
+}
+
+#[allow(dead_code)]
+mod images_manual {
+    include!("../examples/images_manual.rs");
+
+    pub(super) fn app_on(broker: RedisBroker) -> RustStream {
+        RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(broker, |b| {
+            b.include(subscriber(RedisList::new("cache.warmups"), WarmCache).build());
+            b.include(subscriber(thumbnails(), Render).build());
+            b.include(
+                subscriber(
+                    RedisStream::new("uploads").group("thumbnailer"),
+                    QueueThumbnail,
+                )
+                .reply()
+                .to("{thumbnails}")
+                .build(),
+            )
+            .out_reply(list::Publish::new().ttl(Duration::from_hours(24)));
+        })
+    }
+
+    pub(super) fn producers_on(broker: RedisBroker) -> RustStream {
+        RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(broker, |b| {
+            b.include(subscriber(RedisList::new("cache.warmups"), WarmCache).build());
+            b.include(
+                subscriber(
+                    RedisStream::new("uploads").group("thumbnailer"),
+                    QueueThumbnail,
+                )
+                .reply()
+                .to("{thumbnails}")
+                .build(),
+            )
+            .out_reply(list::Publish::new().ttl(Duration::from_hours(24)));
+        })
+    }
+
+    pub(super) fn example_app() -> RustStream {
+        app().into_rust_stream()
+    }
+
+    pub(super) async fn publish_warmup(p: &Publisher, page: &str) -> ruststream::Result<()> {
+        p.message(&Warmup { page: page.into() }).publish().await
+    }
+}
+
+/// One form of the service, as the tests drive it.
+struct Form {
+    name: &'static str,
+    app_on: fn(RedisBroker) -> RustStream,
+    producers_on: fn(RedisBroker) -> RustStream,
+    example_app: fn() -> RustStream,
+}
+
+const MACRO: Form = Form {
+    name: "macro",
+    app_on: images::app_on,
+    producers_on: images::producers_on,
+    example_app: images::example_app,
+};
+
+const MANUAL: Form = Form {
+    name: "manual",
+    app_on: images_manual::app_on,
+    producers_on: images_manual::producers_on,
+    example_app: images_manual::example_app,
+};
+
+/// Waits for a condition, polling, for at most `WAIT`.
+const WAIT: Duration = Duration::from_secs(20);
+
+fn redis_url() -> String {
+    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+fn unique_prefix(form: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("rs-test:images:{form}:{}-{nanos}:", std::process::id())
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the handlers log: the examples' handlers only log, so the tests read their events.
+
+/// One event: its message and fields.
+#[derive(Debug, Clone)]
+struct Event {
+    message: String,
+    fields: BTreeMap<String, String>,
+}
+
+fn events() -> &'static Mutex<Vec<Event>> {
+    static EVENTS: OnceLock<Mutex<Vec<Event>>> = OnceLock::new();
+    EVENTS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+struct Capture;
+
+#[derive(Default)]
+struct Fields(BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let message = fields.0.remove("message").unwrap_or_default();
+        if let Ok(mut events) = events().lock() {
+            events.push(Event {
+                message,
+                fields: fields.0,
+            });
+        }
+    }
+}
+
+fn capture_events() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(Capture);
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other tracing subscriber in this test binary");
+    });
+}
+
+/// Whether an event with `message` and `field = value` was logged.
+fn logged(message: &str, field: &str, value: &str) -> bool {
+    events()
+        .lock()
+        .expect("events lock")
+        .iter()
+        .any(|e| e.message == message && e.fields.get(field).is_some_and(|v| v == value))
+}
+
+fn count_logged(message: &str, field: &str, value: &str) -> usize {
+    events()
+        .lock()
+        .expect("events lock")
+        .iter()
+        .filter(|e| e.message == message && e.fields.get(field).is_some_and(|v| v == value))
+        .count()
+}
+
+/// Polls `check` until it returns `Some`, for at most [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let polled = tokio::time::timeout(WAIT, async {
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    match polled {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {WAIT:?} waiting until {what}"),
+    }
+}
+
+async fn redis() -> Client {
+    let client = Client::new(
+        Config::from_url(&redis_url()).expect("RUSTSTREAM_REDIS_URL is a redis:// URL"),
+        None,
+        None,
+        None,
+    );
+    client
+        .init()
+        .await
+        .expect("Redis answers at RUSTSTREAM_REDIS_URL");
+    client
+}
+
+async fn cleanup(redis: &Client, prefix: &str) {
+    let keys: Vec<String> = redis
+        .custom(fred::cmd!("KEYS"), vec![format!("{prefix}*")])
+        .await
+        .unwrap_or_default();
+    if !keys.is_empty() {
+        let _: Result<i64, _> = redis.del(keys).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn service_end_to_end(form: &Form) {
+    capture_events();
+    let redis = &redis().await;
+    let prefix = &unique_prefix(form.name);
+    let k = &|key: &str| format!("{prefix}{key}");
+    let broker = || RedisBroker::standalone(redis_url()).prefix(prefix.clone());
+
+    // The mount under test is the example's: same subscribers, sources and replies.
+    assert_eq!(
+        asyncapi::document(&(form.app_on)(broker())),
+        asyncapi::document(&(form.example_app)()),
+        "{}: the test mounts what the example's app() mounts",
+        form.name
+    );
+
+    // Step 1: everything but the render subscriber.
+    let producers = broker();
+    let publisher = producers.publisher();
+    let running = (form.producers_on)(producers)
+        .start()
+        .await
+        .expect("the producer side starts");
+
+    // A warmup published to `cache.warmups` (the type's outgoing name) is handled.
+    let page = &format!("/pages/{}-warm", form.name);
+    let publish = match form.name {
+        "macro" => images::publish_warmup(&publisher, page).await,
+        _ => images_manual::publish_warmup(&publisher, page).await,
+    };
+    publish.expect("warmup published");
+    eventually("the warmup is handled", || async move {
+        logged("page cached", "warmup.page", page).then_some(())
+    })
+    .await;
+    let queued: i64 = redis.llen(k("cache.warmups")).await.expect("LLEN");
+    assert_eq!(queued, 0, "the simple queue popped the warmup");
+
+    // An upload added to the stream becomes a thumbnail job on `{thumbnails}`, which expires
+    // in 24 hours unless fed.
+    let image = &format!("{}-{}.png", form.name, std::process::id());
+    let _: String = redis
+        .custom(
+            fred::cmd!("XADD"),
+            vec![
+                k("uploads"),
+                "*".to_owned(),
+                "payload".to_owned(),
+                json!({ "image": image }).to_string(),
+            ],
+        )
+        .await
+        .expect("XADD uploads");
+    let queue = &k("{thumbnails}");
+    let entries: Vec<fred::bytes::Bytes> =
+        eventually("the thumbnail job is queued", || async move {
+            let entries: Vec<fred::bytes::Bytes> = redis.lrange(queue, 0, -1).await.ok()?;
+            (!entries.is_empty()).then_some(entries)
+        })
+        .await;
+    assert_eq!(entries.len(), 1, "one upload, one job: {entries:?}");
+    let frame = ruststream_redis::frame::Frame::decode(entries[0].clone());
+    let job: Value = serde_json::from_slice(&frame.payload).expect("the job is JSON");
+    assert_eq!(job, json!({ "image": image }));
+    let pttl: i64 = redis.pttl(queue).await.expect("PTTL");
+    let day = 24 * 60 * 60 * 1000;
+    assert!(
+        (day - 60 * 1000..=day).contains(&pttl),
+        "the queue expires in ~24 h: PTTL = {pttl} ms"
+    );
+    // The upload itself was acknowledged once the reply was out.
+    eventually("the upload is acknowledged", || async move {
+        let summary: fred::types::Value = redis
+            .custom(
+                fred::cmd!("XPENDING"),
+                vec![k("uploads"), "thumbnailer".to_owned()],
+            )
+            .await
+            .ok()?;
+        let pending = summary.into_array().first().and_then(|v| v.as_i64())?;
+        (pending == 0).then_some(())
+    })
+    .await;
+    running.shutdown().await.expect("the producer side stops");
+    assert!(
+        !logged("thumbnail rendered", "job.image", image),
+        "nothing rendered before the render subscriber runs"
+    );
+
+    // Step 2: the whole service renders the job and acknowledges it.
+    let running = (form.app_on)(broker())
+        .start()
+        .await
+        .expect("the service starts");
+    eventually("the job is rendered", || async move {
+        logged("thumbnail rendered", "job.image", image).then_some(())
+    })
+    .await;
+    // Acknowledged: not queued, claimed, waiting for a retry, nor dead.
+    eventually(
+        "the job is acknowledged: queue, processing list, claims, delayed set and dead letters are empty",
+        || async move {
+            let queued: i64 = redis.llen(queue).await.ok()?;
+            let processing: i64 = redis.llen(k("{thumbnails}.processing")).await.ok()?;
+            let claims: i64 = redis.zcard(k("{thumbnails}.claims")).await.ok()?;
+            let delayed: i64 = redis.zcard(k("{thumbnails}.delayed")).await.ok()?;
+            let dead: i64 = redis.llen(k("{thumbnails}.dead")).await.ok()?;
+            (queued == 0 && processing == 0 && claims == 0 && delayed == 0 && dead == 0)
+                .then_some(())
+        },
+    )
+    .await;
+    running.shutdown().await.expect("the service stops");
+    assert_eq!(
+        count_logged("thumbnail rendered", "job.image", image),
+        1,
+        "rendered once"
+    );
+    assert_eq!(
+        count_logged("page cached", "warmup.page", page),
+        1,
+        "warmed once"
+    );
+    cleanup(redis, prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn macro_form_end_to_end() {
+    service_end_to_end(&MACRO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_form_end_to_end() {
+    service_end_to_end(&MANUAL).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// AsyncAPI
+
+fn asyncapi_validator() -> jsonschema::Validator {
+    let schema: Value = serde_json::from_str(include_str!("asyncapi/3.0.0.json"))
+        .expect("the vendored AsyncAPI schema is JSON");
+    jsonschema::draft7::new(&schema).expect("the AsyncAPI 3.0.0 schema compiles")
+}
+
+/// Every `$ref` in `doc` that points into the document resolves.
+fn dangling_refs(doc: &Value) -> Vec<String> {
+    fn walk(root: &Value, v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map {
+                    if k == "$ref"
+                        && let Value::String(r) = child
+                    {
+                        let found = r
+                            .strip_prefix('#')
+                            .and_then(|pointer| root.pointer(pointer));
+                        if found.is_none() {
+                            out.push(r.clone());
+                        }
+                    } else {
+                        walk(root, child, out);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(root, i, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(doc, doc, &mut out);
+    out
+}
+
+#[test]
+fn asyncapi_document_is_valid() {
+    let validator = asyncapi_validator();
+    for form in [&MACRO, &MANUAL] {
+        let doc = asyncapi::document(&(form.example_app)());
+        let errors: Vec<String> = validator
+            .iter_errors(&doc)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{}: the document breaks the AsyncAPI 3.0.0 schema:\n{}\n{doc:#}",
+            form.name,
+            errors.join("\n")
+        );
+        assert_eq!(dangling_refs(&doc), Vec::<String>::new(), "{}", form.name);
+    }
+}
+
+#[test]
+fn asyncapi_validator_rejects_a_broken_document() {
+    // The validator is no rubber stamp: an operation without an action is refused.
+    let validator = asyncapi_validator();
+    let mut doc = asyncapi::document(&(MACRO.example_app)());
+    let ops = doc["operations"].as_object_mut().expect("operations");
+    let first = ops.values_mut().next().expect("an operation");
+    first.as_object_mut().expect("object").remove("action");
+    assert!(!validator.is_valid(&doc));
+}
+
+#[test]
+fn both_forms_document_the_same_service() {
+    // `#[derive(Outgoing)]`'s schema equals `#[derive(JsonSchema)]` + `outgoing!`'s.
+    assert_eq!(
+        asyncapi::document(&(MACRO.example_app)()),
+        asyncapi::document(&(MANUAL.example_app)())
+    );
+}
+
+#[test]
+fn asyncapi_document_describes_the_service() {
+    let doc = asyncapi::document(&(MACRO.example_app)());
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(
+        doc["info"],
+        json!({ "title": "images", "version": "0.1.0" })
+    );
+    let channels = doc["channels"].as_object().expect("channels");
+    let by_address = |address: &str| {
+        channels
+            .values()
+            .find(|c| c["address"] == address)
+            .unwrap_or_else(|| panic!("a channel for {address}: {doc:#}"))
+    };
+    assert_eq!(by_address("cache.warmups")["x-redis"]["mode"], "simple");
+    let thumbnails = by_address("{thumbnails}");
+    assert_eq!(thumbnails["x-redis"]["mode"], "reliable");
+    assert_eq!(thumbnails["x-redis"]["recoveryZset"], "{thumbnails}.claims");
+    assert_eq!(by_address("uploads")["x-redis"]["group"], "thumbnailer");
+
+    // The upload consumer replies with a ThumbnailJob on `{thumbnails}`.
+    let ops = doc["operations"].as_object().expect("operations");
+    let upload_op = ops
+        .values()
+        .find(|o| {
+            o["channel"]["$ref"]
+                .as_str()
+                .is_some_and(|r| r.ends_with("/uploads"))
+        })
+        .expect("an operation on uploads");
+    assert_eq!(upload_op["action"], "receive");
+    let reply_channel = upload_op["reply"]["channel"]["$ref"]
+        .as_str()
+        .and_then(|r| doc.pointer(r.trim_start_matches('#')))
+        .expect("the reply channel resolves");
+    assert_eq!(reply_channel["address"], "{thumbnails}");
+    let job = &doc["components"]["messages"]["ThumbnailJob"]["payload"];
+    assert_eq!(job["type"], "object");
+    assert_eq!(job["properties"]["image"]["type"], "string");
+    assert_eq!(job["required"], json!(["image"]));
+}
+
+#[test]
+fn asyncapi_yaml_says_the_same() {
+    let doc = asyncapi::document(&(MACRO.example_app)());
+    let yaml = ruststream::cli::render(&doc, ruststream::cli::Format::Yaml).expect("YAML");
+    assert!(yaml.starts_with("asyncapi: \"3.0.0\"\n"), "{yaml}");
+    assert!(yaml.contains("address: \"{thumbnails}\""), "{yaml}");
+    let json = ruststream::cli::render(&doc, ruststream::cli::Format::Json).expect("JSON");
+    let back: Value = serde_json::from_str(&json).expect("JSON parses");
+    assert_eq!(back, doc);
+}

@@ -1,0 +1,8 @@
+use ruststream::prelude::*;
+
+#[derive(Deserialize, Serialize, Outgoing)]
+struct Envelope<T> {
+    body: T,
+}
+
+fn main() {}
