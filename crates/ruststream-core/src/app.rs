@@ -70,6 +70,7 @@ pub struct RustStream {
     info: AppInfo,
     brokers: Vec<Box<dyn MountedBroker>>,
     shutdown_timeout: Duration,
+    observer: crate::observe::SharedObserver,
 }
 
 impl RustStream {
@@ -79,6 +80,7 @@ impl RustStream {
             info,
             brokers: Vec::new(),
             shutdown_timeout: Duration::from_secs(30),
+            observer: None,
         }
     }
 
@@ -105,6 +107,13 @@ impl RustStream {
     /// The brokers of this app, for documentation and tests.
     pub fn brokers(&self) -> impl Iterator<Item = &dyn MountedBroker> {
         self.brokers.iter().map(AsRef::as_ref)
+    }
+
+    /// Tells `observer` of every handler call and settlement (see [`crate::observe`]); test
+    /// harnesses use it. Replaces any observer set before.
+    pub fn observe(mut self, observer: Arc<dyn crate::observe::Observer>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 }
 
@@ -145,7 +154,9 @@ impl App for RustStream {
         let mut subscriptions = HashMap::new();
         let mut closers = Vec::new();
         for b in self.brokers {
-            let started = b.start(stop.clone(), self.shutdown_timeout).await?;
+            let started = b
+                .start(stop.clone(), self.shutdown_timeout, self.observer.clone())
+                .await?;
             for (name, token, task) in started.subscriptions {
                 tasks.spawn(task);
                 subscriptions.insert(name, token);
@@ -244,14 +255,18 @@ pub trait MountedBroker: Send + Sync + 'static {
     fn validate(&self) -> Result<()>;
     /// Validates, connects, checks, disconnects.
     fn check(&self) -> BoxFuture<'_, Result<()>>;
-    /// Connects and starts every subscription.
+    /// Connects and starts every subscription; `observer` is told of every handler call.
     fn start(
         self: Box<Self>,
         stop: CancellationToken,
         shutdown_timeout: Duration,
+        observer: Option<Arc<dyn crate::observe::Observer>>,
     ) -> BoxFuture<'static, Result<Started>>;
     /// The subscribers, for the AsyncAPI document.
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc>;
+    /// The broker itself, so a test harness can find a broker of a given type
+    /// (`broker_any().downcast_ref::<RedisBroker>()`) and reconfigure it before the app starts.
+    fn broker_any(&self) -> &dyn std::any::Any;
 }
 
 struct BrokerApp<B: Broker> {
@@ -295,6 +310,7 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
         self: Box<Self>,
         stop: CancellationToken,
         shutdown_timeout: Duration,
+        observer: Option<Arc<dyn crate::observe::Observer>>,
     ) -> BoxFuture<'static, Result<Started>> {
         Box::pin(async move {
             self.broker.connect(&self.sources()).await?;
@@ -316,6 +332,7 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                     reply_policy: s.reply.and_then(|r| r.policy),
                     publisher: publisher.clone(),
                     shutdown_timeout,
+                    observer: observer.clone(),
                 });
                 let run: BoxFuture<'static, ()> = Box::pin(sub.run(receiver, token.clone()));
                 subscriptions.push((name, token, run));
@@ -326,6 +343,10 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                 close: Box::pin(async move { broker.close().await }),
             })
         })
+    }
+
+    fn broker_any(&self) -> &dyn std::any::Any {
+        &*self.broker
     }
 
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc> {

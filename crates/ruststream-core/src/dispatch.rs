@@ -12,14 +12,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::subscriber::{ErasedHandler, Handled};
 use crate::{
-    Broker, BrokerSource, Delivery, DeliveryInfo, OutMessage, Publisher, Receiver, Settlement,
-    Settler, SubscribeOptions,
+    Broker, BrokerSource, Delivery, DeliveryInfo, HandlerOutcome, OutMessage, Publisher, Receiver,
+    Settlement, Settler, SubscribeOptions,
 };
 
 /// Most settlements sent to the broker in one call.
@@ -34,9 +36,54 @@ pub(crate) struct Subscription<B: Broker> {
     pub(crate) reply_policy: Option<B::Policy>,
     pub(crate) publisher: Publisher,
     pub(crate) shutdown_timeout: Duration,
+    /// Told of every call and settlement (see [`crate::observe`]).
+    pub(crate) observer: crate::observe::SharedObserver,
 }
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
+
+/// The metrics of one subscription, registered once so the hot path only increments.
+struct Meters {
+    acked: Counter,
+    retried: Counter,
+    dead: Counter,
+    duration: Histogram,
+    in_flight: Gauge,
+}
+
+impl Meters {
+    fn new(subscription: &str) -> Self {
+        let handled = |outcome: &'static str| metrics::counter!("ruststream_handled_total", "subscription" => subscription.to_owned(), "outcome" => outcome);
+        Self {
+            acked: handled("ack"),
+            retried: handled("retry"),
+            dead: handled("dead"),
+            duration: metrics::histogram!("ruststream_handler_duration_seconds", "subscription" => subscription.to_owned()),
+            in_flight: metrics::gauge!("ruststream_in_flight", "subscription" => subscription.to_owned()),
+        }
+    }
+
+    fn record(&self, settlement: &Settlement) {
+        match settlement {
+            Settlement::Ack => self.acked.increment(1),
+            Settlement::Retry { .. } => self.retried.increment(1),
+            Settlement::Dead { reason } => {
+                self.dead.increment(1);
+                metrics::counter!("ruststream_dead_lettered_total", "reason" => reason_label(reason)).increment(1);
+            }
+        }
+    }
+}
+
+/// A bounded label for a dead-letter reason (`decode: <error>` becomes `decode`).
+fn reason_label(reason: &str) -> &'static str {
+    match reason.split(':').next() {
+        Some("max-attempts") => "max-attempts",
+        Some("dropped") => "dropped",
+        Some("decode") => "decode",
+        _ => "other",
+    }
+}
 type Done<B> = (Token<B>, Settlement, OwnedSemaphorePermit);
 
 impl<B: Broker> Subscription<B> {
@@ -52,6 +99,7 @@ impl<B: Broker> Subscription<B> {
         ));
         let mut handlers = JoinSet::new();
         let mut backoff = ErrorBackoff::default();
+        let meters = Arc::new(Meters::new(&self.name));
 
         while !stop.is_cancelled() {
             let first = tokio::select! {
@@ -82,8 +130,26 @@ impl<B: Broker> Subscription<B> {
                 let this = self.clone();
                 let done = done_tx.clone();
                 let opts = opts.clone();
+                let meters = meters.clone();
                 handlers.spawn(async move {
-                    let settlement = this.handle(&delivery, &opts).await;
+                    let span = tracing::info_span!(
+                        "handle",
+                        subscription = %this.name,
+                        message_id = %delivery.info.message_id,
+                        attempt = delivery.info.attempt,
+                        headers = ?delivery.info.headers,
+                    );
+                    meters.in_flight.increment(1.0);
+                    let started = std::time::Instant::now();
+                    let mut outcome = None;
+                    let settlement = this
+                        .handle(&delivery, &opts, &mut outcome)
+                        .instrument(span)
+                        .await;
+                    this.observe_settled(&delivery, outcome, &settlement);
+                    meters.duration.record(started.elapsed().as_secs_f64());
+                    meters.in_flight.decrement(1.0);
+                    meters.record(&settlement);
                     // The settler outlives every handler task; a closed channel means it is gone
                     // and the message stays claimed, to be recovered.
                     let _ = done.send((delivery.token, settlement, permit));
@@ -94,6 +160,7 @@ impl<B: Broker> Subscription<B> {
         }
 
         drop(done_tx);
+        while handlers.try_join_next().is_some() {}
         let in_flight = handlers.len();
         if in_flight > 0 {
             tracing::info!(subscription = %self.name, in_flight, "stopping: waiting for handlers");
@@ -116,8 +183,14 @@ impl<B: Broker> Subscription<B> {
         }
     }
 
-    /// Runs the handler on one delivery and decides its settlement.
-    async fn handle(&self, d: &Delivery<Token<B>>, opts: &SubscribeOptions) -> Settlement {
+    /// Runs the handler on one delivery and decides its settlement; `outcome` gets what the
+    /// handler decided, when it did.
+    async fn handle(
+        &self,
+        d: &Delivery<Token<B>>,
+        opts: &SubscribeOptions,
+        outcome: &mut Option<HandlerOutcome>,
+    ) -> Settlement {
         if d.info.attempt > opts.max_attempts {
             // Recovered after a crash on its last attempt: do not run it again.
             tracing::warn!(subscription = %self.name, message_id = %d.info.message_id, attempt = d.info.attempt,
@@ -126,8 +199,15 @@ impl<B: Broker> Subscription<B> {
                 reason: "max-attempts".into(),
             };
         }
+        self.observe_called(d);
         let run = AssertUnwindSafe(self.handler.call(&d.info, &d.payload, &self.publisher));
-        match run.catch_unwind().await {
+        let handled = run.catch_unwind().await;
+        *outcome = match &handled {
+            Ok(Handled::Ack(_)) => Some(HandlerOutcome::ack()),
+            Ok(Handled::Outcome(o)) => Some(*o),
+            _ => None,
+        };
+        match handled {
             Ok(Handled::Ack(None)) => Settlement::Ack,
             Ok(Handled::Ack(Some(reply))) => match self.publish_reply(reply).await {
                 Ok(()) => Settlement::Ack,

@@ -14,6 +14,7 @@ mod dispatch;
 pub mod error;
 pub mod handler;
 pub mod message;
+pub mod observe;
 pub mod outcome;
 pub mod publish;
 pub mod retry;

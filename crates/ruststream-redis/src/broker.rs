@@ -7,15 +7,17 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::config::{Blocking, ReconnectPolicy};
 use ruststream_core::{
     Broker, BrokerSource, ChannelDoc, Error as CoreError, OutMessage, Publisher, Result,
     SubscribeOptions,
 };
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{RedisError, redact};
@@ -102,9 +104,18 @@ pub(crate) struct Inner {
     pub(crate) topology: Topology,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
+    /// PEM file of the CAs to trust for TLS (see `crate::tls`); setting it turns TLS on.
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
     pub(crate) prefix: String,
     pub(crate) pool_size: usize,
+    pub(crate) scheduling: bool,
     pub(crate) pool: RwLock<Option<Pool>>,
+    /// Wakes readers when a publish schedules a new earliest delayed entry: delayed set name
+    /// (the `PUBLISH` channel) to the readers' notifier.
+    pub(crate) wakes: Mutex<HashMap<String, Arc<Notify>>>,
+    pub(crate) subscriber: tokio::sync::OnceCell<SubscriberClient>,
+    /// The in-memory server commands go to instead of Redis, in tests (see `crate::memory`).
+    pub(crate) memory: crate::memory::MemorySlot,
     /// Default publish policy per destination (unprefixed), learnt from the subscriptions.
     pub(crate) routes: RwLock<HashMap<String, PublishPolicy>>,
 }
@@ -127,9 +138,14 @@ impl RedisBroker {
                 topology: Topology::Standalone,
                 username: None,
                 password: None,
+                tls_ca: None,
                 prefix: String::new(),
                 pool_size: 2,
+                scheduling: true,
                 pool: RwLock::new(None),
+                wakes: Mutex::new(HashMap::new()),
+                subscriber: tokio::sync::OnceCell::new(),
+                memory: crate::memory::MemorySlot::default(),
                 routes: RwLock::new(HashMap::new()),
             }),
         }
@@ -152,9 +168,14 @@ impl RedisBroker {
                     topology: old.topology.clone(),
                     username: old.username.clone(),
                     password: old.password.clone(),
+                    tls_ca: old.tls_ca.clone(),
                     prefix: old.prefix.clone(),
                     pool_size: old.pool_size,
+                    scheduling: old.scheduling,
                     pool: RwLock::new(None),
+                    wakes: Mutex::new(HashMap::new()),
+                    subscriber: tokio::sync::OnceCell::new(),
+                    memory: crate::memory::MemorySlot::default(),
                     routes: RwLock::new(HashMap::new()),
                 };
                 f(&mut inner);
@@ -201,6 +222,13 @@ impl RedisBroker {
         self.with(|i| i.password = Some(password))
     }
 
+    /// Connects with TLS, trusting only the CA certificates in this PEM file (for a server whose
+    /// certificate a private CA signed). Without it, a `rediss://` URL trusts the system's roots.
+    pub fn tls_ca_file(self, path: impl Into<std::path::PathBuf>) -> Self {
+        let path = path.into();
+        self.with(|i| i.tls_ca = Some(path))
+    }
+
     /// A prefix put before every key this broker touches (the seed's `dataSetPrefix`).
     pub fn prefix(self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
@@ -210,6 +238,65 @@ impl RedisBroker {
     /// Connections in the shared pool for settles and publishes (default 2).
     pub fn pool_size(self, n: usize) -> Self {
         self.with(|i| i.pool_size = n.max(1))
+    }
+
+    /// Whether this broker's subscriptions move due delayed entries (default on). Off makes the
+    /// node a pure handler; some other node must schedule (the seed's `enableScheduling`).
+    pub fn scheduling(self, on: bool) -> Self {
+        self.with(|i| i.scheduling = on)
+    }
+
+    pub(crate) fn scheduling_on(&self) -> bool {
+        self.inner.scheduling
+    }
+
+    /// The notifier a reader of `delayed_set` waits on; subscribes to its channel on first use.
+    pub(crate) async fn wake_for(&self, delayed_set: &str) -> Result<Arc<Notify>> {
+        let notify = {
+            let mut wakes = self.inner.wakes.lock().map_err(poisoned)?;
+            if let Some(n) = wakes.get(delayed_set) {
+                return Ok(n.clone());
+            }
+            let n = Arc::new(Notify::new());
+            wakes.insert(delayed_set.to_owned(), n.clone());
+            n
+        };
+        if self.inner.memory.forward_wakes(delayed_set, &notify) {
+            return Ok(notify);
+        }
+        let subscriber = self
+            .inner
+            .subscriber
+            .get_or_try_init(|| async {
+                let client = self
+                    .inner
+                    .builder(false)?
+                    .build_subscriber_client()
+                    .map_err(|e| self.inner.connect_error(&e))?;
+                client
+                    .init()
+                    .await
+                    .map_err(|e| self.inner.connect_error(&e))?;
+                let _resubscribe = client.manage_subscriptions();
+                let mut messages = client.message_rx();
+                let inner = Arc::downgrade(&self.inner);
+                tokio::spawn(async move {
+                    while let Ok(message) = messages.recv().await {
+                        let Some(inner) = inner.upgrade() else { break };
+                        let Ok(wakes) = inner.wakes.lock() else { break };
+                        if let Some(n) = wakes.get(&*message.channel) {
+                            n.notify_one();
+                        }
+                    }
+                });
+                Ok::<_, CoreError>(client)
+            })
+            .await?;
+        subscriber
+            .subscribe(delayed_set)
+            .await
+            .map_err(crate::error::core)?;
+        Ok(notify)
     }
 
     /// The prefixed key.
@@ -241,6 +328,9 @@ impl RedisBroker {
         pool.init()
             .await
             .map_err(|e| self.inner.connect_error(&e))?;
+        for c in pool.clients() {
+            watch(c, "shared", self.inner.target());
+        }
         let client = pool.next();
         for script in [
             &*scripts::CLAIM,
@@ -267,8 +357,24 @@ impl RedisBroker {
             .init()
             .await
             .map_err(|e| self.inner.connect_error(&e))?;
+        watch(&client, "reader", self.inner.target());
         Ok(client)
     }
+}
+
+/// Logs a connection's losses and reconnections (fred reconnects on its own, with backoff;
+/// meanwhile commands wait), so an outage shows in the app's logs.
+fn watch(client: &Client, role: &'static str, target: String) {
+    let lost_at = target.clone();
+    let _lost = client.on_error(move |(e, _)| {
+        tracing::warn!(connection = role, target = %lost_at, error = %redact(e.details()),
+            "redis connection lost; reconnecting with backoff");
+        async { Ok(()) }
+    });
+    let _back = client.on_reconnect(move |_| {
+        tracing::info!(connection = role, target = %target, "redis connection back");
+        async { Ok(()) }
+    });
 }
 
 pub(crate) fn poisoned<T>(_: T) -> CoreError {
@@ -297,6 +403,12 @@ impl Inner {
             fred::error::ErrorKind::Auth => {
                 "check the user name and password (RedisBroker::username/password or the URL)"
             }
+            // rustls reports a certificate it rejects as an I/O error.
+            _ if *e.kind() == fred::error::ErrorKind::Tls
+                || e.details().contains("Certificate") =>
+            {
+                "check the TLS setup: a rediss:// URL to a TLS port, and the CA that signed the server's certificate (RedisBroker::tls_ca_file)"
+            }
             fred::error::ErrorKind::Config | fred::error::ErrorKind::Url => {
                 "the URL must look like redis://[user:password@]host:port[/db]"
             }
@@ -307,6 +419,32 @@ impl Inner {
             self.target(),
             redact(e.details())
         ))
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.topology, Topology::Cluster(_))
+    }
+
+    /// The delayed set and payload hash of the (prefixed) destination `key`, in its slot.
+    pub(crate) fn delayed_keys(&self, key: &str) -> (String, String) {
+        let cluster = self.is_cluster();
+        (
+            list::derived(key, ".delayed", cluster),
+            list::derived(key, ".delayed.payloads", cluster),
+        )
+    }
+
+    /// The (prefixed) dead-letter list of a source: its explicit name, or the default
+    /// `K.dead` derived in the queue's slot; `None` without one.
+    pub(crate) fn dead_key(&self, source: &RedisSource) -> Option<String> {
+        let (key, dead) = match source {
+            RedisSource::List(l) => (&l.key, &l.dead_letter),
+            RedisSource::Stream(s) => (&s.key, &s.dead_letter),
+        };
+        match dead {
+            None => Some(list::derived(&self.key(key), ".dead", self.is_cluster())),
+            Some(named) => named.as_deref().map(|k| self.key(k)),
+        }
     }
 
     /// Where this broker connects, with passwords removed.
@@ -362,11 +500,15 @@ impl Inner {
         if self.password.is_some() {
             config.password.clone_from(&self.password);
         }
+        if let Some(ca) = &self.tls_ca {
+            config.tls = Some(crate::tls::with_ca_file(ca)?);
+        }
         if blocking {
             // A command sent while a read blocks interrupts it with CLIENT UNBLOCK: that is
             // how a stop wakes a reader at once.
             config.blocking = Blocking::Interrupt;
         }
+        self.memory.configure(&mut config);
         let mut builder = Builder::from_config(config);
         builder
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
@@ -433,6 +575,9 @@ impl Broker for RedisBroker {
         let pool = self.inner.pool.write().ok().and_then(|mut p| p.take());
         if let Some(pool) = pool {
             let _ = pool.quit().await;
+        }
+        if let Some(subscriber) = self.inner.subscriber.get() {
+            let _ = subscriber.quit().await;
         }
     }
 }

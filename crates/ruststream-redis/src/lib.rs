@@ -8,20 +8,27 @@
 //!
 //! Data model (key `K`): `K` the queue, `K.processing` claimed entries, `K.delayed` +
 //! `K.delayed.payloads` retries waiting for their time, `K.dead` dead letters with a `reason`
-//! header. Every state change is one Lua script (see [`scripts`]) so a crash between two commands
+//! header. On a cluster, the default derived names of an untagged key go in its slot by tagging the
+//! whole key (`{app:uploads}.delayed`, see `list::derived`); a reliable queue needs a hash tag.
+//! Every state change is one Lua script (see [`scripts`]) so a crash between two commands
 //! never loses or duplicates an entry.
 
 mod broker;
 pub mod error;
 pub mod frame;
+mod gauges;
 pub mod list;
+pub mod memory;
 mod publish;
 mod reader;
 pub mod scripts;
+mod settler;
 pub mod stream;
+mod tls;
 mod validate;
 
 pub use broker::{PublishPolicy, RedisBroker, RedisSource};
 pub use list::RedisList;
-pub use reader::{REASON_HEADER, RedisReceiver, RedisSettler, Token};
+pub use reader::{MOVE_BATCH, RECOVER_BATCH, RedisReceiver, Token};
+pub use settler::{REASON_HEADER, RedisSettler};
 pub use stream::RedisStream;

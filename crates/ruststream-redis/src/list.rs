@@ -46,6 +46,7 @@ pub struct RedisList {
     pub(crate) recovery_zset: Option<String>,
     pub(crate) min_idle: Option<Duration>,
     pub(crate) recovery_ttl: Option<Duration>,
+    pub(crate) scheduling: bool,
     pub(crate) opts: SubscribeOptions,
 }
 
@@ -61,6 +62,7 @@ impl RedisList {
             recovery_zset: None,
             min_idle: None,
             recovery_ttl: None,
+            scheduling: true,
             opts: SubscribeOptions::default(),
         }
     }
@@ -111,6 +113,13 @@ impl RedisList {
     /// Lets an abandoned recovery set expire; must be longer than `min_idle`.
     pub fn recovery_ttl(mut self, ttl: Duration) -> Self {
         self.recovery_ttl = Some(ttl);
+        self
+    }
+
+    /// Whether this subscription moves due entries of its delayed set (default on). Off makes
+    /// the node a pure handler: other nodes move them (the seed's `enableScheduling(false)`).
+    pub fn scheduling(mut self, on: bool) -> Self {
+        self.scheduling = on;
         self
     }
 
@@ -166,6 +175,27 @@ impl RedisList {
 /// The delayed set of a destination and its payload hash: `K.delayed`, `K.delayed.payloads`.
 pub(crate) fn delayed_keys(key: &str) -> (String, String) {
     (format!("{key}.delayed"), format!("{key}.delayed.payloads"))
+}
+
+/// A name derived from the (prefixed) key `key` of a subscription: `key` + `suffix`.
+///
+/// On a cluster, the derived names a script uses with `key` must share its slot. A key with a
+/// hash tag passes it on (`{thumbnails}.dead`); an untagged one is put whole in a tag
+/// (`app:uploads` → `{app:uploads}.dead`), which hashes like the untagged key itself, so a
+/// simple list or a stream need no tag to run on a cluster. Standalone names stay `key.suffix`.
+pub(crate) fn derived(key: &str, suffix: &str, cluster: bool) -> String {
+    if cluster && !has_hash_tag(key) {
+        format!("{{{key}}}{suffix}")
+    } else {
+        format!("{key}{suffix}")
+    }
+}
+
+/// Whether Redis Cluster hashes only part of `key`: a `{` followed later by a `}` with
+/// something between them.
+pub(crate) fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .is_some_and(|open| key[open + 1..].find('}').is_some_and(|len| len > 0))
 }
 
 impl BrokerSource for RedisList {

@@ -5,12 +5,11 @@
 use bytes::Bytes;
 use fred::prelude::*;
 use futures::future::{BoxFuture, try_join_all};
-use ruststream_core::{Due, Error, OutMessage, PublishBackend, Result};
+use ruststream_core::{Due, OutMessage, PublishBackend, Result};
 
 use crate::broker::{Inner, PublishPolicy, poisoned};
 use crate::error::core;
 use crate::frame::encode_parts;
-use crate::list::delayed_keys;
 use crate::stream::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
 use crate::{list, scripts};
 
@@ -73,7 +72,7 @@ pub(crate) async fn publish(
             add(&mut batches[idx], m)?;
         }
     }
-    try_join_all(batches.into_iter().map(|b| send(&pool, b))).await?;
+    try_join_all(batches.into_iter().map(|b| send(&pool, inner, b))).await?;
     Ok(())
 }
 
@@ -96,11 +95,17 @@ fn add(b: &mut Batch, m: OutMessage) -> Result<()> {
             }
         }
         PublishPolicy::Stream => {
-            if m.due.is_some() {
-                return Err(Error::config(format!(
-                    "delayed publish to stream `{}` is not supported yet; publish to a list, or without a delay",
-                    m.destination
-                )));
+            if let Some(due) = m.due {
+                // Waits in the delayed set as a frame; the mover turns it into stream fields.
+                let (kind, ms) = due_arg(due);
+                let frame = encode_parts(&id, 1, &m.headers, &m.payload);
+                b.later.extend([
+                    Value::from_static_str(kind),
+                    Value::Integer(ms),
+                    Value::from(id),
+                    Value::Bytes(frame),
+                ]);
+                return Ok(());
             }
             let mut fields = Vec::with_capacity(4 + 2 * m.headers.len());
             fields.push(Value::from_static_str(PAYLOAD_FIELD));
@@ -131,7 +136,7 @@ fn due_arg(due: Due) -> (&'static str, i64) {
     }
 }
 
-async fn send(pool: &Pool, b: Batch) -> Result<()> {
+async fn send(pool: &Pool, inner: &Inner, b: Batch) -> Result<()> {
     let client = pool.next();
     if !b.now.is_empty() {
         match b.policy {
@@ -152,7 +157,7 @@ async fn send(pool: &Pool, b: Batch) -> Result<()> {
         }
     }
     if !b.later.is_empty() {
-        let (zset, hash) = delayed_keys(&b.key);
+        let (zset, hash) = inner.delayed_keys(&b.key);
         let _: i64 = scripts::SCHEDULE
             .evalsha_with_reload(client, vec![zset, hash], b.later)
             .await

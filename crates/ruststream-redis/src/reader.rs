@@ -1,14 +1,19 @@
-//! Reading and settling: the receiver and settler of one subscription.
+//! Reading: the receiver of one subscription.
 //!
-//! Simple list: `RPOP key n`; when empty, `BRPOP key t`; delayed publishes are moved back by
-//! `MOVE_DUE` before popping, as for reliable lists. Reliable list: the `CLAIM` script
-//! (`LMOVE` ×n); when empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an
-//! entry arrives; due retries are moved back by `MOVE_DUE` before claiming. Stream:
-//! `XREADGROUP .. BLOCK`. Settles: `SETTLE_LIST` / `SETTLE_STREAM`, one script call per batch;
-//! simple lists only push dead letters (`LPUSH`).
+//! - Simple list: `RPOP key n`; when empty, `BRPOP key t`.
+//! - Reliable list: the `CLAIM` script (stale claims swept back, then `LMOVE` ×n with their
+//!   recovery-set members); when empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but
+//!   wakes when an entry arrives, then `CLAIM` again.
+//! - Stream: `XREADGROUP GROUP g c COUNT n BLOCK ms STREAMS key >`.
 //!
-//! Blocking reads run on the subscription's own client, in fred's `Interrupt` mode: on stop, a
-//! `PING` on that client makes fred send `CLIENT UNBLOCK`, so shutdown does not wait for the block
+//! Before each read, unless scheduling is off, `MOVE_DUE` moves the subscription's due entries
+//! from `K.delayed` to `K` (delayed publishes and retries), and a wait never outlasts the next
+//! due entry. Any number of readers may move at once: the script is atomic, so nothing is
+//! delivered twice and no lock is taken. A publish that schedules a new earliest entry
+//! `PUBLISH`es on the delayed set's name; the broker's subscriber wakes a waiting reader.
+//!
+//! Blocking reads run on the subscription's own client, in fred's `Interrupt` mode: on stop or
+//! wake, a `PING` on that client makes fred send `CLIENT UNBLOCK`, so nobody waits out the block
 //! timeout, and whatever the read returned is still handled.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,38 +24,40 @@ use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::ClusterHash;
 use fred::types::lists::LMoveDirection;
-use ruststream_core::{
-    Delivery, DeliveryInfo, Error, Headers, Receiver, Result, Settlement, Settler,
-};
+use ruststream_core::{Delivery, DeliveryInfo, Error, Headers, Receiver, Result};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::RedisSource;
 use crate::error::core;
-use crate::frame::{Frame, encode_parts};
-use crate::list::{Mode, delayed_keys};
+use crate::frame::Frame;
+use crate::list::Mode;
 use crate::publish::new_id;
-use crate::stream::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
+use crate::settler::{RedisSettler, SettleKind};
 use crate::{RedisBroker, scripts};
 
-/// The header a dead letter's reason is stored under.
-pub const REASON_HEADER: &str = "reason";
+/// Most due entries moved per read.
+pub const MOVE_BATCH: u32 = 128;
 
-/// Most due retries moved back per read.
-const MOVE_BATCH: u32 = 128;
+/// Most stale claims one read moves back to the queue (seed 000).
+pub const RECOVER_BATCH: u32 = 128;
 
-/// How often an idle reliable reader looks for due entries scheduled by others.
+/// How often an idle reader looks for due entries when no wake-up came (a lost `PUBLISH`).
 const DUE_POLL: Duration = Duration::from_secs(1);
+
+/// The shortest blocking wait sent to Redis.
+const MIN_WAIT: Duration = Duration::from_millis(5);
 
 /// What the settler needs of one delivered entry.
 #[derive(Debug)]
 pub struct Token {
     /// The list value as claimed (for `LREM`), or the stream entry id.
-    raw: Bytes,
+    pub(crate) raw: Bytes,
     /// The decoded entry, its id filled in.
-    frame: Frame,
+    pub(crate) frame: Frame,
     /// The claim's member in the recovery set, when there is one.
-    member: Option<Bytes>,
+    pub(crate) member: Option<Bytes>,
 }
 
 /// The receiver of one Redis subscription.
@@ -59,7 +66,29 @@ pub struct RedisReceiver {
     stop: CancellationToken,
     source: Arc<str>,
     kind: Kind,
+    schedule: Option<Schedule>,
     settler: RedisSettler,
+    /// On the in-memory server (tests), what to await before a blocking read: see `crate::memory`.
+    memory: Option<crate::memory::MemoryWait>,
+}
+
+enum Kind {
+    Simple {
+        key: String,
+        block: Duration,
+    },
+    Reliable {
+        key: String,
+        processing: String,
+        block: Duration,
+        recovery: Option<Recovery>,
+    },
+    Stream {
+        key: String,
+        group: String,
+        consumer: String,
+        block: Duration,
+    },
 }
 
 /// A reliable list's recovery set, and this reader's identity in it.
@@ -71,28 +100,17 @@ struct Recovery {
     seq: AtomicU64,
 }
 
-/// Most stale claims one read moves back to the queue (seed 000).
-pub const RECOVER_BATCH: u32 = 128;
-
-enum Kind {
-    Simple {
-        key: String,
-        block: Duration,
-        next_due: Mutex<Instant>,
-    },
-    Reliable {
-        key: String,
-        processing: String,
-        block: Duration,
-        next_due: Arc<Mutex<Instant>>,
-        recovery: Option<Recovery>,
-    },
-    Stream {
-        key: String,
-        group: String,
-        consumer: String,
-        block_ms: u64,
-    },
+/// Moves this subscription's due entries from its delayed set.
+pub(crate) struct Schedule {
+    /// Delayed set, payload hash, destination.
+    keys: Vec<String>,
+    /// `list` or `stream`.
+    dest_kind: &'static str,
+    /// When an entry may next be due (shared with the settler, which schedules retries).
+    pub(crate) next_due: Arc<Mutex<Instant>>,
+    /// Woken by the broker's subscriber when a publish schedules a new earliest entry.
+    wake: Arc<Notify>,
+    lateness: metrics::Histogram,
 }
 
 impl RedisReceiver {
@@ -103,24 +121,48 @@ impl RedisReceiver {
     ) -> Result<Self> {
         let client = broker.reader_client().await?;
         let pool = broker.pool()?;
-        let (source_name, kind, settle) = match source {
+        let key = broker.key(match source {
+            RedisSource::List(l) => &l.key,
+            RedisSource::Stream(s) => &s.key,
+        });
+        let memory = match source {
+            RedisSource::List(_) => broker.inner.memory.list_waiter(&key),
+            RedisSource::Stream(s) => broker.inner.memory.stream_waiter(&key, s.group_name()),
+        };
+        let schedule = if broker.scheduling_on() && source_schedules(source) {
+            let (delayed, payloads) = broker.inner.delayed_keys(&key);
+            let wake = broker.wake_for(&delayed).await?;
+            Some(Schedule {
+                keys: vec![delayed, payloads, key.clone()],
+                dest_kind: if matches!(source, RedisSource::Stream(_)) {
+                    "stream"
+                } else {
+                    "list"
+                },
+                next_due: Arc::new(Mutex::new(Instant::now())),
+                wake,
+                lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => key.clone()),
+            })
+        } else {
+            None
+        };
+        let next_due = schedule
+            .as_ref()
+            .map(|s| (s.next_due.clone(), s.wake.clone()));
+        let (kind, settle) = match source {
             RedisSource::List(l) => {
-                let key = broker.key(&l.key);
-                let dead = l.dead_letter_key().map(|k| broker.key(&k));
+                let dead = broker.inner.dead_key(source);
                 match l.mode {
                     Mode::Simple => (
-                        l.key.clone(),
                         Kind::Simple {
                             key,
                             block: l.block,
-                            next_due: Mutex::new(Instant::now()),
                         },
                         SettleKind::Simple { dead },
                     ),
                     Mode::Reliable => {
                         let processing = broker.key(&l.processing_key());
-                        let (delayed, payloads) = delayed_keys(&key);
-                        let next_due = Arc::new(Mutex::new(Instant::now()));
+                        let (delayed, payloads) = broker.inner.delayed_keys(&key);
                         let recovery = l.recovery_zset.as_ref().map(|z| Recovery {
                             zset: broker.key(z),
                             min_idle_ms: millis(l.min_idle.unwrap_or_default()),
@@ -131,7 +173,7 @@ impl RedisReceiver {
                         let mut keys = vec![
                             key.clone(),
                             processing.clone(),
-                            dead.unwrap_or_else(|| key.clone()),
+                            dead.clone().unwrap_or_else(|| key.clone()),
                             delayed,
                             payloads,
                         ];
@@ -139,17 +181,15 @@ impl RedisReceiver {
                             keys.push(r.zset.clone());
                         }
                         (
-                            l.key.clone(),
                             Kind::Reliable {
                                 key,
                                 processing,
                                 block: l.block,
-                                next_due: next_due.clone(),
                                 recovery,
                             },
                             SettleKind::Reliable {
                                 keys,
-                                has_dead: l.dead_letter_key().is_some(),
+                                has_dead: dead.is_some(),
                                 next_due,
                             },
                         )
@@ -157,59 +197,104 @@ impl RedisReceiver {
                 }
             }
             RedisSource::Stream(s) => {
-                let key = broker.key(&s.key);
-                let consumer = s.consumer.clone().unwrap_or_else(consumer_name);
-                let dead = s.dead_letter_key().map(|k| broker.key(&k));
+                let dead = broker.inner.dead_key(source);
+                let (delayed, payloads) = broker.inner.delayed_keys(&key);
                 (
-                    s.key.clone(),
                     Kind::Stream {
                         key: key.clone(),
                         group: s.group_name().to_owned(),
-                        consumer,
-                        block_ms: u64::try_from(s.block.as_millis())
-                            .unwrap_or(u64::MAX)
-                            .max(1),
+                        consumer: s.consumer.clone().unwrap_or_else(consumer_name),
+                        block: s.block,
                     },
                     SettleKind::Stream {
-                        keys: vec![key.clone(), dead.clone().unwrap_or(key)],
+                        keys: vec![key.clone(), dead.clone().unwrap_or(key), delayed, payloads],
                         group: s.group_name().to_owned(),
                         has_dead: dead.is_some(),
+                        next_due,
                     },
                 )
             }
         };
+        let source_name: Arc<str> = match source {
+            RedisSource::List(l) => l.key.as_str().into(),
+            RedisSource::Stream(s) => s.key.as_str().into(),
+        };
+        crate::gauges::spawn(
+            pool.clone(),
+            crate::gauges::QueueKeys {
+                queue: broker.key(&source_name),
+                processing: match (&kind, source) {
+                    (Kind::Reliable { processing, .. }, _) => Some(processing.clone()),
+                    _ => None,
+                },
+                group: match source {
+                    RedisSource::Stream(s) => Some(s.group_name().to_owned()),
+                    RedisSource::List(_) => None,
+                },
+                delayed: broker.inner.delayed_keys(&broker.key(&source_name)).0,
+                dead: broker.inner.dead_key(source),
+            },
+            stop.clone(),
+        );
         Ok(Self {
             client,
             stop,
-            source: source_name.into(),
+            settler: RedisSettler::new(pool, settle, &source_name),
+            source: source_name,
             kind,
-            settler: RedisSettler {
-                pool,
-                kind: Arc::new(settle),
-            },
+            schedule,
+            memory,
         })
     }
 
-    /// Runs a blocking read; on stop, interrupts it and still returns what it read.
-    async fn blocking<T>(
+    /// How long a blocking read may wait: the source's block time, cut short by the next due
+    /// entry.
+    fn wait(&self, block: Duration) -> Duration {
+        let until_due = self.schedule.as_ref().map_or(block, |s| {
+            lock(&s.next_due).saturating_duration_since(Instant::now())
+        });
+        block.min(until_due).max(MIN_WAIT)
+    }
+
+    /// Runs a blocking read; on stop or wake, interrupts it and still returns what it read.
+    async fn blocking(
         &self,
-        read: impl Future<Output = Result<T, fred::error::Error>>,
-    ) -> Result<T> {
+        wait: Duration,
+        read: impl Future<Output = Result<Value, fred::error::Error>>,
+    ) -> Result<Value> {
         tokio::pin!(read);
+        let woken = async {
+            match &self.schedule {
+                Some(s) => s.wake.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        // The in-memory server answers a blocking read at once: wait here for what would wake it.
+        let ready = async {
+            match &self.memory {
+                Some(m) => m.ready(wait).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            r = &mut read => return r.map_err(core),
+            r = &mut read, if self.memory.is_none() => return empty_on_timeout(r),
+            () = ready => return empty_on_timeout(read.await),
             () = self.stop.cancelled() => {}
+            () = woken => {
+                if let Some(s) = &self.schedule {
+                    *lock(&s.next_due) = Instant::now();
+                }
+            }
         }
         let client = self.client.clone();
         let interrupt = async move {
             let _: Result<(), _> = client.ping(None).await;
         };
         let (r, ()) = tokio::join!(read, interrupt);
-        r.map_err(core)
+        empty_on_timeout(r)
     }
 
-    fn delivery(&self, raw: Bytes, frame: Frame) -> Delivery<Token> {
-        let mut frame = frame;
+    fn delivery(&self, raw: Bytes, mut frame: Frame) -> Delivery<Token> {
         if frame.id.is_empty() {
             frame.id = new_id();
         }
@@ -243,18 +328,14 @@ impl RedisReceiver {
         &self,
         key: &str,
         block: Duration,
-        next_due: &Mutex<Instant>,
         max: usize,
     ) -> Result<Vec<Delivery<Token>>> {
-        // Delayed publishes (`.delay(..)`) wait in `K.delayed` whatever the consumer's mode.
-        self.move_due(key, next_due).await?;
         let popped: Value = self.client.rpop(key, Some(max)).await.map_err(core)?;
         let mut values = bytes_array(popped);
         if values.is_empty() && !self.stop.is_cancelled() {
-            let until_due = lock(next_due).saturating_duration_since(Instant::now());
-            let wait = block.min(until_due).max(Duration::from_millis(10));
+            let wait = self.wait(block);
             let got: Value = self
-                .blocking(self.client.brpop(key, wait.as_secs_f64()))
+                .blocking(wait, self.client.brpop(key, wait.as_secs_f64()))
                 .await?;
             if let Value::Array(mut kv) = got
                 && kv.len() == 2
@@ -271,31 +352,31 @@ impl RedisReceiver {
         key: &str,
         processing: &str,
         block: Duration,
-        next_due: &Mutex<Instant>,
         recovery: Option<&Recovery>,
         max: usize,
     ) -> Result<Vec<Delivery<Token>>> {
-        self.move_due(key, next_due).await?;
         let claimed = self.claim(key, processing, recovery, max).await?;
         if !claimed.is_empty() || self.stop.is_cancelled() {
             return Ok(claimed);
         }
-        let until_due = lock(next_due).saturating_duration_since(Instant::now());
-        let mut wait = block.min(until_due);
+        let mut wait = self.wait(block);
         if let Some(r) = recovery {
             // Wake in time to sweep claims that go stale while the queue is empty.
-            wait = wait.min(Duration::from_millis(r.min_idle_ms));
+            wait = wait.min(Duration::from_millis(r.min_idle_ms).max(MIN_WAIT));
         }
         let _: Value = self
-            .blocking(self.client.blmove(
-                key,
-                key,
-                LMoveDirection::Right,
-                LMoveDirection::Right,
-                wait.max(Duration::from_millis(10)).as_secs_f64(),
-            ))
+            .blocking(
+                wait,
+                self.client.blmove(
+                    key,
+                    key,
+                    LMoveDirection::Right,
+                    LMoveDirection::Right,
+                    wait.as_secs_f64(),
+                ),
+            )
             .await?;
-        self.move_due(key, next_due).await?;
+        self.move_due().await?;
         self.claim(key, processing, recovery, max).await
     }
 
@@ -337,6 +418,8 @@ impl RedisReceiver {
         if let Some(Value::Integer(recovered)) = items.first()
             && *recovered > 0
         {
+            metrics::counter!("ruststream_recovered_total", "queue" => key.to_owned())
+                .increment(u64::try_from(*recovered).unwrap_or(0));
             tracing::warn!(source = %self.source, recovered, "claims idle longer than min_idle went back to the queue");
         }
         let values: Vec<Bytes> = items.drain(1..).filter_map(value_bytes).collect();
@@ -351,17 +434,19 @@ impl RedisReceiver {
         Ok(out)
     }
 
-    /// Moves due retries back to the queue when one may be due.
-    async fn move_due(&self, key: &str, next_due: &Mutex<Instant>) -> Result<()> {
-        if *lock(next_due) > Instant::now() {
+    /// Moves due entries to the destination when one may be due.
+    async fn move_due(&self) -> Result<()> {
+        let Some(s) = &self.schedule else {
+            return Ok(());
+        };
+        if *lock(&s.next_due) > Instant::now() {
             return Ok(());
         }
-        let (delayed, payloads) = delayed_keys(key);
         let r: Vec<i64> = scripts::MOVE_DUE
             .evalsha_with_reload(
                 &self.client,
-                vec![delayed, payloads, key.to_owned()],
-                vec![MOVE_BATCH],
+                s.keys.clone(),
+                vec![Value::from(MOVE_BATCH), Value::from_static_str(s.dest_kind)],
             )
             .await
             .map_err(core)?;
@@ -370,6 +455,10 @@ impl RedisReceiver {
             r.get(1).copied().unwrap_or(0),
             r.get(2).copied().unwrap_or(-1),
         );
+        for late in r.iter().skip(3) {
+            #[allow(clippy::cast_precision_loss)]
+            s.lateness.record(*late as f64 / 1000.0);
+        }
         let next = if moved >= i64::from(MOVE_BATCH) {
             Instant::now()
         } else if due >= 0 {
@@ -378,7 +467,11 @@ impl RedisReceiver {
         } else {
             Instant::now() + DUE_POLL
         };
-        *lock(next_due) = next;
+        let mut next_due = lock(&s.next_due);
+        // A retry scheduled by the settler meanwhile may be earlier.
+        if next < *next_due || *next_due <= Instant::now() {
+            *next_due = next;
+        }
         Ok(())
     }
 
@@ -387,13 +480,13 @@ impl RedisReceiver {
         key: &str,
         group: &str,
         consumer: &str,
-        block_ms: u64,
+        block: Duration,
         max: usize,
     ) -> Result<Vec<Delivery<Token>>> {
-        let block = if self.stop.is_cancelled() {
+        let block_ms = if self.stop.is_cancelled() {
             1
         } else {
-            block_ms
+            millis(self.wait(block))
         };
         let args: Vec<Value> = vec![
             "GROUP".into(),
@@ -402,16 +495,19 @@ impl RedisReceiver {
             "COUNT".into(),
             Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
             "BLOCK".into(),
-            Value::Integer(i64::try_from(block).unwrap_or(i64::MAX)),
+            Value::Integer(i64::try_from(block_ms).unwrap_or(i64::MAX)),
             "STREAMS".into(),
             key.into(),
             ">".into(),
         ];
         let reply: Value = self
-            .blocking(self.client.custom(
-                fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
-                args,
-            ))
+            .blocking(
+                Duration::from_millis(block_ms),
+                self.client.custom(
+                    fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
+                    args,
+                ),
+            )
             .await?;
         Ok(stream_entries(reply)
             .into_iter()
@@ -423,36 +519,42 @@ impl RedisReceiver {
     }
 }
 
+impl Drop for RedisReceiver {
+    /// Closes the reader's own connection: fred keeps a client connected until it quits, so
+    /// without this every stopped subscription would leave a connection (and its task) behind.
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = client.quit().await;
+            });
+        }
+    }
+}
+
 impl Receiver for RedisReceiver {
     type Token = Token;
     type Settler = RedisSettler;
 
     async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        self.move_due().await?;
         match &self.kind {
-            Kind::Simple {
-                key,
-                block,
-                next_due,
-            } => self.receive_simple(key, *block, next_due, max).await,
+            Kind::Simple { key, block } => self.receive_simple(key, *block, max).await,
             Kind::Reliable {
                 key,
                 processing,
                 block,
-                next_due,
                 recovery,
             } => {
-                self.receive_reliable(key, processing, *block, next_due, recovery.as_ref(), max)
+                self.receive_reliable(key, processing, *block, recovery.as_ref(), max)
                     .await
             }
             Kind::Stream {
                 key,
                 group,
                 consumer,
-                block_ms,
-            } => {
-                self.receive_stream(key, group, consumer, *block_ms, max)
-                    .await
-            }
+                block,
+            } => self.receive_stream(key, group, consumer, *block, max).await,
         }
     }
 
@@ -461,155 +563,30 @@ impl Receiver for RedisReceiver {
     }
 }
 
-/// Settles the entries of one subscription.
-#[derive(Clone)]
-pub struct RedisSettler {
-    pool: Pool,
-    kind: Arc<SettleKind>,
-}
-
-enum SettleKind {
-    Simple {
-        dead: Option<String>,
-    },
-    Reliable {
-        keys: Vec<String>,
-        has_dead: bool,
-        next_due: Arc<Mutex<Instant>>,
-    },
-    Stream {
-        keys: Vec<String>,
-        group: String,
-        has_dead: bool,
-    },
-}
-
-fn dead_frame(t: &Token, reason: &str) -> Bytes {
-    let mut headers: Headers = t.frame.headers.clone();
-    headers.insert(REASON_HEADER.to_owned(), reason.to_owned());
-    encode_parts(&t.frame.id, t.frame.attempt, &headers, &t.frame.payload)
-}
-
-fn retry_frame(t: &Token) -> Bytes {
-    encode_parts(
-        &t.frame.id,
-        t.frame.attempt.saturating_add(1),
-        &t.frame.headers,
-        &t.frame.payload,
-    )
-}
-
-impl Settler for RedisSettler {
-    type Token = Token;
-
-    async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
-        let client = self.pool.next();
-        match &*self.kind {
-            SettleKind::Simple { dead } => {
-                let dead_letters: Vec<Value> = batch
-                    .iter()
-                    .filter_map(|(t, s)| match s {
-                        Settlement::Dead { reason } => Some(Value::Bytes(dead_frame(t, reason))),
-                        _ => None,
-                    })
-                    .collect();
-                match dead {
-                    Some(dead) if !dead_letters.is_empty() => {
-                        let _: i64 = client.lpush(dead, dead_letters).await.map_err(core)?;
-                    }
-                    _ => {}
-                }
-                Ok(())
-            }
-            SettleKind::Reliable {
-                keys,
-                has_dead,
-                next_due,
-            } => {
-                let mut args = Vec::with_capacity(batch.len() * 5);
-                let mut earliest: Option<Duration> = None;
-                for (t, s) in batch {
-                    let (op, new, arg) = match s {
-                        Settlement::Ack => ("a", Bytes::new(), Value::Null),
-                        Settlement::Dead { .. } if !has_dead => ("a", Bytes::new(), Value::Null),
-                        Settlement::Dead { reason } => ("x", dead_frame(t, reason), Value::Null),
-                        Settlement::Retry { delay: None } => ("r", retry_frame(t), Value::Null),
-                        Settlement::Retry { delay: Some(d) } => {
-                            earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                            let ms = d.as_millis();
-                            (
-                                "d",
-                                retry_frame(t),
-                                Value::from(format!("{ms}:{}", t.frame.id)),
-                            )
-                        }
-                    };
-                    args.extend([
-                        Value::from_static_str(op),
-                        Value::Bytes(t.raw.clone()),
-                        Value::Bytes(new),
-                        if arg.is_null() {
-                            Value::from_static_str("")
-                        } else {
-                            arg
-                        },
-                        t.member
-                            .clone()
-                            .map_or_else(|| Value::from_static_str(""), Value::Bytes),
-                    ]);
-                }
-                let _: i64 = scripts::SETTLE_LIST
-                    .evalsha_with_reload(client, keys.clone(), args)
-                    .await
-                    .map_err(core)?;
-                if let Some(d) = earliest {
-                    let at = Instant::now() + d;
-                    let mut next = lock(next_due);
-                    if at < *next {
-                        *next = at;
-                    }
-                }
-                Ok(())
-            }
-            SettleKind::Stream {
-                keys,
-                group,
-                has_dead,
-            } => {
-                let mut args: Vec<Value> = vec![group.as_str().into()];
-                for (t, s) in batch {
-                    args.push(Value::from_static_str(match s {
-                        Settlement::Ack => "a",
-                        Settlement::Dead { .. } if !has_dead => "a",
-                        Settlement::Dead { .. } => "x",
-                        Settlement::Retry { .. } => "r",
-                    }));
-                    args.push(Value::Bytes(t.raw.clone()));
-                    match s {
-                        Settlement::Dead { reason } if *has_dead => {
-                            args.push(Value::Integer(1));
-                            args.push(Value::Bytes(dead_frame(t, reason)));
-                        }
-                        Settlement::Retry { .. } => {
-                            let fields = stream_fields(&t.frame, t.frame.attempt.saturating_add(1));
-                            args.push(Value::Integer(i64::try_from(fields.len()).unwrap_or(0)));
-                            args.extend(fields);
-                        }
-                        _ => args.push(Value::Integer(0)),
-                    }
-                }
-                let _: i64 = scripts::SETTLE_STREAM
-                    .evalsha_with_reload(client, keys.clone(), args)
-                    .await
-                    .map_err(core)?;
-                Ok(())
-            }
-        }
+fn source_schedules(source: &RedisSource) -> bool {
+    match source {
+        RedisSource::List(l) => l.scheduling,
+        RedisSource::Stream(s) => s.scheduling,
     }
 }
 
-fn lock(m: &Mutex<Instant>) -> std::sync::MutexGuard<'_, Instant> {
+/// fred reports a blocking read that timed out (a nil reply) as a `Timeout` error, and one we
+/// interrupted as `UNBLOCKED`: both are an empty read, not a failure to back off from.
+fn empty_on_timeout(r: Result<Value, fred::error::Error>) -> Result<Value> {
+    match r {
+        Err(e) if *e.kind() == fred::error::ErrorKind::Timeout => Ok(Value::Null),
+        // `CLIENT UNBLOCK` sent by fred's interrupt (stop, wake-up) is not a failure either.
+        Err(e) if e.details().starts_with("UNBLOCKED") => Ok(Value::Null),
+        r => r.map_err(core),
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn consumer_name() -> String {
@@ -718,24 +695,4 @@ fn stream_frame(fields: Vec<(Bytes, Bytes)>) -> Frame {
         }
     }
     frame
-}
-
-fn stream_fields(frame: &Frame, attempt: u32) -> Vec<Value> {
-    let mut f = vec![
-        Value::from_static_str(PAYLOAD_FIELD),
-        Value::Bytes(frame.payload.clone()),
-        Value::from_static_str(ID_FIELD),
-        Value::from(frame.id.as_str()),
-        Value::from_static_str(ATTEMPT_FIELD),
-        Value::from(attempt.to_string()),
-    ];
-    for (k, v) in &frame.headers {
-        f.push(Value::from(k.as_str()));
-        f.push(Value::from(v.as_str()));
-    }
-    f
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

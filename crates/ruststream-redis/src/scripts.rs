@@ -117,42 +117,84 @@ return found
     )
 });
 
-/// Moves due entries of a delayed set to their list, earliest due first in line.
+/// Lua that turns a list frame (see [`frame`](crate::frame)) into stream fields:
+/// `rs.id`, `rs.attempt`, the headers, `payload`. A raw value is just `payload`.
+const FRAME_TO_FIELDS: &str = r"
+local function frame_fields(v)
+  if string.sub(v, 1, 4) ~= '\0rs1' or #v < 12 then return {'payload', v} end
+  local attempt, pos = struct.unpack('>I4', v, 5)
+  local len
+  len, pos = struct.unpack('>I2', v, pos)
+  local f = {'rs.id', string.sub(v, pos, pos + len - 1), 'rs.attempt', tostring(attempt)}
+  pos = pos + len
+  local n
+  n, pos = struct.unpack('>I2', v, pos)
+  for _ = 1, n do
+    len, pos = struct.unpack('>I2', v, pos)
+    f[#f + 1] = string.sub(v, pos, pos + len - 1)
+    pos = pos + len
+    len, pos = struct.unpack('>I4', v, pos)
+    f[#f + 1] = string.sub(v, pos, pos + len - 1)
+    pos = pos + len
+  end
+  f[#f + 1] = 'payload'
+  f[#f + 1] = string.sub(v, pos)
+  return f
+end
+";
+
+/// Moves due entries of a delayed set to their destination, earliest due first in line.
 ///
-/// `KEYS`: delayed set, delayed payload hash, destination list. `ARGV`: most entries to move.
-/// Returns `{moved, now_ms, next_due_ms or -1}` on the server's clock.
+/// `KEYS`: delayed set, delayed payload hash, destination (list or stream).
+/// `ARGV`: most entries to move, `list` or `stream`. A list gets the frames with `RPUSH` (the
+/// consuming end, since the entries are already due), latest first so the earliest is taken
+/// first; a stream gets an `XADD` of each frame's fields, earliest first. Returns `{moved, now_ms, next_due_ms or -1, lateness_ms...}` on the server's clock.
 pub static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(
+    Script::from_lua(format!(
+        "{FRAME_TO_FIELDS}{}",
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-for i = #ids, 1, -1 do
-  local v = redis.call('HGET', KEYS[2], ids[i])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local out = {0, now, -1}
+local from, to, step = #due - 1, 1, -2
+if ARGV[2] == 'stream' then from, to, step = 1, #due - 1, 2 end
+for i = from, to, step do
+  local id = due[i]
+  local v = redis.call('HGET', KEYS[2], id)
   if v then
-    redis.call('RPUSH', KEYS[3], v)
-    redis.call('HDEL', KEYS[2], ids[i])
+    if ARGV[2] == 'stream' then
+      redis.call('XADD', KEYS[3], '*', unpack(frame_fields(v)))
+    else
+      redis.call('RPUSH', KEYS[3], v)
+    end
+    redis.call('HDEL', KEYS[2], id)
+    out[1] = out[1] + 1
+    out[#out + 1] = now - tonumber(due[i + 1])
   end
-  redis.call('ZREM', KEYS[1], ids[i])
+  redis.call('ZREM', KEYS[1], id)
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local due = -1
-if nxt[2] then due = tonumber(nxt[2]) end
-return {#ids, now, due}
-",
-    )
+if nxt[2] then out[3] = tonumber(nxt[2]) end
+return out
+"
+    ))
 });
 
 /// Schedules entries in a delayed set; an id already waiting keeps its first schedule.
 ///
 /// `KEYS`: delayed set, delayed payload hash. `ARGV`: groups of four, `kind ms id value`, where
-/// `kind` is `in` (ms from the server's now) or `at` (ms since the epoch). Returns how many were
-/// scheduled (ids already waiting are not counted).
+/// `kind` is `in` (ms from the server's now) or `at` (ms since the epoch). When an entry becomes
+/// the earliest in the set, `PUBLISH <delayed set> ''` wakes the readers of the destination so
+/// they shorten their wait. Returns how many were scheduled (ids already waiting do not count).
 pub static SCHEDULE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local earliest = tonumber(first[2])
+local wake = false
 local added = 0
 for i = 1, #ARGV, 4 do
   local due = tonumber(ARGV[i + 1])
@@ -160,8 +202,13 @@ for i = 1, #ARGV, 4 do
   if redis.call('HSETNX', KEYS[2], ARGV[i + 2], ARGV[i + 3]) == 1 then
     redis.call('ZADD', KEYS[1], due, ARGV[i + 2])
     added = added + 1
+    if not earliest or due < earliest then
+      earliest = due
+      wake = true
+    end
   end
 end
+if wake then redis.call('PUBLISH', KEYS[1], '') end
 return added
 ",
     )
@@ -185,14 +232,17 @@ return n
 
 /// Settles a batch of stream entries of one consumer group.
 ///
-/// `KEYS`: stream, dead-letter list. `ARGV`: group, then per entry `op entry_id n v1..vn`:
-/// `a` ack (`XACK`, n = 0); `r` retry (`XACK`, then `XADD stream * v1..vn`, the new entry's
-/// field/value pairs); `x` dead (`XACK`, then `LPUSH dead v1`, n = 1). Follow-up writes happen
-/// only when `XACK` found the entry pending. Returns how many were found.
+/// `KEYS`: stream, dead-letter list, delayed set, delayed payload hash. `ARGV`: group, then per
+/// entry `op entry_id n v1..vn`: `a` ack (`XACK`, n = 0); `r` retry now (`XACK`, then
+/// `XADD stream * v1..vn`, the new entry's field/value pairs); `d` retry later (`XACK`, then
+/// schedule frame `v2` after `v1` = `delay_ms:id`, n = 2); `x` dead (`XACK`, then
+/// `LPUSH dead v1`, n = 1). Follow-up writes happen only when `XACK` found the entry pending.
+/// Returns how many were found.
 pub static SETTLE_STREAM: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(
         r"
 local found = 0
+local now = nil
 local i = 2
 while i <= #ARGV do
   local op = ARGV[i]
@@ -203,6 +253,16 @@ while i <= #ARGV do
       redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 3, i + 2 + n))
     elseif op == 'x' then
       redis.call('LPUSH', KEYS[2], ARGV[i + 3])
+    elseif op == 'd' then
+      if not now then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      local sep = string.find(ARGV[i + 3], ':', 1, true)
+      local delay = tonumber(string.sub(ARGV[i + 3], 1, sep - 1))
+      local id = string.sub(ARGV[i + 3], sep + 1)
+      redis.call('ZADD', KEYS[3], now + delay, id)
+      redis.call('HSET', KEYS[4], id, ARGV[i + 4])
     end
   end
   i = i + 3 + n

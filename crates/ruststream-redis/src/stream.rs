@@ -34,6 +34,7 @@ pub struct RedisStream {
     pub(crate) consumer: Option<String>,
     pub(crate) dead_letter: Option<Option<String>>,
     pub(crate) block: Duration,
+    pub(crate) scheduling: bool,
     pub(crate) opts: SubscribeOptions,
 }
 
@@ -46,6 +47,7 @@ impl RedisStream {
             consumer: None,
             dead_letter: None,
             block: Duration::from_secs(5),
+            scheduling: true,
             opts: SubscribeOptions::default(),
         }
     }
@@ -77,6 +79,13 @@ impl RedisStream {
     /// How long one blocking read waits (default 5 s).
     pub fn block(mut self, timeout: Duration) -> Self {
         self.block = timeout;
+        self
+    }
+
+    /// Whether this subscription moves due entries of its delayed set (default on). Off makes
+    /// the node a pure handler: other nodes move them (the seed's `enableScheduling(false)`).
+    pub fn scheduling(mut self, on: bool) -> Self {
+        self.scheduling = on;
         self
     }
 

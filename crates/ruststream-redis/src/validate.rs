@@ -2,7 +2,7 @@
 
 use ruststream_core::{Error, Result};
 
-use crate::list::Mode;
+use crate::list::{Mode, derived};
 use crate::{RedisList, RedisSource};
 
 /// Checks one source.
@@ -83,24 +83,31 @@ fn recovery(l: &RedisList) -> Result<()> {
     }
 }
 
-/// The keys a source uses together in one script, prefixed; on a cluster they must share a slot.
+/// The keys a source uses together in one script on a cluster, prefixed: they must share a slot.
+/// Default derived names (delayed set, dead letters) follow [`derived`]; the processing list and
+/// named keys do not, so an untagged reliable queue is refused with the tag to use.
 pub(crate) fn keys_used_together(s: &RedisSource, prefix: &str) -> Vec<String> {
     let p = |k: &str| format!("{prefix}{k}");
-    match s {
-        RedisSource::List(l) if l.mode == Mode::Reliable => {
-            let (delayed, payloads) = l.delayed_keys();
-            let mut keys = vec![p(&l.key), p(&l.processing_key()), p(&delayed), p(&payloads)];
-            keys.extend(l.dead_letter_key().map(|k| p(&k)));
-            keys.extend(l.recovery_zset.as_deref().map(p));
-            keys
-        }
-        RedisSource::List(_) => Vec::new(),
-        RedisSource::Stream(st) => {
-            let mut keys = vec![p(&st.key)];
-            keys.extend(st.dead_letter_key().map(|k| p(&k)));
-            keys
-        }
+    let (key, dead) = match s {
+        RedisSource::List(l) => (p(&l.key), &l.dead_letter),
+        RedisSource::Stream(st) => (p(&st.key), &st.dead_letter),
+    };
+    let mut keys = vec![
+        key.clone(),
+        derived(&key, ".delayed", true),
+        derived(&key, ".delayed.payloads", true),
+    ];
+    match dead {
+        None => keys.push(derived(&key, ".dead", true)),
+        Some(named) => keys.extend(named.as_deref().map(p)),
     }
+    if let RedisSource::List(l) = s
+        && l.mode == Mode::Reliable
+    {
+        keys.insert(1, p(&l.processing_key()));
+        keys.extend(l.recovery_zset.as_deref().map(p));
+    }
+    keys
 }
 
 /// Checks that keys used together hash to one slot; the error names the keys, their slots and
@@ -159,6 +166,31 @@ mod tests {
                 .min_idle(Duration::from_secs(1)))
             .contains("recovery_zset")
         );
+    }
+
+    #[test]
+    fn untagged_simple_lists_and_streams_keep_derived_keys_in_their_slot() {
+        let simple = RedisSource::List(RedisList::new("cache.warmups"));
+        let keys = keys_used_together(&simple, "app:");
+        assert!(
+            keys.contains(&"{app:cache.warmups}.delayed".to_owned()),
+            "{keys:?}"
+        );
+        assert!(
+            keys.contains(&"{app:cache.warmups}.dead".to_owned()),
+            "{keys:?}"
+        );
+        assert!(same_slot("cache.warmups", &keys).is_ok());
+        let stream = RedisSource::Stream(crate::RedisStream::new("uploads").group("g"));
+        assert!(same_slot("uploads", &keys_used_together(&stream, "")).is_ok());
+        let named = RedisSource::Stream(
+            crate::RedisStream::new("uploads")
+                .group("g")
+                .dead_letter("failed"),
+        );
+        assert!(same_slot("uploads", &keys_used_together(&named, "")).is_err());
+        assert_eq!(derived("{t}", ".dead", true), "{t}.dead");
+        assert_eq!(derived("q", ".dead", false), "q.dead");
     }
 
     #[test]

@@ -6,15 +6,22 @@ pub use cli::run_main;
 pub use ruststream_core::{
     App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
     IntoHandlerResult, IntoSubscriber, Mount, OutMessage, Outgoing, Publisher, Result, RunningApp,
-    RustStream, Settlement, Subscriber, asyncapi, outgoing, subscriber,
+    RustStream, Settlement, Source, Subscriber, asyncapi, outgoing, subscriber,
 };
 pub use ruststream_macros::{Outgoing, app, subscriber};
+/// The Redis broker crate, for what the prelude does not bring (scripts, frames).
+pub use ruststream_redis as redis;
 pub use ruststream_redis::{
     PublishPolicy, RedisBroker, RedisList, RedisSource, RedisStream, list, stream,
 };
 pub use schemars;
-/// The Redis broker crate, for what the prelude does not bring (scripts, frames).
-pub use ruststream_redis as redis;
+
+/// Test a service with no server, on a virtual clock: [`TestApp`](testing::TestApp) runs an app
+/// with every `RedisBroker` on an in-memory Redis model (feature `testing`).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use ruststream_testing::*;
+}
 
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {

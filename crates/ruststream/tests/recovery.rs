@@ -1,5 +1,6 @@
 //! Crash recovery of reliable lists on a real Redis (seed 000, issue 6): claims recorded in the
-//! recovery set, stale claims swept back to the queue, concurrent sweepers, the ttl.
+//! recovery set, stale claims swept back to the queue, concurrent sweepers, the ttl. Each test
+//! runs on the standalone server and on the cluster (`name::standalone`, `name::cluster`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -10,9 +11,16 @@ use std::time::Duration;
 use fred::prelude::*;
 use ruststream::prelude::*;
 
-fn url() -> String {
-    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
+mod topo;
+use topo::{Topo, on_both};
+
+on_both!(
+    claims_are_recorded_and_acks_remove_them,
+    a_claim_is_not_recovered_before_min_idle,
+    concurrent_sweepers_never_duplicate,
+    identical_bytes_are_two_claims_and_ttl_is_rearmed,
+    misconfigured_recovery_does_not_start
+);
 
 /// A prefix no other test run uses.
 fn prefix() -> String {
@@ -22,14 +30,6 @@ fn prefix() -> String {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-async fn redis() -> Client {
-    let c = Builder::from_config(Config::from_url(&url()).unwrap())
-        .build()
-        .unwrap();
-    c.init().await.unwrap();
-    c
 }
 
 async fn wait_until<F, Fut>(what: &str, limit: Duration, mut cond: F)
@@ -91,16 +91,16 @@ fn queue(min_idle: Duration) -> RedisList {
         .block(Duration::from_millis(200))
 }
 
-fn app(prefix: &str, source: RedisList, handler: Record) -> RustStream {
+fn app(t: &Topo, prefix: &str, source: RedisList, handler: Record) -> RustStream {
     RustStream::new(AppInfo::new("recovery", "0"))
         .shutdown_timeout(Duration::from_millis(100))
-        .with_broker(RedisBroker::standalone(url()).prefix(prefix), |b| {
+        .with_broker(t.broker().prefix(prefix), |b| {
             b.include(subscriber(source, handler).build());
         })
 }
 
-async fn publish(prefix: &str, jobs: &[Job]) {
-    let broker = RedisBroker::standalone(url()).prefix(prefix);
+async fn publish(t: &Topo, prefix: &str, jobs: &[Job]) {
+    let broker = t.broker().prefix(prefix);
     broker.connect().await.unwrap();
     broker
         .publisher()
@@ -111,15 +111,15 @@ async fn publish(prefix: &str, jobs: &[Job]) {
         .unwrap();
 }
 
-#[tokio::test]
-async fn claims_are_recorded_and_acks_remove_them() {
+async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
     let p = prefix();
-    let r = redis().await;
+    let r = t.client().await;
     let hung = Record {
         hang: true,
         ..Record::default()
     };
     let running = app(
+        &t,
         &p,
         queue(Duration::from_secs(60)).concurrency(2),
         hung.clone(),
@@ -127,7 +127,7 @@ async fn claims_are_recorded_and_acks_remove_them() {
     .start()
     .await
     .unwrap();
-    publish(&p, &[Job { n: 1 }, Job { n: 2 }]).await;
+    publish(&t, &p, &[Job { n: 1 }, Job { n: 2 }]).await;
     wait_until("both claimed", Duration::from_secs(5), || async {
         hung.seen().len() == 2
     })
@@ -163,7 +163,7 @@ async fn claims_are_recorded_and_acks_remove_them() {
 
     // A new worker acks them: set and processing list end empty.
     let ok = Record::default();
-    let running = app(&p, queue(Duration::from_millis(200)), ok.clone())
+    let running = app(&t, &p, queue(Duration::from_millis(200)), ok.clone())
         .start()
         .await
         .unwrap();
@@ -193,18 +193,17 @@ async fn claims_are_recorded_and_acks_remove_them() {
     );
 }
 
-#[tokio::test]
-async fn a_claim_is_not_recovered_before_min_idle() {
+async fn a_claim_is_not_recovered_before_min_idle(t: Topo) {
     let p = prefix();
     let hung = Record {
         hang: true,
         ..Record::default()
     };
-    let running = app(&p, queue(Duration::from_secs(60)), hung.clone())
+    let running = app(&t, &p, queue(Duration::from_secs(60)), hung.clone())
         .start()
         .await
         .unwrap();
-    publish(&p, &[Job { n: 7 }]).await;
+    publish(&t, &p, &[Job { n: 7 }]).await;
     wait_until("claimed", Duration::from_secs(5), || async {
         hung.seen().len() == 1
     })
@@ -214,7 +213,7 @@ async fn a_claim_is_not_recovered_before_min_idle() {
     // min_idle 1.5 s: the second worker must not see it for at least ~1.5 s after the claim.
     let started = std::time::Instant::now();
     let second = Record::default();
-    let running = app(&p, queue(Duration::from_millis(1500)), second.clone())
+    let running = app(&t, &p, queue(Duration::from_millis(1500)), second.clone())
         .start()
         .await
         .unwrap();
@@ -231,20 +230,20 @@ async fn a_claim_is_not_recovered_before_min_idle() {
     assert_eq!(second.seen(), vec![(7, 2)]);
 }
 
-#[tokio::test]
-async fn concurrent_sweepers_never_duplicate() {
+async fn concurrent_sweepers_never_duplicate(t: Topo) {
     const N: u32 = 300;
     let p = prefix();
-    let r = redis().await;
+    let r = t.client().await;
     // Claims left behind by a crashed worker: entries in the processing list, members scored
     // an hour ago.
     let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
-    publish(&p, &jobs).await;
+    publish(&t, &p, &jobs).await;
     let hung = Record {
         hang: true,
         ..Record::default()
     };
     let running = app(
+        &t,
         &p,
         queue(Duration::from_secs(3600)).concurrency(N as usize),
         hung.clone(),
@@ -295,7 +294,7 @@ async fn concurrent_sweepers_never_duplicate() {
     let apps = futures::future::try_join_all(
         handlers
             .iter()
-            .map(|h| app(&p, queue(Duration::from_secs(3600)), h.clone()).start()),
+            .map(|h| app(&t, &p, queue(Duration::from_secs(3600)), h.clone()).start()),
     )
     .await
     .unwrap();
@@ -328,16 +327,15 @@ async fn concurrent_sweepers_never_duplicate() {
     );
 }
 
-#[tokio::test]
-async fn identical_bytes_are_two_claims_and_ttl_is_rearmed() {
+async fn identical_bytes_are_two_claims_and_ttl_is_rearmed(t: Topo) {
     let p = prefix();
-    let r = redis().await;
+    let r = t.client().await;
     let hung = Record {
         hang: true,
         ..Record::default()
     };
     let source = queue(Duration::from_secs(60)).recovery_ttl(Duration::from_secs(600));
-    let running = app(&p, source, hung.clone()).start().await.unwrap();
+    let running = app(&t, &p, source, hung.clone()).start().await.unwrap();
     let _: i64 = r
         .lpush(format!("{p}{{jobs}}"), vec![r#"{"n":5}"#, r#"{"n":5}"#])
         .await
@@ -357,13 +355,12 @@ async fn identical_bytes_are_two_claims_and_ttl_is_rearmed() {
     running.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn misconfigured_recovery_does_not_start() {
+async fn misconfigured_recovery_does_not_start(t: Topo) {
     let p = prefix();
     let no_idle = RedisList::new("{jobs}")
         .reliable()
         .recovery_zset("{jobs}.claims");
-    let e = app(&p, no_idle, Record::default())
+    let e = app(&t, &p, no_idle, Record::default())
         .start()
         .await
         .err()
@@ -371,7 +368,7 @@ async fn misconfigured_recovery_does_not_start() {
         .to_string();
     assert!(e.contains("{jobs}") && e.contains("min_idle"), "{e}");
     let short_ttl = queue(Duration::from_secs(60)).recovery_ttl(Duration::from_secs(30));
-    let e = app(&p, short_ttl, Record::default())
+    let e = app(&t, &p, short_ttl, Record::default())
         .start()
         .await
         .err()

@@ -1,0 +1,92 @@
+//! Watching handlers at work: an [`Observer`] is told of every delivery a subscription hands to
+//! its handler and of how that delivery was settled.
+//!
+//! This is the hook test harnesses use (`ruststream::testing::TestApp` records calls with it, so a
+//! test can say `subscriber("key").assert_called_once().with(&v).settled(HandlerOutcome::ack())`);
+//! tooling may use it too. Set one with [`RustStream::observe`](crate::RustStream::observe). An
+//! app without an observer pays one `Option` check per message.
+//!
+//! Observers are called on the handler's task, synchronously: keep them quick and never block.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::dispatch::Subscription;
+use crate::{Broker, Delivery, DeliveryInfo, HandlerOutcome, Settlement};
+
+/// One delivery handed to a handler, as an [`Observer`] sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Call<'a> {
+    /// The subscription's name: its source key, or `key#2`, `key#3`, ... for further subscribers
+    /// of the same key on one broker.
+    pub subscription: &'a str,
+    /// Id, attempt, source key (without the broker's prefix) and headers.
+    pub info: &'a DeliveryInfo,
+    /// The encoded payload, as the handler will decode it.
+    pub payload: &'a Bytes,
+}
+
+/// Sees every handler call of an app and its settlement.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use ruststream_core::observe::{Call, Observer};
+/// use ruststream_core::{HandlerOutcome, Settlement};
+///
+/// #[derive(Default)]
+/// struct Count(AtomicUsize);
+///
+/// impl Observer for Count {
+///     fn called(&self, _call: &Call<'_>) {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///     }
+///     fn settled(&self, _call: &Call<'_>, _outcome: Option<HandlerOutcome>, _settlement: &Settlement) {}
+/// }
+/// ```
+pub trait Observer: Send + Sync + 'static {
+    /// A delivery is about to be handed to its handler (which decodes it first).
+    fn called(&self, call: &Call<'_>);
+
+    /// The delivery's fate was decided and goes to the broker's settler.
+    ///
+    /// `outcome` is what the handler decided (a handler that returned `Ok` is
+    /// [`HandlerOutcome::ack`]); it is `None` when the handler did not decide: the payload did not
+    /// decode, the handler panicked, or the message had no attempts left and was not run (then
+    /// [`called`](Self::called) was not called either). `settlement` is what the broker is told
+    /// to do, after the retry policy and the attempt limit.
+    fn settled(&self, call: &Call<'_>, outcome: Option<HandlerOutcome>, settlement: &Settlement);
+}
+
+impl<B: Broker> Subscription<B> {
+    /// Tells the observer, if any, that `d` is handed to the handler.
+    pub(crate) fn observe_called<T>(&self, d: &Delivery<T>) {
+        if let Some(o) = &self.observer {
+            o.called(&self.call(d));
+        }
+    }
+
+    /// Tells the observer, if any, how `d` was settled.
+    pub(crate) fn observe_settled<T>(
+        &self,
+        d: &Delivery<T>,
+        outcome: Option<HandlerOutcome>,
+        settlement: &Settlement,
+    ) {
+        if let Some(o) = &self.observer {
+            o.settled(&self.call(d), outcome, settlement);
+        }
+    }
+
+    fn call<'a, T>(&'a self, d: &'a Delivery<T>) -> Call<'a> {
+        Call {
+            subscription: &self.name,
+            info: &d.info,
+            payload: &d.payload,
+        }
+    }
+}
+
+/// An observer shared by every subscription of an app.
+pub(crate) type SharedObserver = Option<Arc<dyn Observer>>;

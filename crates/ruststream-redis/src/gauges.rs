@@ -1,0 +1,88 @@
+//! Queue gauges: every few seconds, one pipelined read of a subscription's key sizes
+//! (`LLEN` queue, processing and dead-letter lists, `ZCARD` delayed set; for a stream `XLEN` and
+//! the group's pending count from `XPENDING`), published as `metrics` gauges labelled `queue`:
+//! `ruststream_queue_ready`, `ruststream_queue_in_flight`, `ruststream_queue_delayed`,
+//! `ruststream_queue_dead`.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use tokio_util::sync::CancellationToken;
+
+/// How often the sizes are read.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// The keys whose sizes one subscription reports.
+pub(crate) struct QueueKeys {
+    /// The queue (list or stream), as a label and a key.
+    pub(crate) queue: String,
+    /// The processing list (reliable lists).
+    pub(crate) processing: Option<String>,
+    /// The consumer group (streams).
+    pub(crate) group: Option<String>,
+    pub(crate) delayed: String,
+    pub(crate) dead: Option<String>,
+}
+
+/// Samples the sizes until `stop`.
+pub(crate) fn spawn(pool: Pool, keys: QueueKeys, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let label = keys.queue.clone();
+        let ready = metrics::gauge!("ruststream_queue_ready", "queue" => label.clone());
+        let in_flight = metrics::gauge!("ruststream_queue_in_flight", "queue" => label.clone());
+        let delayed = metrics::gauge!("ruststream_queue_delayed", "queue" => label.clone());
+        let dead = metrics::gauge!("ruststream_queue_dead", "queue" => label);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(SAMPLE_EVERY) => {}
+            }
+            match sample(&pool, &keys).await {
+                Ok([r, f, d, x]) => {
+                    #[allow(clippy::cast_precision_loss)]
+                    {
+                        ready.set(r as f64);
+                        in_flight.set(f as f64);
+                        delayed.set(d as f64);
+                        dead.set(x as f64);
+                    }
+                }
+                Err(e) => tracing::debug!(queue = %keys.queue, error = %e, "queue gauges not read"),
+            }
+        }
+    });
+}
+
+async fn sample(pool: &Pool, k: &QueueKeys) -> Result<[i64; 4], fred::error::Error> {
+    let p = pool.next().pipeline();
+    match &k.group {
+        None => {
+            let _: () = p.llen(&k.queue).await?;
+            match &k.processing {
+                Some(processing) => p.llen(processing).await?,
+                None => p.custom(fred::cmd!("ECHO"), vec!["0"]).await?,
+            }
+        }
+        Some(group) => {
+            let _: () = p.xlen(&k.queue).await?;
+            let _: () = p
+                .custom(
+                    fred::cmd!("XPENDING"),
+                    vec![k.queue.as_str(), group.as_str()],
+                )
+                .await?;
+        }
+    }
+    let _: () = p.zcard(&k.delayed).await?;
+    match &k.dead {
+        Some(dead) => p.llen(dead).await?,
+        None => p.custom(fred::cmd!("ECHO"), vec!["0"]).await?,
+    }
+    let out: Vec<Value> = p.all().await?;
+    let n = |v: Option<&Value>| match v {
+        Some(Value::Array(items)) => items.first().and_then(Value::as_i64).unwrap_or(0),
+        Some(v) => v.as_i64().unwrap_or(0),
+        None => 0,
+    };
+    Ok([n(out.first()), n(out.get(1)), n(out.get(2)), n(out.get(3))])
+}

@@ -1,0 +1,226 @@
+//! The seam that lets a [`RedisBroker`] run on an in-memory server instead of Redis, for tests
+//! (`ruststream::testing::TestApp`; the model itself lives in the `ruststream-testing` crate).
+//!
+//! With the cargo feature `testing`, [`RedisBroker::attach_memory`] hands the broker a
+//! [`MemoryServer`]; every client the broker builds then carries it as fred's mocking layer
+//! (`Config::mocks`), so no socket is ever opened and every command (scripts, pipelines, custom
+//! commands) goes to the model. Everything above the connection — readers, settlers, publishers,
+//! the scripts' keys and arguments — is the production code.
+//!
+//! Two things cannot go through fred's synchronous mock interface, and only these use the seam:
+//! - **Blocking reads.** The model answers `BRPOP`, `BLMOVE` and `XREADGROUP .. BLOCK` at once
+//!   (like their non-blocking forms). Before sending one, the reader awaits
+//!   [`MemoryServer::ready`]: the model resolves it when the read would return something (the
+//!   list has an entry, the group has a new stream entry) or when the block time is up, on the
+//!   tokio clock (virtual under `start_paused`).
+//! - **Pub/sub.** Messages a real server pushes to a subscriber connection come from
+//!   [`MemoryServer::subscribe`] instead (the wake-ups of delayed-set readers).
+//!
+//! Without the feature this module compiles to no-ops and production builds carry no mocking
+//! code.
+
+#[cfg(feature = "testing")]
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+#[cfg(feature = "testing")]
+use bytes::Bytes;
+#[cfg(feature = "testing")]
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
+
+#[cfg(feature = "testing")]
+use crate::RedisBroker;
+
+/// What a blocking read waits for; the model decides when it is ready.
+#[cfg(feature = "testing")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BlockingRead {
+    /// `BRPOP key` or `BLMOVE key ..`: ready when the list `key` (prefixed) is not empty.
+    List {
+        /// The list's full key.
+        key: String,
+    },
+    /// `XREADGROUP GROUP group .. STREAMS key >`: ready when the stream has an entry the group
+    /// has not been delivered yet.
+    Stream {
+        /// The stream's full key.
+        key: String,
+        /// The consumer group.
+        group: String,
+    },
+}
+
+/// An in-memory server with the Redis semantics the broker relies on.
+///
+/// fred hands it every command ([`fred::mocks::Mocks::process_command`]); the two methods here
+/// cover what a synchronous mock cannot (see the [module docs](self)).
+#[cfg(feature = "testing")]
+pub trait MemoryServer: fred::mocks::Mocks {
+    /// Resolves when `read` would return something, or after `timeout` (on the tokio clock).
+    /// It may resolve early (spuriously); the reader then sends the read and gets nothing.
+    fn ready(&self, read: &BlockingRead, timeout: Duration) -> BoxFuture<'static, ()>;
+
+    /// Messages `PUBLISH`ed to `channel` from now on.
+    fn subscribe(&self, channel: &str) -> tokio::sync::broadcast::Receiver<Bytes>;
+}
+
+/// Where a broker keeps its in-memory server, once one is attached. Shared by the broker's clones.
+#[derive(Clone, Default)]
+pub(crate) struct MemorySlot {
+    #[cfg(feature = "testing")]
+    server: Arc<OnceLock<Arc<dyn MemoryServer>>>,
+}
+
+impl MemorySlot {
+    /// Points a client's configuration at the in-memory server, if there is one.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn configure(&self, config: &mut fred::prelude::Config) {
+        #[cfg(feature = "testing")]
+        if let Some(server) = self.server.get() {
+            config.mocks = Some(server.clone());
+            // One in-memory server, whatever the topology: fred's cluster routing (which needs
+            // the slot map of live nodes) does not apply; the model enforces the slot rule.
+            config.server = fred::types::config::ServerConfig::default();
+        }
+        #[cfg(not(feature = "testing"))]
+        let _ = config;
+    }
+
+    /// What a reader of the list `key` awaits before a blocking read, on the in-memory server.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn list_waiter(&self, key: &str) -> Option<MemoryWait> {
+        #[cfg(feature = "testing")]
+        {
+            self.waiter(BlockingRead::List {
+                key: key.to_owned(),
+            })
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            let _ = key;
+            None
+        }
+    }
+
+    /// What a reader of the stream `key` in `group` awaits before a blocking read.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn stream_waiter(&self, key: &str, group: &str) -> Option<MemoryWait> {
+        #[cfg(feature = "testing")]
+        {
+            self.waiter(BlockingRead::Stream {
+                key: key.to_owned(),
+                group: group.to_owned(),
+            })
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            let _ = (key, group);
+            None
+        }
+    }
+
+    #[cfg(feature = "testing")]
+    fn waiter(&self, read: BlockingRead) -> Option<MemoryWait> {
+        self.server.get().map(|server| MemoryWait {
+            server: server.clone(),
+            read,
+        })
+    }
+
+    /// On the in-memory server, wakes `notify` on every message published to `channel` and
+    /// returns `true`; returns `false` (doing nothing) on a real server.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn forward_wakes(&self, channel: &str, notify: &std::sync::Arc<Notify>) -> bool {
+        #[cfg(feature = "testing")]
+        if let Some(server) = self.server.get() {
+            let mut messages = server.subscribe(channel);
+            let notify = Arc::downgrade(notify);
+            tokio::spawn(async move {
+                loop {
+                    match messages.recv().await {
+                        Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    }
+                    match notify.upgrade() {
+                        Some(n) => n.notify_one(),
+                        None => break,
+                    }
+                }
+            });
+            return true;
+        }
+        let _ = (channel, notify);
+        false
+    }
+}
+
+/// A reader's wait before a blocking read on the in-memory server.
+pub(crate) struct MemoryWait {
+    #[cfg(feature = "testing")]
+    server: Arc<dyn MemoryServer>,
+    #[cfg(feature = "testing")]
+    read: BlockingRead,
+}
+
+impl MemoryWait {
+    /// Resolves when the blocking read would return something, or after `timeout`.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_async))]
+    pub(crate) async fn ready(&self, timeout: Duration) {
+        #[cfg(feature = "testing")]
+        self.server.ready(&self.read, timeout).await;
+        #[cfg(not(feature = "testing"))]
+        let _ = timeout;
+    }
+}
+
+#[cfg(feature = "testing")]
+impl RedisBroker {
+    /// Sends every command of this broker (and of its clones) to `server` instead of Redis: no
+    /// connection is made. For test harnesses (`ruststream::testing::TestApp` does it for you).
+    ///
+    /// Call it before the broker connects; it fails once the broker is connected or when a
+    /// server is already attached.
+    pub fn attach_memory(&self, server: Arc<dyn MemoryServer>) -> ruststream_core::Result<()> {
+        if self
+            .inner
+            .pool
+            .read()
+            .map_err(crate::broker::poisoned)?
+            .is_some()
+        {
+            return Err(ruststream_core::Error::config(
+                "attach_memory: the broker is connected already; attach before the app starts",
+            ));
+        }
+        self.inner.memory.server.set(server).map_err(|_| {
+            ruststream_core::Error::config("attach_memory: a server is attached already")
+        })
+    }
+
+    /// Whether an in-memory server is attached.
+    pub fn is_in_memory(&self) -> bool {
+        self.inner.memory.server.get().is_some()
+    }
+}
+
+/// What a test harness needs to know of a broker to model its server.
+impl crate::RedisBroker {
+    /// Whether this broker talks to a Redis Cluster (then every key one command or script
+    /// touches must hash to one slot).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.topology, crate::broker::Topology::Cluster(_))
+    }
+
+    /// The prefix put before every key (the seed's `dataSetPrefix`; `""` when none).
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The full name of the delayed set that holds delayed publishes to `key` (prefixed, and on
+    /// a cluster derived into `key`'s slot).
+    pub fn delayed_set_key(&self, key: &str) -> String {
+        self.inner.delayed_keys(&self.inner.key(key)).0
+    }
+}

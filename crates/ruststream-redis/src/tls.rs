@@ -1,0 +1,71 @@
+//! TLS: `rediss://` URLs, and a private certificate authority.
+//!
+//! A `rediss://` URL makes fred connect with rustls (the `ring` provider) and the system's root
+//! certificates. A server whose certificate comes from a private CA (a company CA, the test
+//! stand's throwaway one) needs that CA instead: [`RedisBroker::tls_ca_file`] reads its PEM file
+//! and builds a rustls client configuration trusting only the certificates in it. The file is
+//! read when the broker connects, so a missing or malformed file is a startup error that names
+//! the file. Client certificates (`--tls-auth-clients yes`) are not supported yet.
+//!
+//! [`RedisBroker::tls_ca_file`]: crate::RedisBroker::tls_ca_file
+
+use std::path::Path;
+use std::sync::Arc;
+
+use fred::types::config::TlsConfig;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use ruststream_core::{Error, Result};
+
+/// A TLS configuration trusting exactly the CA certificates in the PEM file at `path`.
+pub(crate) fn with_ca_file(path: &Path) -> Result<TlsConfig> {
+    let shown = path.display();
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
+        .map_err(|e| {
+            Error::config(format!(
+                "cannot read the TLS CA file `{shown}`: {e}; it must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+            ))
+        })?;
+    if certs.is_empty() {
+        return Err(Error::config(format!(
+            "the TLS CA file `{shown}` holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        )));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| {
+            Error::config(format!(
+                "the TLS CA file `{shown}` holds a certificate rustls rejects: {e}"
+            ))
+        })?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::config(format!("TLS setup failed: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_empty_file_is_a_clear_error() {
+        let e = with_ca_file(Path::new("/nonexistent/ca.pem"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`/nonexistent/ca.pem`") && e.contains("PEM"),
+            "{e}"
+        );
+        let empty = std::env::temp_dir().join(format!("rs-empty-ca-{}.pem", std::process::id()));
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let e = with_ca_file(&empty).unwrap_err().to_string();
+        std::fs::remove_file(&empty).unwrap();
+        assert!(e.contains("holds no PEM certificate"), "{e}");
+    }
+}

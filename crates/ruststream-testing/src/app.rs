@@ -1,0 +1,426 @@
+//! [`TestApp`]: runs an app with every `RedisBroker` on an in-memory [`MemoryRedis`], records its
+//! handler calls, and moves the clock.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use ruststream_core::{
+    App, Broker, Error, Outgoing, Publish, Publisher, Result, RunningApp, RustStream,
+};
+use ruststream_redis::RedisBroker;
+use ruststream_redis::frame::Frame;
+
+use crate::MemoryRedis;
+use crate::model::Pushed;
+use crate::record::{self, Calls, Message, Published, Recorder};
+
+/// Scheduler rounds in a row with no progress after which the app counts as settled.
+const QUIET_ROUNDS: u32 = 64;
+/// Most scheduler rounds one settle may take.
+const MAX_ROUNDS: u32 = 200_000;
+
+/// An app running with no server: every `RedisBroker` sends its commands to an in-memory
+/// [`MemoryRedis`] (the broker code above the connection is the production code), handler calls
+/// are recorded, and under `#[tokio::test(start_paused = true)]` time is virtual.
+///
+/// ```no_run
+/// # use ruststream_testing::TestApp;
+/// # use ruststream_core::{App, HandlerOutcome};
+/// # use ruststream_redis::RedisBroker;
+/// # #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+/// # struct Warmup { page: String }
+/// # ruststream_core::outgoing!(Warmup, "cache.warmups");
+/// # async fn demo(app: impl App) -> ruststream_core::Result<()> {
+/// let tb = TestApp::start(app).await?;
+/// let warmup = Warmup { page: "/".into() };
+/// tb.broker::<RedisBroker>().message(&warmup).publish().await?;
+/// tb.broker::<RedisBroker>()
+///     .subscriber("cache.warmups")
+///     .assert_called_once()
+///     .with(&warmup)
+///     .settled(HandlerOutcome::ack());
+/// tb.advance(std::time::Duration::from_secs(120)).await?;
+/// tb.shutdown().await?;
+/// # Ok(()) }
+/// ```
+///
+/// **The clock.** Under `start_paused`, tokio's clock stands still while anything can run and
+/// jumps to the next timer when everything waits; [`advance`](Self::advance) lets it run forward
+/// by a given duration, every timer on the way firing in order (the readers' block timeouts,
+/// retry delays, recovery sweeps), so an hour of retries takes milliseconds. The model's `TIME`,
+/// key expiry, claim scores and due times read the same clock. Without `start_paused` the clock
+/// is real and `advance` really waits.
+///
+/// **Settling.** [`publish`](TestPublish::publish), [`advance`](Self::advance) and
+/// [`start`](Self::start) return once the app has settled: nothing left to do without time
+/// passing (no command sent to the model and no handler called for a few dozen scheduler
+/// rounds). This needs tokio's current-thread runtime, which `#[tokio::test]` uses.
+pub struct TestApp {
+    running: Option<RunningApp>,
+    brokers: Vec<(RedisBroker, MemoryRedis)>,
+    /// The first of `brokers` (`start` refuses an app without a `RedisBroker`).
+    first: (RedisBroker, MemoryRedis),
+    recorder: Arc<Recorder>,
+    reported: AtomicUsize,
+}
+
+impl fmt::Debug for TestApp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestApp")
+            .field("brokers", &self.brokers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestApp {
+    /// Starts `app` with every `RedisBroker` swapped for an in-memory model (a cluster model for a
+    /// broker built with `RedisBroker::cluster`), keeping its key prefix, and waits until it
+    /// settles.
+    ///
+    /// # Errors
+    /// When the app has no `RedisBroker`, a broker was connected already, or the app does not
+    /// start (a configuration error, as it would be in production).
+    pub async fn start(app: impl App) -> Result<Self> {
+        let mut app: RustStream = app.into_rust_stream();
+        let mut brokers: Vec<(RedisBroker, MemoryRedis)> = Vec::new();
+        for b in app.brokers() {
+            let Some(redis) = b.broker_any().downcast_ref::<RedisBroker>() else {
+                continue;
+            };
+            if redis.is_in_memory() {
+                // The same broker mounted twice (a clone): it already has its model.
+                if let Some((_, m)) = brokers
+                    .iter()
+                    .find(|(other, _)| other.key_prefix() == redis.key_prefix())
+                {
+                    let m = m.clone();
+                    brokers.push((redis.clone(), m));
+                    continue;
+                }
+                return Err(Error::config(
+                    "TestApp: a broker of this app already runs on an in-memory server; give TestApp a fresh app",
+                ));
+            }
+            let model = if redis.is_cluster() {
+                MemoryRedis::cluster()
+            } else {
+                MemoryRedis::new()
+            };
+            redis.attach_memory(Arc::new(model.clone()))?;
+            brokers.push((redis.clone(), model));
+        }
+        let Some(first) = brokers.first() else {
+            return Err(Error::config(
+                "TestApp: the app has no RedisBroker to run in memory",
+            ));
+        };
+        let first = first.clone();
+        let recorder = Arc::new(Recorder::default());
+        app = app.observe(record::observer(&recorder));
+        let running = app.start().await?;
+        let tb = Self {
+            running: Some(running),
+            brokers,
+            first,
+            recorder,
+            reported: AtomicUsize::new(0),
+        };
+        tb.settle().await?;
+        Ok(tb)
+    }
+
+    /// The first broker of type `B` (`RedisBroker`), to publish to and assert on.
+    pub fn broker<B: InMemoryBroker>(&self) -> TestBroker<'_> {
+        self.test_broker(&self.first.0, &self.first.1)
+    }
+
+    /// The `n`-th (0-based) broker of type `B`, in the order the app mounted them.
+    pub fn nth_broker<B: InMemoryBroker>(&self, n: usize) -> Option<TestBroker<'_>> {
+        self.brokers
+            .get(n)
+            .map(|(broker, model)| self.test_broker(broker, model))
+    }
+
+    fn test_broker(&self, broker: &RedisBroker, model: &MemoryRedis) -> TestBroker<'_> {
+        TestBroker {
+            app: self,
+            broker: broker.clone(),
+            model: model.clone(),
+            publisher: broker.publisher(),
+        }
+    }
+
+    /// Lets `d` of (virtual) time pass, every timer on the way firing in order, then waits until
+    /// the app settles.
+    ///
+    /// # Errors
+    /// When the model met a command or script it does not implement, or the app does not settle.
+    pub async fn advance(&self, d: Duration) -> Result<()> {
+        tokio::time::sleep(d).await;
+        self.settle().await
+    }
+
+    /// Waits until the app has nothing left to do without time passing.
+    ///
+    /// # Errors
+    /// When the model met a command or script it does not implement, or the app keeps working
+    /// without time passing (a busy loop).
+    pub async fn settle(&self) -> Result<()> {
+        let mut last = self.progress();
+        let mut quiet = 0;
+        for _ in 0..MAX_ROUNDS {
+            tokio::task::yield_now().await;
+            let now = self.progress();
+            if now == last {
+                quiet += 1;
+                if quiet >= QUIET_ROUNDS {
+                    return self.check_model();
+                }
+            } else {
+                quiet = 0;
+                last = now;
+            }
+        }
+        self.check_model()?;
+        Err(Error::Broker(format!(
+            "TestApp: the app did not settle within {MAX_ROUNDS} scheduler rounds: something keeps sending commands without time passing"
+        )))
+    }
+
+    fn progress(&self) -> u64 {
+        self.brokers
+            .iter()
+            .map(|(_, m)| m.commands_processed())
+            .sum::<u64>()
+            + self.recorder.events()
+    }
+
+    /// Errors the model reported since the last check.
+    fn check_model(&self) -> Result<()> {
+        let errors: Vec<String> = self.brokers.iter().flat_map(|(_, m)| m.errors()).collect();
+        let seen = self.reported.swap(errors.len(), Ordering::Relaxed);
+        match errors.get(seen..) {
+            Some(new) if !new.is_empty() => Err(Error::Broker(format!(
+                "in-memory Redis model: {}",
+                new.join("; ")
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The (virtual) wall-clock time of the first broker's server: `.at(tb.now() + d)` publishes
+    /// for `d` from now. `SystemTime::now()` does not follow a paused clock.
+    pub fn now(&self) -> SystemTime {
+        self.first.1.now()
+    }
+
+    /// The model of the first broker.
+    pub fn model(&self) -> &MemoryRedis {
+        &self.first.1
+    }
+
+    /// The running app (to stop one subscription, for instance); `None` only while shutting
+    /// down.
+    pub fn running(&mut self) -> Option<&mut RunningApp> {
+        self.running.as_mut()
+    }
+
+    /// Stops the app as `RunningApp::shutdown` does (in-flight handlers get the shutdown
+    /// timeout, on the virtual clock), and reports any command the model did not implement.
+    ///
+    /// # Errors
+    /// When shutting down fails, or the model met a command it does not implement.
+    pub async fn shutdown(mut self) -> Result<()> {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await?;
+        }
+        self.check_model()
+    }
+}
+
+/// A broker type `TestApp` runs in memory: `RedisBroker`.
+pub trait InMemoryBroker: Broker + sealed::Sealed {}
+
+impl InMemoryBroker for RedisBroker {}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for ruststream_redis::RedisBroker {}
+}
+
+/// One broker of a [`TestApp`]: publish to it, and assert on its subscribers and keys.
+pub struct TestBroker<'a> {
+    app: &'a TestApp,
+    broker: RedisBroker,
+    model: MemoryRedis,
+    publisher: Publisher,
+}
+
+impl fmt::Debug for TestBroker<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestBroker")
+            .field("broker", &self.broker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> TestBroker<'a> {
+    /// Starts a publish of `value`, to its type's outgoing name unless `.to("key")` says
+    /// otherwise; `.publish().await` returns once the app has settled.
+    pub fn message<'b, T: Outgoing>(&'b self, value: &'b T) -> TestPublish<'b, T> {
+        TestPublish {
+            inner: self.publisher.message(value),
+            app: self.app,
+        }
+    }
+
+    /// Starts a publish of many values in one round trip.
+    pub fn messages<'b, T: Outgoing>(&'b self, values: &'b [T]) -> TestPublish<'b, T> {
+        TestPublish {
+            inner: self.publisher.messages(values),
+            app: self.app,
+        }
+    }
+
+    /// The calls so far of the subscriber of `name`: its source key (every subscriber of that
+    /// key), or a subscription name such as `key#2`.
+    pub fn subscriber(&self, name: &str) -> Calls {
+        Calls::new(
+            name,
+            self.app.recorder.calls(name),
+            self.app.recorder.names(),
+        )
+    }
+
+    /// What publishes put on `key` so far (lists, streams, delayed sets, channels), decoded as
+    /// `T` on assertion. Entries that claims and settles move between keys (retries, recovery,
+    /// dead letters of reliable lists) are not publishes; read those keys with
+    /// [`client`](Self::client).
+    pub fn published<T: Outgoing + PartialEq + fmt::Debug>(&self, key: &str) -> Published<T> {
+        let full = format!("{}{key}", self.broker.key_prefix());
+        let delayed = self.broker.delayed_set_key(key);
+        let messages = self
+            .model
+            .pushes(&[&full, &delayed])
+            .into_iter()
+            .map(|p| match p {
+                Pushed::List(v) => message(Frame::decode(v), false),
+                Pushed::Scheduled(v) => message(Frame::decode(v), true),
+                Pushed::Channel(v) => message(Frame::decode(v), false),
+                Pushed::Stream(fields) => stream_message(fields),
+            })
+            .collect();
+        Published::new(key, messages)
+    }
+
+    /// The broker, e.g. to publish from a task of the test.
+    pub fn broker(&self) -> &RedisBroker {
+        &self.broker
+    }
+
+    /// The in-memory server this broker runs on.
+    pub fn model(&self) -> &MemoryRedis {
+        &self.model
+    }
+
+    /// A fred client on this broker's in-memory server, for any command (`LLEN`, `ZCARD`,
+    /// `XPENDING`, ...); keys are full keys, with the broker's prefix. Already initialized.
+    ///
+    /// # Errors
+    /// When fred cannot build the client.
+    pub async fn client(&self) -> Result<fred::clients::Client> {
+        use fred::interfaces::ClientLike;
+        let client = self
+            .model
+            .client()
+            .map_err(|e| Error::Broker(e.to_string()))?;
+        client
+            .init()
+            .await
+            .map_err(|e| Error::Broker(e.to_string()))?;
+        Ok(client)
+    }
+}
+
+fn message(f: Frame, delayed: bool) -> Message {
+    Message {
+        id: f.id,
+        headers: f.headers,
+        payload: f.payload,
+        delayed,
+    }
+}
+
+fn stream_message(fields: Vec<(bytes::Bytes, bytes::Bytes)>) -> Message {
+    let mut m = Message {
+        id: String::new(),
+        headers: ruststream_core::Headers::new(),
+        payload: bytes::Bytes::new(),
+        delayed: false,
+    };
+    for (k, v) in fields {
+        match &k[..] {
+            b"payload" => m.payload = v,
+            b"rs.id" => m.id = String::from_utf8_lossy(&v).into_owned(),
+            b"rs.attempt" => {}
+            _ => {
+                m.headers.insert(
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                );
+            }
+        }
+    }
+    m
+}
+
+/// A publish through a [`TestBroker`]; `.publish().await` returns once the app has settled.
+#[must_use = "a publish does nothing until `.publish().await`"]
+pub struct TestPublish<'a, T> {
+    inner: Publish<'a, T>,
+    app: &'a TestApp,
+}
+
+impl<T: Outgoing> TestPublish<'_, T> {
+    /// The destination key; without it the type's outgoing name is used.
+    pub fn to(mut self, destination: impl Into<String>) -> Self {
+        self.inner = self.inner.to(destination);
+        self
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.inner = self.inner.header(name, value);
+        self
+    }
+
+    /// Sets the message id.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.inner = self.inner.id(id);
+        self
+    }
+
+    /// Delivers the message once `delay` has passed (on the model's clock).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.inner = self.inner.delay(delay);
+        self
+    }
+
+    /// Delivers the message at `when`, on the model's clock: compute it from
+    /// [`TestApp::now`] (`tb.now() + d`), which follows the virtual clock.
+    pub fn at(mut self, when: SystemTime) -> Self {
+        self.inner = self.inner.at(when);
+        self
+    }
+
+    /// Publishes, then waits until the app has settled (the handlers it triggers have run).
+    ///
+    /// # Errors
+    /// When the publish fails (no destination, an encoding error), or the app does not settle.
+    pub async fn publish(self) -> Result<()> {
+        self.inner.publish().await?;
+        self.app.settle().await
+    }
+}

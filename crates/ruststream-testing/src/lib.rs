@@ -1,0 +1,27 @@
+//! Test RustStream services with no server, on a virtual clock: the way FastStream users test
+//! their handlers, and fast enough that retries and crash recovery taking hours in production
+//! take milliseconds.
+//!
+//! Users reach it as `ruststream::testing` (feature `testing` of the `ruststream` crate):
+//!
+//! - [`TestApp::start`] runs an app with every `RedisBroker` on a [`MemoryRedis`]: an in-memory
+//!   model of the Redis behaviour the broker relies on (lists and processing lists, recovery and
+//!   delayed sets, streams with groups and pending entries, pub/sub, key expiry, the cluster slot
+//!   rule). The broker code above the connection is the production code: fred's mocking layer
+//!   hands every command to the model, and the broker's Lua scripts run as Rust versions of
+//!   themselves.
+//! - Under `#[tokio::test(start_paused = true)]`, [`TestApp::advance`] moves the clock that claim
+//!   scores, `min_idle`, delays, retry backoff and TTLs read, then lets the app settle.
+//! - `tb.broker::<RedisBroker>()` publishes ([`TestBroker::message`]) and asserts on subscribers
+//!   ([`TestBroker::subscriber`]) and on what was published ([`TestBroker::published`]).
+//!
+//! The conformance suite of the `ruststream` crate (`tests/conformance.rs`) runs the same
+//! scenarios on the model and on a real Redis, so the model cannot drift from Redis.
+
+mod app;
+mod model;
+mod record;
+
+pub use app::{InMemoryBroker, TestApp, TestBroker, TestPublish};
+pub use model::{MemoryRedis, Pushed, scripts};
+pub use record::{Call, Calls, Expected, Message, Published};

@@ -1,0 +1,956 @@
+//! Behaviour of list (and one stream) subscriptions against a real Redis.
+//!
+//! The server is `RUSTSTREAM_REDIS_URL` (default `redis://127.0.0.1:6379`). Each test has a key
+//! prefix of its own, so they run in parallel; the keys are inspected with raw commands.
+
+mod common;
+
+use std::future::pending;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Redis, bounded, start, stop, unique, wait_until};
+use fred::bytes::Bytes;
+use fred::prelude::*;
+use ruststream::prelude::*;
+use ruststream::{Headers, PublishPolicy};
+use ruststream_core::{Broker, OutMessage};
+use ruststream_redis::frame::Frame;
+
+/// How long any single condition may take before the test fails.
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    n: u32,
+}
+
+outgoing!(Job);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Done {
+    n: u32,
+}
+
+outgoing!(Done);
+
+fn info() -> AppInfo {
+    AppInfo::new("lists-test", "0.0.0")
+}
+
+fn job_json(n: u32) -> Bytes {
+    Bytes::from(serde_json::to_vec(&Job { n }).expect("json"))
+}
+
+/// One delivery as a handler saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    n: u32,
+    attempt: u32,
+    id: String,
+    tenant: Option<String>,
+    headers: Headers,
+    at: Instant,
+}
+
+/// Decides a delivery's outcome from the job and the attempt (may panic).
+type Decide = fn(&Job, u32) -> Result<(), HandlerOutcome>;
+
+/// A handler that records every delivery, then settles it as `decide` says.
+#[derive(Clone)]
+struct Probe {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    decide: Decide,
+}
+
+impl Probe {
+    fn new(decide: Decide) -> Self {
+        Self {
+            seen: Arc::default(),
+            decide,
+        }
+    }
+
+    fn acking() -> Self {
+        Self::new(|_, _| Ok(()))
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().expect("lock").len()
+    }
+
+    fn ns(&self) -> Vec<u32> {
+        self.seen().iter().map(|s| s.n).collect()
+    }
+}
+
+impl Handle<Job> for Probe {
+    async fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.seen.lock().expect("lock").push(Seen {
+            n: job.n,
+            attempt: ctx.attempt(),
+            id: ctx.message_id().to_owned(),
+            tenant: ctx.header("tenant").map(str::to_owned),
+            headers: ctx.headers().clone(),
+            at: Instant::now(),
+        });
+        (self.decide)(job, ctx.attempt())
+    }
+}
+
+/// An app with one subscriber on `broker`.
+fn app_with(broker: &RedisBroker, source: RedisList, probe: &Probe) -> RustStream {
+    let probe = probe.clone();
+    RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(source, probe).build());
+    })
+}
+
+async fn publish(broker: &RedisBroker, key: &str, n: u32) {
+    broker
+        .publisher()
+        .message(&Job { n })
+        .to(key)
+        .publish()
+        .await
+        .expect("publish");
+}
+
+// 1 ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn simple_list_delivers_in_publish_order() {
+    let r = Redis::connect("fifo").await;
+    let broker = r.broker();
+    broker.connect().await.expect("connect");
+    // Half the entries wait in the queue before the app starts, half arrive while it runs.
+    for n in 0..50 {
+        publish(&broker, "jobs", n).await;
+    }
+    let probe = Probe::acking();
+    let app = start(app_with(
+        &broker,
+        RedisList::new("jobs").concurrency(1),
+        &probe,
+    ))
+    .await;
+    for n in 50..100 {
+        publish(&broker, "jobs", n).await;
+    }
+    wait_until("100 deliveries", WAIT, async || probe.count() >= 100).await;
+    stop(app).await;
+
+    assert_eq!(probe.ns(), (0..100).collect::<Vec<_>>());
+    assert_eq!(r.llen("jobs").await, 0);
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 2 ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reliable_ack_leaves_no_key() {
+    let r = Redis::connect("ack").await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
+    publish(&broker, "jobs", 1).await;
+    wait_until("one delivery", WAIT, async || probe.count() == 1).await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    assert_eq!(r.llen("jobs").await, 0);
+    assert_eq!(r.llen("jobs.processing").await, 0);
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    assert_eq!(probe.seen()[0].attempt, 1);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reliable_retry_redelivers_then_dead_letters_with_max_attempts() {
+    let r = Redis::connect("retry").await;
+    let broker = r.broker();
+    let probe = Probe::new(|_, _| Err(HandlerOutcome::retry()));
+    let source = RedisList::new("jobs")
+        .reliable()
+        .retry(Backoff::immediate())
+        .max_attempts(3);
+    let app = start(app_with(&broker, source, &probe)).await;
+    publish(&broker, "jobs", 7).await;
+    wait_until("a dead letter", WAIT, async || {
+        r.llen("jobs.dead").await == 1
+    })
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let seen = probe.seen();
+    assert_eq!(
+        seen.iter().map(|s| s.attempt).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert!(seen.iter().all(|s| s.id == seen[0].id && s.n == 7));
+    let dead = r.frames("jobs.dead").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        dead[0].headers.get("reason").map(String::as_str),
+        Some("max-attempts")
+    );
+    assert_eq!(dead[0].id, seen[0].id);
+    assert_eq!(dead[0].attempt, 3);
+    assert_eq!(dead[0].payload, job_json(7));
+    assert_eq!(r.keys().await, ["jobs.dead"]);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reliable_drop_dead_letters_with_reason_dropped() {
+    let r = Redis::connect("drop").await;
+    let broker = r.broker();
+    let probe = Probe::new(|_, _| Err(HandlerOutcome::drop()));
+    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
+    broker
+        .publisher()
+        .message(&Job { n: 3 })
+        .to("jobs")
+        .header("tenant", "acme")
+        .publish()
+        .await
+        .expect("publish");
+    wait_until("a dead letter", WAIT, async || {
+        r.llen("jobs.dead").await == 1
+    })
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    assert_eq!(probe.count(), 1);
+    let dead = r.frames("jobs.dead").await;
+    assert_eq!(
+        dead[0].headers.get("reason").map(String::as_str),
+        Some("dropped")
+    );
+    assert_eq!(
+        dead[0].headers.get("tenant").map(String::as_str),
+        Some("acme")
+    );
+    assert_eq!(dead[0].attempt, 1);
+    assert_eq!(dead[0].payload, job_json(3));
+    assert_eq!(r.keys().await, ["jobs.dead"]);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reliable_retry_after_waits_in_the_delayed_set() {
+    const DELAY: Duration = Duration::from_millis(300);
+    let r = Redis::connect("retry-after").await;
+    let broker = r.broker();
+    let probe = Probe::new(|_, attempt| {
+        if attempt == 1 {
+            Err(HandlerOutcome::retry_after(DELAY))
+        } else {
+            Ok(())
+        }
+    });
+    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
+    publish(&broker, "jobs", 4).await;
+    wait_until("the first delivery", WAIT, async || probe.count() == 1).await;
+    wait_until("the retry in the delayed set", WAIT, async || {
+        r.zcard("jobs.delayed").await == 1 || probe.count() > 1
+    })
+    .await;
+    assert_eq!(probe.count(), 1, "came back before the delay");
+    let id = probe.seen()[0].id.clone();
+    let waiting: Option<Bytes> = r
+        .client
+        .hget(r.key("jobs.delayed.payloads"), id.as_str())
+        .await
+        .expect("HGET");
+    let waiting = Frame::decode(waiting.expect("the payload waits in the hash under the id"));
+    assert_eq!((waiting.attempt, waiting.id.as_str()), (2, id.as_str()));
+    assert_eq!(waiting.payload, job_json(4));
+    assert_eq!(r.llen("jobs").await, 0);
+    assert_eq!(r.llen("jobs.processing").await, 0);
+
+    wait_until("the second delivery", WAIT, async || probe.count() == 2).await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let seen = probe.seen();
+    assert_eq!((seen[1].attempt, seen[1].id.as_str()), (2, id.as_str()));
+    let waited = seen[1].at - seen[0].at;
+    assert!(waited >= DELAY, "came back after {waited:?}");
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 3 ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_panicking_handler_is_retried_and_the_app_goes_on() {
+    let r = Redis::connect("panic").await;
+    let broker = r.broker();
+    let probe = Probe::new(|job, attempt| {
+        assert!(!(job.n == 1 && attempt == 1), "handler panics on purpose");
+        Ok(())
+    });
+    let source = RedisList::new("jobs")
+        .reliable()
+        .retry(Backoff::fixed(Duration::from_millis(50)));
+    let app = start(app_with(&broker, source, &probe)).await;
+    publish(&broker, "jobs", 1).await;
+    wait_until("the panicking delivery", WAIT, async || probe.count() >= 1).await;
+    for n in 2..=5 {
+        publish(&broker, "jobs", n).await;
+    }
+    wait_until("the retry and the other entries", WAIT, async || {
+        let seen = probe.seen();
+        seen.iter().any(|s| s.n == 1 && s.attempt == 2)
+            && (2..=5).all(|n| seen.iter().any(|s| s.n == n))
+    })
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let seen = probe.seen();
+    let first: Vec<u32> = seen
+        .iter()
+        .filter(|s| s.n == 1)
+        .map(|s| s.attempt)
+        .collect();
+    assert_eq!(first, [1, 2]);
+    assert!(seen.iter().filter(|s| s.n != 1).all(|s| s.attempt == 1));
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 4 ------------------------------------------------------------------------------------------
+
+async fn garbage_goes_to_the_dead_letter_list(source: RedisList, tag: &str) {
+    let r = Redis::connect(tag).await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, source, &probe)).await;
+    r.lpush_raw("jobs", "not json").await;
+    publish(&broker, "jobs", 8).await;
+    wait_until("the valid entry", WAIT, async || probe.count() == 1).await;
+    wait_until("a dead letter", WAIT, async || {
+        r.llen("jobs.dead").await == 1
+    })
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    assert_eq!(probe.ns(), [8]);
+    let dead = r.frames("jobs.dead").await;
+    let reason = dead[0].headers.get("reason").cloned().unwrap_or_default();
+    assert!(reason.starts_with("decode:"), "reason: {reason}");
+    assert_eq!(dead[0].payload, Bytes::from_static(b"not json"));
+    assert_eq!(dead[0].attempt, 1);
+    assert_eq!(r.keys().await, ["jobs.dead"]);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn garbage_on_a_reliable_list_is_dead_lettered_and_reading_goes_on() {
+    garbage_goes_to_the_dead_letter_list(RedisList::new("jobs").reliable(), "garbage-reliable")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn garbage_on_a_simple_list_is_dead_lettered_and_reading_goes_on() {
+    garbage_goes_to_the_dead_letter_list(RedisList::new("jobs"), "garbage-simple").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn garbage_without_a_dead_letter_list_is_removed() {
+    let r = Redis::connect("garbage-nodead").await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let source = RedisList::new("jobs").reliable().no_dead_letter();
+    let app = start(app_with(&broker, source, &probe)).await;
+    r.lpush_raw("jobs", "not json").await;
+    publish(&broker, "jobs", 9).await;
+    wait_until("the valid entry", WAIT, async || probe.count() == 1).await;
+    wait_until("queue and processing list to empty", WAIT, async || {
+        r.llen("jobs").await == 0 && r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    assert_eq!(probe.ns(), [9]);
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 5 ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_raw_lpush_is_a_payload_without_headers() {
+    let r = Redis::connect("raw").await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
+    r.lpush_raw("jobs", r#"{"n":1}"#).await;
+    wait_until("the raw entry", WAIT, async || probe.count() == 1).await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let seen = &probe.seen()[0];
+    assert_eq!((seen.n, seen.attempt), (1, 1));
+    assert!(seen.headers.is_empty(), "headers: {:?}", seen.headers);
+    assert!(!seen.id.is_empty(), "a raw entry still gets a message id");
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 6 ------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn published_headers_reach_the_context() {
+    let r = Redis::connect("headers").await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, RedisList::new("jobs"), &probe)).await;
+    broker
+        .publisher()
+        .message(&Job { n: 6 })
+        .to("jobs")
+        .header("tenant", "acme")
+        .header("region", "eu")
+        .publish()
+        .await
+        .expect("publish");
+    publish(&broker, "jobs", 60).await;
+    wait_until("two deliveries", WAIT, async || probe.count() == 2).await;
+    stop(app).await;
+
+    // Both may be handled at once, in either order.
+    let seen = probe.seen();
+    let with = seen
+        .iter()
+        .find(|s| s.n == 6)
+        .expect("the job with headers");
+    let without = seen.iter().find(|s| s.n == 60).expect("the job without");
+    assert_eq!(with.tenant.as_deref(), Some("acme"));
+    assert_eq!(with.headers.get("region").map(String::as_str), Some("eu"));
+    assert_eq!(with.headers.len(), 2);
+    assert_eq!(
+        without.tenant, None,
+        "headers do not leak to the next message"
+    );
+    assert!(without.headers.is_empty());
+    r.cleanup().await;
+}
+
+// 7 ------------------------------------------------------------------------------------------
+
+/// A handler that never finishes.
+#[derive(Clone, Default)]
+struct Stuck(Arc<AtomicUsize>);
+
+impl Handle<Job> for Stuck {
+    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        pending::<()>().await;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_leaves_an_unfinished_entry_claimed() {
+    let r = Redis::connect("shutdown").await;
+    let broker = r.broker();
+    let stuck = Stuck::default();
+    let handler = stuck.clone();
+    let app = RustStream::new(info())
+        .shutdown_timeout(Duration::from_millis(200))
+        .with_broker(broker.clone(), move |b| {
+            b.include(subscriber(RedisList::new("jobs").reliable(), handler).build());
+        });
+    let app = start(app).await;
+    publish(&broker, "jobs", 1).await;
+    wait_until("the handler to start", WAIT, async || {
+        stuck.0.load(Ordering::SeqCst) == 1
+    })
+    .await;
+
+    let began = Instant::now();
+    bounded(
+        "shutdown with a stuck handler",
+        Duration::from_secs(2),
+        app.shutdown(),
+    )
+    .await
+    .expect("shutdown");
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_millis(200),
+        "did not wait for the handler: {took:?}"
+    );
+
+    assert_eq!(r.llen("jobs").await, 0);
+    let claimed = r.frames("jobs.processing").await;
+    assert_eq!(claimed.len(), 1, "the unfinished entry stays claimed");
+    assert_eq!((claimed[0].attempt, &claimed[0].payload), (1, &job_json(1)));
+    assert!(!r.exists("jobs.dead").await);
+    r.cleanup().await;
+}
+
+/// Client connections (of any type) whose selected database is `db`.
+async fn connections_on(r: &Redis, db: u8) -> usize {
+    let list: String = r
+        .client
+        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
+        .await
+        .expect("CLIENT LIST");
+    let tag = format!(" db={db} ");
+    list.lines().filter(|l| l.contains(&tag)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_closes_every_connection() {
+    // A database no other test of this file selects, so its connections can be counted.
+    const DB: u8 = 13;
+    let url = common::redis_url_with_db(DB);
+    let r = Redis::with_url(&url, format!("{}:", unique("connections"))).await;
+    let before = connections_on(&r, DB).await;
+    for _ in 0..2 {
+        let broker = RedisBroker::standalone(url.clone()).prefix(r.prefix.clone());
+        let app = RustStream::new(info()).with_broker(broker, |b| {
+            b.include(subscriber(RedisList::new("a").reliable(), Probe::acking()).build());
+            b.include(subscriber(RedisList::new("b"), Probe::acking()).build());
+        });
+        let app = start(app).await;
+        let running = connections_on(&r, DB).await;
+        assert!(
+            running >= before + 3,
+            "a pool and two readers: {running} connections, {before} before"
+        );
+        stop(app).await;
+        wait_until("the app's connections to close", WAIT, async || {
+            connections_on(&r, DB).await == before
+        })
+        .await;
+    }
+    r.cleanup().await;
+}
+
+// 8 ------------------------------------------------------------------------------------------
+
+/// Replies with the job's number.
+struct Echo;
+
+impl Handle<Job, Done> for Echo {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<Done, HandlerOutcome> {
+        Ok(Done { n: job.n })
+    }
+}
+
+const TTL: Duration = Duration::from_secs(100);
+
+/// Whether a `PTTL` reading is the 100 s TTL, freshly armed.
+fn fresh_ttl(pttl: i64) -> bool {
+    (90_000..=100_000).contains(&pttl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reply_ttl_is_rearmed_on_each_push() {
+    let r = Redis::connect("ttl").await;
+    let broker = r.broker();
+    let app = RustStream::new(info()).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(RedisList::new("in"), Echo)
+                .reply()
+                .to("out")
+                .build(),
+        )
+        .out_reply(list::Publish::new().ttl(TTL));
+    });
+    let app = start(app).await;
+    publish(&broker, "in", 1).await;
+    wait_until("the first reply", WAIT, async || r.llen("out").await == 1).await;
+    let pttl = r.pttl("out").await;
+    assert!(fresh_ttl(pttl), "PTTL after the first reply: {pttl}");
+
+    let _: i64 = r
+        .client
+        .pexpire(r.key("out"), 5_000, None)
+        .await
+        .expect("PEXPIRE");
+    assert!(r.pttl("out").await <= 5_000);
+    publish(&broker, "in", 2).await;
+    wait_until("the second reply", WAIT, async || r.llen("out").await == 2).await;
+    let pttl = r.pttl("out").await;
+    assert!(fresh_ttl(pttl), "PTTL after the second reply: {pttl}");
+    stop(app).await;
+
+    let replies: Vec<Done> = r
+        .frames("out")
+        .await
+        .iter()
+        .rev()
+        .map(|f| serde_json::from_slice(&f.payload).expect("a Done"))
+        .collect();
+    assert_eq!(replies, [Done { n: 1 }, Done { n: 2 }]);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publish_with_ttl_rearms_the_expiry() {
+    let r = Redis::connect("ttl-direct").await;
+    let broker = r.broker();
+    broker.connect().await.expect("connect");
+    let policy = PublishPolicy::List(list::Publish::new().ttl(TTL));
+    let message = || OutMessage::new("direct", job_json(1));
+
+    broker
+        .publish_with(&policy, vec![message(), message()])
+        .await
+        .expect("publish");
+    assert_eq!(r.llen("direct").await, 2);
+    let pttl = r.pttl("direct").await;
+    assert!(fresh_ttl(pttl), "PTTL after the first push: {pttl}");
+
+    let _: i64 = r
+        .client
+        .pexpire(r.key("direct"), 5_000, None)
+        .await
+        .expect("PEXPIRE");
+    broker
+        .publish_with(&policy, vec![message()])
+        .await
+        .expect("publish");
+    assert_eq!(r.llen("direct").await, 3);
+    let pttl = r.pttl("direct").await;
+    assert!(fresh_ttl(pttl), "PTTL after the second push: {pttl}");
+
+    // A plain publish leaves the expiry alone.
+    let _: i64 = r
+        .client
+        .pexpire(r.key("direct"), 5_000, None)
+        .await
+        .expect("PEXPIRE");
+    broker
+        .publish_with(&PublishPolicy::List(list::Publish::new()), vec![message()])
+        .await
+        .expect("publish");
+    assert!(r.pttl("direct").await <= 5_000);
+    Broker::close(&broker).await;
+    r.cleanup().await;
+}
+
+// 9 ------------------------------------------------------------------------------------------
+
+/// Counts handlers running at once.
+#[derive(Clone, Default)]
+struct Busy {
+    now: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+    done: Arc<AtomicUsize>,
+}
+
+impl Handle<Job> for Busy {
+    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        // The work itself.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_concurrency_limit_is_never_exceeded() {
+    const N: u32 = 200;
+    let r = Redis::connect("concurrency").await;
+    let broker = r.broker();
+    broker.connect().await.expect("connect");
+    let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
+    broker
+        .publisher()
+        .messages(&jobs)
+        .to("jobs")
+        .publish()
+        .await
+        .expect("publish");
+    assert_eq!(r.llen("jobs").await, i64::from(N));
+
+    // Samples the processing list's length while the app runs.
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let client = r.client.clone();
+        let key = r.key("jobs.processing");
+        let sampling = sampling.clone();
+        tokio::spawn(async move {
+            let (mut max, mut samples) = (0_i64, 0_u32);
+            while sampling.load(Ordering::SeqCst) {
+                let len: i64 = client.llen(&key).await.expect("LLEN");
+                max = max.max(len);
+                samples += 1;
+            }
+            (max, samples)
+        })
+    };
+
+    let busy = Busy::default();
+    let handler = busy.clone();
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(RedisList::new("jobs").reliable().concurrency(4), handler).build());
+    });
+    let app = start(app).await;
+    wait_until("every entry handled", Duration::from_secs(30), async || {
+        busy.done.load(Ordering::SeqCst) == N as usize
+    })
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        r.llen("jobs.processing").await == 0
+    })
+    .await;
+    sampling.store(false, Ordering::SeqCst);
+    let (max_processing, samples) = bounded("the sampler", WAIT, sampler)
+        .await
+        .expect("sampler");
+    stop(app).await;
+
+    let max = busy.max.load(Ordering::SeqCst);
+    assert_eq!(max, 4, "most handlers at once");
+    assert!(
+        (1..=4).contains(&max_processing),
+        "most entries in the processing list: {max_processing} ({samples} samples)"
+    );
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 10 -----------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_key_prefix_is_applied() {
+    let key = unique("prefix");
+    let raw = Redis::with_prefix(String::new()).await;
+    let prefixed = format!("p:{key}");
+    // An entry at the unprefixed key: a reader that forgot the prefix would take it first.
+    raw.lpush_raw(&key, r#"{"n":99}"#).await;
+
+    let broker = RedisBroker::standalone(common::redis_url()).prefix("p:");
+    let probe = Probe::new(|job, _| {
+        if job.n == 3 {
+            Err(HandlerOutcome::drop())
+        } else {
+            Ok(())
+        }
+    });
+    let app = start(app_with(
+        &broker,
+        RedisList::new(key.clone()).reliable(),
+        &probe,
+    ))
+    .await;
+    raw.lpush_raw(&prefixed, r#"{"n":1}"#).await;
+    publish(&broker, &key, 2).await;
+    publish(&broker, &key, 3).await;
+    wait_until("three deliveries", WAIT, async || probe.count() == 3).await;
+    wait_until("the dead letter", WAIT, async || {
+        raw.llen(&format!("{prefixed}.dead")).await == 1
+    })
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        raw.llen(&format!("{prefixed}.processing")).await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let mut ns = probe.ns();
+    ns.sort_unstable();
+    assert_eq!(ns, [1, 2, 3]);
+    assert_eq!(raw.keys_matching(&format!("{key}*")).await, [key.as_str()]);
+    assert_eq!(raw.llen(&key).await, 1, "the unprefixed entry is untouched");
+    assert_eq!(
+        raw.keys_matching(&format!("{prefixed}*")).await,
+        [format!("{prefixed}.dead")]
+    );
+    raw.delete_matching(&format!("{key}*")).await;
+    raw.delete_matching(&format!("{prefixed}*")).await;
+    raw.cleanup().await;
+}
+
+// 11 -----------------------------------------------------------------------------------------
+
+/// A stream delivery: the job's number, the attempt, the `tenant` header.
+type Delivered = (u32, u32, Option<String>);
+
+/// A stream handler that records deliveries.
+#[derive(Clone, Default)]
+struct StreamProbe(Arc<Mutex<Vec<Delivered>>>);
+
+impl Handle<Job> for StreamProbe {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.0.lock().expect("lock").push((
+            job.n,
+            ctx.attempt(),
+            ctx.header("tenant").map(str::to_owned),
+        ));
+        Ok(())
+    }
+}
+
+async fn pending_count(r: &Redis, key: &str, group: &str) -> i64 {
+    let summary: Vec<Value> = r
+        .client
+        .custom(fred::cmd!("XPENDING"), vec![r.key(key), group.to_owned()])
+        .await
+        .expect("XPENDING");
+    summary
+        .first()
+        .and_then(Value::as_i64)
+        .expect("XPENDING starts with a count")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stream_entry_is_handled_and_acknowledged() {
+    let r = Redis::connect("stream").await;
+    let broker = r.broker();
+    let probe = StreamProbe::default();
+    let handler = probe.clone();
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(RedisStream::new("events").group("g"), handler).build());
+    });
+    let app = start(app).await;
+    let _: Bytes = r
+        .client
+        .custom(
+            fred::cmd!("XADD"),
+            vec![
+                r.key("events"),
+                "*".into(),
+                "payload".into(),
+                r#"{"n":5}"#.into(),
+                "tenant".into(),
+                "acme".into(),
+            ],
+        )
+        .await
+        .expect("XADD");
+    wait_until("the stream entry", WAIT, async || {
+        !probe.0.lock().expect("lock").is_empty()
+    })
+    .await;
+    wait_until("no pending entry", WAIT, async || {
+        pending_count(&r, "events", "g").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    assert_eq!(
+        *probe.0.lock().expect("lock"),
+        [(5, 1, Some("acme".to_owned()))]
+    );
+    let len: i64 = r.client.xlen(r.key("events")).await.expect("XLEN");
+    assert_eq!(len, 1, "no entry was added back");
+    assert!(!r.exists("events.dead").await);
+    r.cleanup().await;
+}
+
+// 12 -----------------------------------------------------------------------------------------
+
+async fn delayed_publish_arrives_after_its_delay(source: RedisList, tag: &str) {
+    const DELAY: Duration = Duration::from_millis(300);
+    let r = Redis::connect(tag).await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, source, &probe)).await;
+
+    let published = Instant::now();
+    for _ in 0..2 {
+        broker
+            .publisher()
+            .message(&Job { n: 12 })
+            .to("jobs")
+            .delay(DELAY)
+            .id("x")
+            .publish()
+            .await
+            .expect("publish");
+    }
+    assert!(
+        published.elapsed() < DELAY,
+        "publishing took too long to check the wait"
+    );
+    assert_eq!(
+        r.zcard("jobs.delayed").await,
+        1,
+        "one entry waits for id `x`"
+    );
+    assert_eq!(r.hlen("jobs.delayed.payloads").await, 1);
+    assert_eq!(r.llen("jobs").await, 0);
+    assert_eq!(probe.count(), 0);
+
+    wait_until("the delayed entry", WAIT, async || probe.count() >= 1).await;
+    wait_until(
+        "the delayed set, queue and processing list to empty",
+        WAIT,
+        async || {
+            r.zcard("jobs.delayed").await == 0
+                && r.llen("jobs").await == 0
+                && r.llen("jobs.processing").await == 0
+        },
+    )
+    .await;
+    stop(app).await;
+
+    let seen = probe.seen();
+    assert_eq!(seen.len(), 1, "delivered once: {seen:?}");
+    assert_eq!(
+        (seen[0].n, seen[0].attempt, seen[0].id.as_str()),
+        (12, 1, "x")
+    );
+    let waited = seen[0].at - published;
+    assert!(waited >= DELAY, "arrived after {waited:?}");
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delayed_publish_to_a_reliable_list() {
+    delayed_publish_arrives_after_its_delay(RedisList::new("jobs").reliable(), "delay-reliable")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delayed_publish_to_a_simple_list() {
+    delayed_publish_arrives_after_its_delay(RedisList::new("jobs"), "delay-simple").await;
+}

@@ -1,0 +1,220 @@
+//! `ruststream::testing::TestApp` on the virtual clock: delays, `.at(..)`, retry backoff, key
+//! expiry and a cluster topology, all in model time (an hour takes a few milliseconds), with no
+//! server.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::prelude::*;
+use ruststream::prelude::*;
+use ruststream::testing::TestApp;
+use ruststream::{Settlement, subscriber};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    n: u32,
+}
+
+// Braces in an outgoing name are a template, so the tests name the tagged key with `.to(..)`.
+outgoing!(Job);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Done {
+    n: u32,
+}
+
+outgoing!(Done);
+
+/// Acknowledges, or keeps asking for a retry when `retry` is set.
+#[derive(Clone, Default)]
+struct Worker {
+    retry: bool,
+    attempts: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Handle<Job> for Worker {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.attempts.lock().expect("lock").push(ctx.attempt());
+        if self.retry {
+            Err(HandlerOutcome::retry())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Replies to every job with a `Done`.
+struct Replier;
+
+impl Handle<Job, Done> for Replier {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<Done, HandlerOutcome> {
+        Ok(Done { n: job.n })
+    }
+}
+
+fn app(source: RedisList, worker: Worker) -> RustStream {
+    RustStream::new(AppInfo::new("testapp", "0.0.0")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379").prefix("t:"),
+        |b| {
+            b.include(subscriber(source, worker).build());
+        },
+    )
+}
+
+fn broker_error(e: fred::error::Error) -> ruststream::Error {
+    ruststream::Error::Broker(e.to_string())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delayed_publish_waits_for_the_clock() -> ruststream::Result<()> {
+    let tb = TestApp::start(app(RedisList::new("{jobs}").reliable(), Worker::default())).await?;
+    let job = Job { n: 1 };
+    tb.broker::<RedisBroker>()
+        .message(&job)
+        .to("{jobs}")
+        .delay(Duration::from_secs(3600))
+        .publish()
+        .await?;
+    let b = tb.broker::<RedisBroker>();
+    b.published::<Job>("{jobs}").assert_called_once().with(&job);
+    assert!(b.published::<Job>("{jobs}").messages()[0].delayed);
+    tb.advance(Duration::from_secs(59 * 60)).await?;
+    tb.broker::<RedisBroker>()
+        .subscriber("{jobs}")
+        .assert_not_called();
+    tb.advance(Duration::from_secs(2 * 60)).await?;
+    tb.broker::<RedisBroker>()
+        .subscriber("{jobs}")
+        .assert_called_once()
+        .with(&job)
+        .settled(HandlerOutcome::ack());
+    tb.shutdown().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_reads_the_model_clock() -> ruststream::Result<()> {
+    let tb = TestApp::start(app(RedisList::new("{jobs}").reliable(), Worker::default())).await?;
+    tb.advance(Duration::from_secs(3600)).await?;
+    let when = tb.now() + Duration::from_secs(600);
+    tb.broker::<RedisBroker>()
+        .message(&Job { n: 2 })
+        .to("{jobs}")
+        .at(when)
+        .publish()
+        .await?;
+    tb.advance(Duration::from_secs(590)).await?;
+    tb.broker::<RedisBroker>()
+        .subscriber("{jobs}")
+        .assert_not_called();
+    tb.advance(Duration::from_secs(20)).await?;
+    tb.broker::<RedisBroker>()
+        .subscriber("{jobs}")
+        .assert_called_once();
+    tb.shutdown().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_backoff_runs_on_the_clock() -> ruststream::Result<()> {
+    let worker = Worker {
+        retry: true,
+        ..Worker::default()
+    };
+    let source = RedisList::new("{jobs}")
+        .reliable()
+        .max_attempts(3)
+        .retry(Backoff::exponential(Duration::from_secs(60)).jitter(0.0));
+    let tb = TestApp::start(app(source, worker.clone())).await?;
+    tb.broker::<RedisBroker>()
+        .message(&Job { n: 3 })
+        .to("{jobs}")
+        .publish()
+        .await?;
+    let calls = |n| {
+        tb.broker::<RedisBroker>()
+            .subscriber("{jobs}")
+            .assert_called(n)
+            .calls()
+            .len()
+    };
+    calls(1);
+    tb.advance(Duration::from_secs(59)).await?;
+    calls(1);
+    tb.advance(Duration::from_secs(2)).await?;
+    calls(2);
+    // The second retry waits twice as long.
+    tb.advance(Duration::from_secs(118)).await?;
+    calls(2);
+    tb.advance(Duration::from_secs(3)).await?;
+    tb.broker::<RedisBroker>()
+        .subscriber("{jobs}")
+        .assert_called(3)
+        .settled(HandlerOutcome::retry())
+        .settled(Settlement::Dead {
+            reason: "max-attempts".into(),
+        });
+    assert_eq!(*worker.attempts.lock().expect("lock"), [1, 2, 3]);
+    let redis = tb.broker::<RedisBroker>().client().await?;
+    let dead: i64 = redis.llen("t:{jobs}.dead").await.map_err(broker_error)?;
+    assert_eq!(dead, 1);
+    tb.shutdown().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_queue_expires_on_the_clock() -> ruststream::Result<()> {
+    let app = RustStream::new(AppInfo::new("testapp", "0.0.0")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379"),
+        |b| {
+            b.include(
+                subscriber(RedisStream::new("uploads").group("g"), Replier)
+                    .reply()
+                    .to("{out}")
+                    .build(),
+            )
+            .out_reply(list::Publish::new().ttl(Duration::from_secs(90)));
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    tb.broker::<RedisBroker>()
+        .message(&Job { n: 4 })
+        .to("uploads")
+        .publish()
+        .await?;
+    let b = tb.broker::<RedisBroker>();
+    b.published::<Done>("{out}")
+        .assert_called_once()
+        .with(&Done { n: 4 });
+    let redis = b.client().await?;
+    let ttl: i64 = redis.pttl("{out}").await.map_err(broker_error)?;
+    assert!(ttl > 0 && ttl <= 90_000, "ttl {ttl}");
+    tb.advance(Duration::from_secs(91)).await?;
+    let left: i64 = redis.exists("{out}").await.map_err(broker_error)?;
+    assert_eq!(left, 0, "nobody fed the queue: it expired");
+    tb.shutdown().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cluster_app_runs_on_a_cluster_model() -> ruststream::Result<()> {
+    let app = RustStream::new(AppInfo::new("testapp", "0.0.0")).with_broker(
+        RedisBroker::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]),
+        |b| {
+            b.include(subscriber(RedisList::new("{jobs}").reliable(), Worker::default()).build());
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    assert!(tb.model().is_cluster());
+    tb.broker::<RedisBroker>()
+        .message(&Job { n: 5 })
+        .to("{jobs}")
+        .publish()
+        .await?;
+    tb.broker::<RedisBroker>()
+        .subscriber("{jobs}")
+        .assert_called_once();
+    let redis = tb.broker::<RedisBroker>().client().await?;
+    let e = redis
+        .custom::<Value, _>(fred::cmd!("LMOVE"), vec!["a", "b", "RIGHT", "LEFT"])
+        .await
+        .expect_err("two slots");
+    assert!(e.details().starts_with("CROSSSLOT"), "{e:?}");
+    tb.shutdown().await
+}
