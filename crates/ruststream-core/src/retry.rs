@@ -23,14 +23,14 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// `base`, `2·base`, `4·base`, ... capped at 10 minutes (see [`max`](Self::max)), with ±20 %
-    /// jitter (see [`jitter`](Self::jitter)).
+    /// `base`, `2·base`, `4·base`, ... capped at `1024·base` (see [`max`](Self::max)), with
+    /// ±20 % jitter (see [`jitter`](Self::jitter)).
     #[must_use]
     pub const fn exponential(base: Duration) -> Self {
         Self {
             base,
             factor: 2.0,
-            max: Duration::from_secs(600),
+            max: base.saturating_mul(1024),
             jitter: 0.2,
         }
     }
@@ -83,7 +83,7 @@ impl Backoff {
 }
 
 impl Default for Backoff {
-    /// Exponential from 1 s, capped at 10 minutes, ±20 % jitter.
+    /// Exponential from 1 s, capped at 1024 s (about 17 minutes), ±20 % jitter.
     fn default() -> Self {
         Self::exponential(Duration::from_secs(1))
     }
@@ -100,6 +100,16 @@ mod tests {
             let d = b.delay(2).as_secs_f64();
             assert!((1.0..=3.0).contains(&d), "{d}");
         }
+    }
+
+    #[test]
+    fn the_default_cap_lets_a_long_base_grow() {
+        let b = Backoff::exponential(Duration::from_secs(600)).jitter(0.0);
+        assert_eq!(b.delay(3), Duration::from_secs(2400));
+        assert_eq!(
+            Backoff::default().jitter(0.0).delay(40),
+            Duration::from_secs(1024)
+        );
     }
 
     #[test]

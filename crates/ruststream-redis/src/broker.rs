@@ -110,6 +110,8 @@ pub(crate) struct Inner {
     pub(crate) pool_size: usize,
     pub(crate) scheduling: bool,
     pub(crate) pool: RwLock<Option<Pool>>,
+    /// Held while the pool connects, so concurrent first uses connect once.
+    pub(crate) connecting: tokio::sync::Mutex<()>,
     /// Wakes readers when a publish schedules a new earliest delayed entry: delayed set name
     /// (the `PUBLISH` channel) to the readers' notifier.
     pub(crate) wakes: Mutex<HashMap<String, Arc<Notify>>>,
@@ -143,6 +145,7 @@ impl RedisBroker {
                 pool_size: 2,
                 scheduling: true,
                 pool: RwLock::new(None),
+                connecting: tokio::sync::Mutex::new(()),
                 wakes: Mutex::new(HashMap::new()),
                 subscriber: tokio::sync::OnceCell::new(),
                 memory: crate::memory::MemorySlot::default(),
@@ -173,6 +176,7 @@ impl RedisBroker {
                     pool_size: old.pool_size,
                     scheduling: old.scheduling,
                     pool: RwLock::new(None),
+                    connecting: tokio::sync::Mutex::new(()),
                     wakes: Mutex::new(HashMap::new()),
                     subscriber: tokio::sync::OnceCell::new(),
                     memory: crate::memory::MemorySlot::default(),
@@ -317,6 +321,7 @@ impl RedisBroker {
 
     /// Connects the shared pool, if not yet connected. Publishing from outside an app needs it.
     pub async fn connect(&self) -> Result<()> {
+        let _one_at_a_time = self.inner.connecting.lock().await;
         if self.inner.pool.read().map_err(poisoned)?.is_some() {
             return Ok(());
         }

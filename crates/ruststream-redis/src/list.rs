@@ -135,7 +135,7 @@ impl RedisList {
         self
     }
 
-    /// Delay before each retry (default: exponential from 1 s, capped at 10 min, ±20 %).
+    /// Delay before each retry (default: exponential from 1 s, capped at 1024 s, ±20 %).
     pub fn retry(mut self, backoff: Backoff) -> Self {
         self.opts.retry = backoff;
         self

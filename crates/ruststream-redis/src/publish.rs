@@ -20,7 +20,17 @@ pub(crate) struct RedisPublisher {
 
 impl PublishBackend for RedisPublisher {
     fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<()>> {
-        Box::pin(publish(&self.inner, messages, None))
+        Box::pin(async move {
+            // A publisher taken from a broker that no app started connects on first use.
+            if self.inner.pool().is_err() {
+                crate::RedisBroker {
+                    inner: self.inner.clone(),
+                }
+                .connect()
+                .await?;
+            }
+            publish(&self.inner, messages, None).await
+        })
     }
 }
 

@@ -44,7 +44,7 @@ pub const MOVE_BATCH: u32 = 128;
 pub const RECOVER_BATCH: u32 = 128;
 
 /// How often an idle reader looks for due entries when no wake-up came (a lost `PUBLISH`).
-const DUE_POLL: Duration = Duration::from_secs(1);
+const DUE_POLL: Duration = Duration::from_secs(5);
 
 /// The shortest blocking wait sent to Redis.
 const MIN_WAIT: Duration = Duration::from_millis(5);

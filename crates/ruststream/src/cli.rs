@@ -17,7 +17,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Connect and handle messages until SIGINT or SIGTERM (the default).
-    Run,
+    Run {
+        /// Serve Prometheus metrics on this address (e.g. 0.0.0.0:9000), at any path.
+        #[cfg(feature = "prometheus")]
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<std::net::SocketAddr>,
+    },
     /// Validate every subscription and connect, then exit: 0 when all is well.
     Check,
     /// Print the AsyncAPI 3.0 document of the service (JSON, or YAML with --yaml).
@@ -59,8 +64,21 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
     };
     let app = app();
     let result = runtime.block_on(async move {
-        match cli.command.unwrap_or(Command::Run) {
-            Command::Run => run(app).await,
+        let command = cli.command.unwrap_or(Command::Run {
+            #[cfg(feature = "prometheus")]
+            metrics_addr: None,
+        });
+        match command {
+            Command::Run {
+                #[cfg(feature = "prometheus")]
+                metrics_addr,
+            } => {
+                #[cfg(feature = "prometheus")]
+                if let Some(addr) = metrics_addr {
+                    serve_metrics(addr)?;
+                }
+                run(app).await
+            }
             Command::Check => {
                 app.check().await?;
                 println!("ok: every subscription is valid and the brokers answer");
@@ -116,6 +134,21 @@ pub fn render(doc: &serde_json::Value, format: Format) -> crate::Result<String> 
         text.push('\n');
     }
     Ok(text)
+}
+
+/// Installs the Prometheus recorder with its HTTP listener (inside the runtime).
+#[cfg(feature = "prometheus")]
+fn serve_metrics(addr: std::net::SocketAddr) -> crate::Result<()> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| {
+            crate::Error::config(format!(
+                "cannot serve metrics on {addr}: {e}; choose a free address with --metrics-addr"
+            ))
+        })?;
+    tracing::info!(%addr, "serving Prometheus metrics");
+    Ok(())
 }
 
 async fn run<A: App>(app: A) -> crate::Result<()> {
