@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,7 +10,7 @@ use fred::prelude::*;
 use ruststream::prelude::*;
 
 mod topo;
-use topo::{Topo, on_both};
+use topo::{Topo, on_both, prefix, wait_until};
 
 on_both!(
     an_idle_consumer_is_woken_for_a_delayed_publish,
@@ -22,34 +21,11 @@ on_both!(
     stop_subscription_stops_one_and_the_others_go_on
 );
 
-fn prefix() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "dt:{}:{}:",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let ok = tokio::time::timeout(limit, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "timed out after {limit:?} waiting until {what}");
 }
 
 /// A payment to check once it is due: `due_ms` is when it was meant to arrive.
@@ -116,7 +92,7 @@ async fn publisher(t: &Topo, prefix: &str) -> Publisher {
 }
 
 async fn an_idle_consumer_is_woken_for_a_delayed_publish(t: Topo) {
-    let p = prefix();
+    let p = prefix("dt");
     let h = Record::default();
     // A 5 s block: without the wake-up the entry would wait for the next poll.
     let source = RedisList::new("{pay}")
@@ -156,7 +132,7 @@ async fn an_idle_consumer_is_woken_for_a_delayed_publish(t: Topo) {
 
 async fn competing_movers_deliver_each_entry_once_and_never_early(t: Topo) {
     const N: u32 = 400;
-    let p = prefix();
+    let p = prefix("dt");
     let handlers: Vec<Record> = (0..3).map(|_| Record::default()).collect();
     let mut apps = Vec::new();
     for h in &handlers {
@@ -222,7 +198,7 @@ async fn competing_movers_deliver_each_entry_once_and_never_early(t: Topo) {
 }
 
 async fn retries_follow_the_backoff_then_land_in_dead_letters(t: Topo) {
-    let p = prefix();
+    let p = prefix("dt");
     let h = Record {
         fail: true,
         ..Record::default()
@@ -276,7 +252,7 @@ async fn retries_follow_the_backoff_then_land_in_dead_letters(t: Topo) {
 }
 
 async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
-    let p = prefix();
+    let p = prefix("dt");
     #[derive(Clone, Default)]
     struct FailOnce(Arc<Mutex<Vec<(u32, u32, u64)>>>);
     impl Handle<Check> for FailOnce {
@@ -335,7 +311,7 @@ async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
 }
 
 async fn a_pure_handler_node_does_not_schedule(t: Topo) {
-    let p = prefix();
+    let p = prefix("dt");
     let h = Record::default();
     let pure = t.broker().prefix(&p).scheduling(false);
     let source = RedisList::new("{pay}")
@@ -377,7 +353,7 @@ async fn a_pure_handler_node_does_not_schedule(t: Topo) {
 }
 
 async fn stop_subscription_stops_one_and_the_others_go_on(t: Topo) {
-    let p = prefix();
+    let p = prefix("dt");
     let (a, b) = (Record::default(), Record::default());
     let mut running = RustStream::new(AppInfo::new("two", "0"))
         .with_broker(t.broker().prefix(&p), |m| {

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use fred::prelude::*;
 use ruststream::prelude::*;
 
 mod topo;
-use topo::{Topo, on_both};
+use topo::{Topo, on_both, prefix, wait_until};
 
 on_both!(
     claims_are_recorded_and_acks_remove_them,
@@ -21,30 +20,6 @@ on_both!(
     identical_bytes_are_two_claims_and_ttl_is_rearmed,
     misconfigured_recovery_does_not_start
 );
-
-/// A prefix no other test run uses.
-fn prefix() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "rt:{}:{}:",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let ok = tokio::time::timeout(limit, async {
-        while !cond().await {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    assert!(ok.is_ok(), "timed out after {limit:?} waiting until {what}");
-}
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -112,7 +87,7 @@ async fn publish(t: &Topo, prefix: &str, jobs: &[Job]) {
 }
 
 async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
-    let p = prefix();
+    let p = prefix("rt");
     let r = t.client().await;
     let hung = Record {
         hang: true,
@@ -194,7 +169,7 @@ async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
 }
 
 async fn a_claim_is_not_recovered_before_min_idle(t: Topo) {
-    let p = prefix();
+    let p = prefix("rt");
     let hung = Record {
         hang: true,
         ..Record::default()
@@ -232,7 +207,7 @@ async fn a_claim_is_not_recovered_before_min_idle(t: Topo) {
 
 async fn concurrent_sweepers_never_duplicate(t: Topo) {
     const N: u32 = 300;
-    let p = prefix();
+    let p = prefix("rt");
     let r = t.client().await;
     // Claims left behind by a crashed worker: entries in the processing list, members scored
     // an hour ago.
@@ -328,7 +303,7 @@ async fn concurrent_sweepers_never_duplicate(t: Topo) {
 }
 
 async fn identical_bytes_are_two_claims_and_ttl_is_rearmed(t: Topo) {
-    let p = prefix();
+    let p = prefix("rt");
     let r = t.client().await;
     let hung = Record {
         hang: true,
@@ -356,7 +331,7 @@ async fn identical_bytes_are_two_claims_and_ttl_is_rearmed(t: Topo) {
 }
 
 async fn misconfigured_recovery_does_not_start(t: Topo) {
-    let p = prefix();
+    let p = prefix("rt");
     let no_idle = RedisList::new("{jobs}")
         .reliable()
         .recovery_zset("{jobs}.claims");

@@ -262,3 +262,8 @@ pub fn kill9(pid: u32) {
         .expect("kill runs");
     assert!(status.success(), "kill -KILL {pid} failed");
 }
+
+/// A key prefix no other test run uses: [`unique`] and a colon.
+pub fn prefix(tag: &str) -> String {
+    format!("{}:", unique(tag))
+}
