@@ -1,0 +1,259 @@
+//! The framework side of a scenario, run in a child process of the same binary so that its peak
+//! RSS (`VmHWM`) is the consumer's (or the publisher's) alone.
+//!
+//! The child prints `READY` once its app has started, then one `STATS k=v ...` line at the end.
+
+use std::future::Future;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::{StreamExt, TryStreamExt};
+use ruststream::{
+    App, AppInfo, Context, Handle, HandlerOutcome, Publisher, RedisBroker, RedisList, RedisStream,
+    RustStream, Subscriber, subscriber,
+};
+
+use crate::common::{
+    Config, CpuWindow, LatencyFrom, Msg, Scenario, Tracker, Tuning, now_ns, per_s, procfs,
+    quantile, usage_fields,
+};
+use crate::{BoxError, GROUP, KEY};
+
+/// What the parent tells a child.
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub scenario: Scenario,
+    pub config: Config,
+    pub n: u64,
+    pub redis: String,
+    pub prefix: String,
+    pub redis_pid: Option<u32>,
+    /// Every message is due at this wall-clock time (ns): the delayed burst.
+    pub due_ns: Option<u64>,
+    /// Latency is measured from the stamp in each body.
+    pub stamped: bool,
+}
+
+/// The handler: records the id, nothing else.
+struct Record(Arc<Tracker>);
+
+impl Handle<Msg> for Record {
+    fn handle(
+        &self,
+        msg: &Msg,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send {
+        self.0.record(msg);
+        std::future::ready(Ok(()))
+    }
+}
+
+/// The broker as a scenario's configuration sets it.
+pub fn broker(url: &str, prefix: &str, tuning: &Tuning) -> RedisBroker {
+    let broker = RedisBroker::standalone(url).prefix(prefix);
+    match tuning.pool_size {
+        Some(n) => broker.pool_size(n),
+        None => broker,
+    }
+}
+
+/// The subscription of a consuming scenario.
+fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscriber<RedisBroker> {
+    let list = |l: RedisList| match tuning.concurrency {
+        Some(c) => l.concurrency(c),
+        None => l,
+    };
+    match scenario {
+        Scenario::Simple => subscriber(list(RedisList::new(KEY)), handler).build::<Msg>(),
+        Scenario::Recovery => subscriber(
+            list(
+                RedisList::new(KEY)
+                    .reliable()
+                    .recovery_zset(format!("{KEY}.claims"))
+                    .min_idle(Duration::from_secs(60)),
+            ),
+            handler,
+        )
+        .build::<Msg>(),
+        Scenario::Stream => {
+            let s = RedisStream::new(KEY).group(GROUP);
+            let s = match tuning.concurrency {
+                Some(c) => s.concurrency(c),
+                None => s,
+            };
+            subscriber(s, handler).build::<Msg>()
+        }
+        _ => subscriber(list(RedisList::new(KEY).reliable()), handler).build::<Msg>(),
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
+fn hwm_kb() -> u64 {
+    procfs::status_kb("self", "VmHWM").unwrap_or(0)
+}
+
+/// `p50_us=.. p99_us=.. p999_us=.. max_us=..` of sorted µs values.
+fn quantiles(sorted: &[u32]) -> String {
+    let q = |x| quantile(sorted, x).map_or_else(|| "-".to_owned(), |v| v.to_string());
+    format!(
+        "p50_us={} p99_us={} p999_us={} max_us={}",
+        q(0.5),
+        q(0.99),
+        q(0.999),
+        q(1.0)
+    )
+}
+
+/// Runs the consumer side: starts an app with one subscription, waits until `n` distinct ids were
+/// handled, shuts down.
+pub async fn consume(a: &Args) -> Result<(), BoxError> {
+    let base_kb = hwm_kb();
+    let from = match (a.due_ns, a.stamped) {
+        (Some(due), _) => LatencyFrom::Fixed(due),
+        (None, true) => LatencyFrom::Stamp,
+        (None, false) => LatencyFrom::None,
+    };
+    let tracker = Arc::new(Tracker::new(a.n, from));
+    let tuning = Tuning::of(a.scenario, a.config);
+    let sub = subscription(a.scenario, &tuning, Record(tracker.clone()));
+    let app = RustStream::new(AppInfo::new("ruststream-bench", env!("CARGO_PKG_VERSION")))
+        .shutdown_timeout(Duration::from_secs(10))
+        .with_broker(broker(&a.redis, &a.prefix, &tuning), |b| {
+            b.include(sub);
+        });
+    let running = app.start().await?;
+    let started = Instant::now();
+    say("READY");
+    // The delayed burst: the clock starts when the entries fall due.
+    let t0 = match a.due_ns {
+        Some(due) => {
+            let t = started + Duration::from_nanos(due.saturating_sub(now_ns()));
+            tokio::time::sleep_until(t.into()).await;
+            t
+        }
+        None => started,
+    };
+    let cpu = CpuWindow::start(a.redis_pid);
+    let done = tracker.wait(Duration::from_secs(60 + a.n / 1000)).await;
+    let (client_cpu, redis_cpu) = cpu.stop();
+    let elapsed = done.map(|d| d.saturating_duration_since(t0));
+    let t_stop = Instant::now();
+    running.shutdown().await?;
+    let shutdown_ms = t_stop.elapsed().as_millis();
+    let lat = tracker.latencies();
+    say(&format!(
+        "STATS distinct={} dups={} strays={} elapsed_s={} rate={} {} {} hwm_kb={} base_kb={base_kb} shutdown_ms={shutdown_ms} {}",
+        tracker.distinct(),
+        tracker.dups(),
+        tracker.strays(),
+        elapsed.map_or_else(|| "-".to_owned(), |e| format!("{:.4}", e.as_secs_f64())),
+        elapsed.map_or_else(|| "-".to_owned(), |e| format!("{:.0}", per_s(a.n, e))),
+        usage_fields("client", Some(client_cpu)),
+        usage_fields("redis", redis_cpu),
+        hwm_kb(),
+        quantiles(&lat),
+    ));
+    Ok(())
+}
+
+/// Publishes `0..n` in chunks of `tuning.chunk` (`messages(&chunk)`), `tuning.in_flight` calls at
+/// once; returns the elapsed time and each call's latency in µs.
+pub async fn publish_batches(
+    publisher: &Publisher,
+    n: u64,
+    tuning: &Tuning,
+    due: Option<SystemTime>,
+) -> Result<(Duration, Vec<u32>), BoxError> {
+    let chunk = tuning.chunk as u64;
+    let t0 = Instant::now();
+    let lat: Vec<u32> = futures::stream::iter((0..n).step_by(tuning.chunk))
+        .map(|first| async move {
+            let msgs: Vec<Msg> = (first..(first + chunk).min(n))
+                .map(|i| Msg::new(i, 0))
+                .collect();
+            let t = Instant::now();
+            let p = publisher.messages(&msgs).to(KEY);
+            let p = match due {
+                Some(at) => p.at(at),
+                None => p,
+            };
+            p.publish().await?;
+            Ok::<u32, BoxError>(micros(t.elapsed()))
+        })
+        .buffer_unordered(tuning.in_flight)
+        .try_collect()
+        .await?;
+    Ok((t0.elapsed(), lat))
+}
+
+/// 64 tasks, each publishing one message per call (`message(&m)`), until `n` are published.
+async fn publish_singles(publisher: &Publisher, n: u64) -> Result<(Duration, Vec<u32>), BoxError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (publisher, next) = (publisher.clone(), next.clone());
+            tokio::spawn(async move {
+                let mut lat = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let m = Msg::new(i, 0);
+                    let t = Instant::now();
+                    publisher.message(&m).to(KEY).publish().await?;
+                    lat.push(micros(t.elapsed()));
+                }
+                Ok::<Vec<u32>, BoxError>(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await??);
+    }
+    Ok((t0.elapsed(), lat))
+}
+
+/// Runs the publisher side of the publish scenarios.
+pub async fn publish(a: &Args) -> Result<(), BoxError> {
+    let base_kb = hwm_kb();
+    let tuning = Tuning::of(a.scenario, a.config);
+    let broker = broker(&a.redis, &a.prefix, &tuning);
+    broker.connect().await?;
+    let publisher = broker.publisher();
+    say("READY");
+    let cpu = CpuWindow::start(a.redis_pid);
+    let (elapsed, mut lat) = if a.scenario == Scenario::PublishSingle {
+        publish_singles(&publisher, a.n).await?
+    } else {
+        publish_batches(&publisher, a.n, &tuning, None).await?
+    };
+    let (client_cpu, redis_cpu) = cpu.stop();
+    ruststream_core::Broker::close(&broker).await;
+    lat.sort_unstable();
+    say(&format!(
+        "STATS distinct={} dups=0 strays=0 elapsed_s={:.4} rate={:.0} {} {} hwm_kb={} base_kb={base_kb} shutdown_ms=0 {}",
+        a.n,
+        elapsed.as_secs_f64(),
+        per_s(a.n, elapsed),
+        usage_fields("client", Some(client_cpu)),
+        usage_fields("redis", redis_cpu),
+        hwm_kb(),
+        quantiles(&lat),
+    ));
+    Ok(())
+}

@@ -1,0 +1,512 @@
+//! What the parent and the child share: the message, scenarios and their tuning, the id tracker,
+//! percentiles, and readings from `/proc`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+/// The benchmark message: `{id, body}` as JSON, the body 100 characters.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Msg {
+    /// Dense ids `0..n`, so a tracker is a plain array.
+    pub id: u64,
+    /// 100 characters; the first 20 are a wall-clock stamp in ns when a scenario needs one.
+    pub body: String,
+}
+
+ruststream::outgoing!(Msg);
+
+/// A body with no stamp: 20 zeros, then 80 `x`.
+const PLAIN_BODY: &str = concat!(
+    "00000000000000000000",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+);
+
+impl Msg {
+    /// A message whose body carries `stamp_ns` (0: none) in its first 20 characters.
+    pub fn new(id: u64, stamp_ns: u64) -> Self {
+        let body = if stamp_ns == 0 {
+            PLAIN_BODY.to_owned()
+        } else {
+            let mut body = format!("{stamp_ns:020}");
+            body.push_str(&PLAIN_BODY[body.len()..]);
+            body
+        };
+        Self { id, body }
+    }
+
+    fn stamp(&self) -> Option<u64> {
+        self.body.get(..20).and_then(|s| s.parse().ok())
+    }
+}
+
+/// Wall-clock ns since the epoch (the clock both processes share).
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The scenarios, in the order `all` runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// Publishing alone, `messages(&chunk)` per call.
+    PublishBatch,
+    /// Publishing alone, 64 tasks each publishing one message at a time.
+    PublishSingle,
+    /// Simple list (`RPOP`).
+    Simple,
+    /// Reliable list (claim script, settle script).
+    Reliable,
+    /// Reliable list with a recovery set.
+    Recovery,
+    /// Stream with a consumer group.
+    Stream,
+    /// N entries due at once, moved from the delayed set.
+    Delayed,
+    /// Publish/subscribe fan-out (not implemented in the library).
+    Pubsub,
+    /// A steady rate on a reliable list, end-to-end latency.
+    Latency,
+}
+
+impl Scenario {
+    pub const ALL: [Self; 9] = [
+        Self::PublishBatch,
+        Self::PublishSingle,
+        Self::Simple,
+        Self::Reliable,
+        Self::Recovery,
+        Self::Stream,
+        Self::Delayed,
+        Self::Pubsub,
+        Self::Latency,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::PublishBatch => "publish-batch",
+            Self::PublishSingle => "publish-single",
+            Self::Simple => "simple",
+            Self::Reliable => "reliable",
+            Self::Recovery => "recovery",
+            Self::Stream => "stream",
+            Self::Delayed => "delayed",
+            Self::Pubsub => "pubsub",
+            Self::Latency => "latency",
+        }
+    }
+
+    /// Scenarios selected by a `--scenario` value (`publish` is both publish forms).
+    pub fn select(name: &str) -> Option<Vec<Self>> {
+        match name {
+            "all" => Some(Self::ALL.to_vec()),
+            "publish" => Some(vec![Self::PublishBatch, Self::PublishSingle]),
+            _ => Self::ALL
+                .iter()
+                .copied()
+                .find(|s| s.name() == name)
+                .map(|s| vec![s]),
+        }
+    }
+
+    pub fn is_publish(self) -> bool {
+        matches!(self, Self::PublishBatch | Self::PublishSingle)
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| format!("unknown scenario `{s}`"))
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Subscription defaults, or the tuned settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Config {
+    Default,
+    Tuned,
+}
+
+impl Config {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::Tuned => "tuned",
+        }
+    }
+}
+
+/// What a configuration sets, for one scenario.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// `.concurrency(n)` on the source (`None`: the default, 128).
+    pub concurrency: Option<usize>,
+    /// `RedisBroker::pool_size` (`None`: the default, 2).
+    pub pool_size: Option<usize>,
+    /// Messages per `messages(&chunk)` call.
+    pub chunk: usize,
+    /// Publish calls in flight at once.
+    pub in_flight: usize,
+}
+
+/// Claims per read when the source keeps its default concurrency.
+pub const DEFAULT_CONCURRENCY: usize = 128;
+
+impl Tuning {
+    /// The settings of `config` for `scenario`. `RSB_TUNED_CONCURRENCY` overrides the tuned
+    /// concurrency (to explore; the child inherits it).
+    pub fn of(scenario: Scenario, config: Config) -> Self {
+        let mut t = Self::table(scenario, config);
+        if config == Config::Tuned
+            && let Some(c) = env_usize("RSB_TUNED_CONCURRENCY")
+        {
+            t.concurrency = Some(c);
+        }
+        t
+    }
+
+    fn table(scenario: Scenario, config: Config) -> Self {
+        let default = Self {
+            concurrency: None,
+            pool_size: None,
+            chunk: 1000,
+            in_flight: 1,
+        };
+        match config {
+            Config::Default => default,
+            Config::Tuned => match scenario {
+                // Two chunks in flight overlap one round trip with the next chunk's encoding.
+                Scenario::PublishBatch => Self {
+                    pool_size: env_usize("RSB_TUNED_POOL"),
+                    in_flight: env_usize("RSB_TUNED_IN_FLIGHT").unwrap_or(2),
+                    ..default
+                },
+                // One connection pipelines the 64 publishers' commands best.
+                Scenario::PublishSingle => Self {
+                    pool_size: env_usize("RSB_TUNED_POOL").or(Some(1)),
+                    ..default
+                },
+                Scenario::Simple => Self {
+                    concurrency: Some(512),
+                    in_flight: 2,
+                    ..default
+                },
+                Scenario::Latency => Self {
+                    concurrency: Some(256),
+                    ..default
+                },
+                _ => Self {
+                    concurrency: Some(256),
+                    in_flight: 2,
+                    ..default
+                },
+            },
+        }
+    }
+
+    /// Claims per read, as the subscription will make them.
+    pub fn batch(&self) -> usize {
+        self.concurrency.unwrap_or(DEFAULT_CONCURRENCY)
+    }
+
+    /// What this tuning sets, for the RESULT line (`-`: nothing).
+    pub fn describe(&self, scenario: Scenario) -> String {
+        if scenario == Scenario::Pubsub {
+            return "-".to_owned();
+        }
+        let mut parts = Vec::new();
+        if let Some(c) = self.concurrency {
+            parts.push(format!("concurrency:{c}"));
+        }
+        if let Some(p) = self.pool_size {
+            parts.push(format!("pool_size:{p}"));
+        }
+        if scenario != Scenario::PublishSingle && self.in_flight > 1 {
+            parts.push(format!("publish_in_flight:{}", self.in_flight));
+        }
+        if parts.is_empty() {
+            "-".to_owned()
+        } else {
+            parts.join(",")
+        }
+    }
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// What a latency is measured from, per message.
+#[derive(Debug, Clone, Copy)]
+pub enum LatencyFrom {
+    /// Not measured.
+    None,
+    /// The stamp in the message body (publish time, or due time).
+    Stamp,
+    /// One instant for every message (the common due time), wall-clock ns.
+    Fixed(u64),
+}
+
+/// Records which ids were handled, how often, and (optionally) each one's latency.
+pub struct Tracker {
+    n: u64,
+    seen: Vec<AtomicU8>,
+    distinct: AtomicU64,
+    dups: AtomicU64,
+    strays: AtomicU64,
+    from: LatencyFrom,
+    lat_us: Vec<AtomicU32>,
+    done_at: OnceLock<Instant>,
+    done: Notify,
+}
+
+impl Tracker {
+    pub fn new(n: u64, from: LatencyFrom) -> Self {
+        let len = usize::try_from(n).expect("n fits in memory");
+        let lat_len = if matches!(from, LatencyFrom::None) {
+            0
+        } else {
+            len
+        };
+        Self {
+            n,
+            seen: (0..len).map(|_| AtomicU8::new(0)).collect(),
+            distinct: AtomicU64::new(0),
+            dups: AtomicU64::new(0),
+            strays: AtomicU64::new(0),
+            from,
+            lat_us: (0..lat_len).map(|_| AtomicU32::new(0)).collect(),
+            done_at: OnceLock::new(),
+            done: Notify::new(),
+        }
+    }
+
+    /// Records one handled message.
+    pub fn record(&self, m: &Msg) {
+        let Some(slot) = usize::try_from(m.id).ok().and_then(|i| self.seen.get(i)) else {
+            self.strays.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let prev = slot
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(1))
+            })
+            .unwrap_or(u8::MAX);
+        if prev > 0 {
+            self.dups.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let from = match self.from {
+            LatencyFrom::None => None,
+            LatencyFrom::Stamp => m.stamp(),
+            LatencyFrom::Fixed(t) => Some(t),
+        };
+        if let Some(from) = from {
+            let us = now_ns().saturating_sub(from) / 1000;
+            self.lat_us[usize::try_from(m.id).unwrap_or(0)]
+                .store(u32::try_from(us).unwrap_or(u32::MAX), Ordering::Relaxed);
+        }
+        if self.distinct.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+            let _ = self.done_at.set(Instant::now());
+            self.done.notify_one();
+        }
+    }
+
+    /// Waits until every id was handled, or `timeout`; returns when the last one was.
+    pub async fn wait(&self, timeout: Duration) -> Option<Instant> {
+        if self.distinct() < self.n {
+            let _ = tokio::time::timeout(timeout, self.done.notified()).await;
+        }
+        self.done_at.get().copied()
+    }
+
+    pub fn distinct(&self) -> u64 {
+        self.distinct.load(Ordering::Acquire)
+    }
+
+    pub fn dups(&self) -> u64 {
+        self.dups.load(Ordering::Relaxed)
+    }
+
+    pub fn strays(&self) -> u64 {
+        self.strays.load(Ordering::Relaxed)
+    }
+
+    /// The latencies of the handled ids, sorted, in µs.
+    pub fn latencies(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .lat_us
+            .iter()
+            .zip(&self.seen)
+            .filter(|(_, s)| s.load(Ordering::Relaxed) > 0)
+            .map(|(l, _)| l.load(Ordering::Relaxed))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// The `q` quantile of sorted values (nearest rank), `None` when empty.
+pub fn quantile(sorted: &[u32], q: f64) -> Option<u32> {
+    if sorted.is_empty() {
+        return None;
+    }
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// Readings from `/proc`.
+pub mod procfs {
+    use std::fs;
+
+    /// A `kB` field of `/proc/<pid>/status` (`VmHWM`, `VmRSS`), in kB.
+    pub fn status_kb(pid: &str, field: &str) -> Option<u64> {
+        let text = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    }
+
+    /// CPU time all live threads of `pid` have run, and have waited on a run queue for a CPU,
+    /// in ns (`/proc/<pid>/task/*/schedstat`).
+    pub fn cpu_ns(pid: &str) -> Option<(u64, u64)> {
+        let mut total = (0, 0);
+        for task in fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+            let path = task.ok()?.path().join("schedstat");
+            if let Ok(s) = fs::read_to_string(path) {
+                let mut f = s.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+                total.0 += f.next().unwrap_or(0);
+                total.1 += f.next().unwrap_or(0);
+            }
+        }
+        Some(total)
+    }
+
+    /// Whether `pid` is a running `redis-server`.
+    pub fn is_redis(pid: u32) -> bool {
+        fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim_end().starts_with("redis-server"))
+    }
+}
+
+/// CPU use of this process and of the Redis server over a window, as % of one core: time run,
+/// and time spent runnable but waiting for a CPU (other processes on the machine).
+pub struct CpuWindow {
+    t0: Instant,
+    me0: (u64, u64),
+    redis: Option<(String, (u64, u64))>,
+}
+
+/// `(run %, wait %)` of one core.
+pub type Usage = (f64, f64);
+
+impl CpuWindow {
+    pub fn start(redis_pid: Option<u32>) -> Self {
+        let redis = redis_pid.and_then(|p| {
+            let p = p.to_string();
+            procfs::cpu_ns(&p).map(|c| (p, c))
+        });
+        Self {
+            t0: Instant::now(),
+            me0: procfs::cpu_ns("self").unwrap_or_default(),
+            redis,
+        }
+    }
+
+    /// This process's and Redis's usage since `start`.
+    pub fn stop(&self) -> (Usage, Option<Usage>) {
+        #[allow(clippy::cast_precision_loss)]
+        let wall = self.t0.elapsed().as_nanos().max(1) as f64;
+        #[allow(clippy::cast_precision_loss)]
+        let pct = |a: (u64, u64), b: (u64, u64)| {
+            (
+                b.0.saturating_sub(a.0) as f64 * 100.0 / wall,
+                b.1.saturating_sub(a.1) as f64 * 100.0 / wall,
+            )
+        };
+        let me = pct(self.me0, procfs::cpu_ns("self").unwrap_or_default());
+        let redis = self
+            .redis
+            .as_ref()
+            .and_then(|(p, c0)| procfs::cpu_ns(p).map(|c1| pct(*c0, c1)));
+        (me, redis)
+    }
+}
+
+/// `run=..% wait=..%` fields of a usage, under `name`.
+pub fn usage_fields(name: &str, u: Option<Usage>) -> String {
+    match u {
+        Some((run, wait)) => format!("{name}_cpu={run:.0} {name}_wait={wait:.0}"),
+        None => format!("{name}_cpu=- {name}_wait=-"),
+    }
+}
+
+/// A rate in messages per second.
+pub fn per_s(n: u64, elapsed: Duration) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let n = n as f64;
+    n / elapsed.as_secs_f64().max(1e-9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_is_100_chars_and_carries_the_stamp() {
+        let m = Msg::new(7, 1_234_567_890_123);
+        assert_eq!(m.body.len(), 100);
+        assert_eq!(m.stamp(), Some(1_234_567_890_123));
+        assert_eq!(Msg::new(8, 0).body.len(), 100);
+    }
+
+    #[test]
+    fn tracker_counts_distinct_and_duplicates() {
+        let t = Tracker::new(3, LatencyFrom::None);
+        for id in [0, 1, 1, 2, 9] {
+            t.record(&Msg::new(id, 0));
+        }
+        assert_eq!((t.distinct(), t.dups(), t.strays()), (3, 1, 1));
+    }
+
+    #[test]
+    fn quantiles_use_nearest_rank() {
+        let v: Vec<u32> = (1..=100).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50));
+        assert_eq!(quantile(&v, 0.99), Some(99));
+        assert_eq!(quantile(&v, 1.0), Some(100));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn scenario_names_round_trip() {
+        for s in Scenario::ALL {
+            assert_eq!(s.name().parse::<Scenario>(), Ok(s));
+        }
+        assert_eq!(Scenario::select("publish").map(|v| v.len()), Some(2));
+        assert!(Scenario::select("nope").is_none());
+    }
+}
