@@ -123,8 +123,8 @@ impl Handle<CheckPayment, Notification> for Check {
         _outs: &(),
         ctx: &mut Context<'_>,
     ) -> Result<Notification, HandlerOutcome> {
-        let pending = check.id.starts_with("never")
-            || (check.id.starts_with("slow") && ctx.attempt() <= 2);
+        let pending =
+            check.id.starts_with("never") || (check.id.starts_with("slow") && ctx.attempt() <= 2);
         if pending {
             tracing::info!(payment = %check.id, attempt = ctx.attempt(), "payment pending");
             return Err(HandlerOutcome::retry());

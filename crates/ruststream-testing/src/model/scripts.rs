@@ -32,7 +32,7 @@ type Pin = (
 
 /// Every script the model runs, with the SHA-1 of the Lua its Rust version was written against.
 pub const PINNED: &[(&str, &str)] = &[
-    ("CLAIM", "7834a532ea61f6b08d1638e23d9ab9a12de3fcf1"),
+    ("CLAIM", "39a69cb5db0fa958210a6e194843be48139af7f8"),
     ("SETTLE_LIST", "21eb6210319e7ed51673deb0798689724274893f"),
     ("MOVE_DUE", "ba6c3de501a14c013fe5b71c1de0b62031e1f3e8"),
     ("SCHEDULE", "0e6e55d565e3c994df3db8610485aa377e46919d"),
