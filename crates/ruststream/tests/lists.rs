@@ -1,9 +1,13 @@
 //! Behaviour of list (and one stream) subscriptions against a real Redis.
 //!
-//! The server is `RUSTSTREAM_REDIS_URL` (default `redis://127.0.0.1:6379`). Each test has a key
-//! prefix of its own, so they run in parallel; the keys are inspected with raw commands.
+//! Each test runs on the standalone server (`RUSTSTREAM_REDIS_URL`, default
+//! `redis://127.0.0.1:6379`) and on the cluster (`RUSTSTREAM_CLUSTER_URLS`): `name::standalone`,
+//! `name::cluster`. Each has a key prefix of its own, so they run in parallel; the keys are
+//! inspected with raw commands. A queue's keys share a hash tag (`{jobs}`, `{jobs}.processing`,
+//! ...), as a cluster requires.
 
 mod common;
+mod topo;
 
 use std::future::pending;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,6 +21,30 @@ use ruststream::prelude::*;
 use ruststream::{Headers, PublishPolicy};
 use ruststream_core::{Broker, OutMessage};
 use ruststream_redis::frame::Frame;
+use topo::{Topo, on_both};
+
+on_both!(
+    multi_thread:
+    simple_list_delivers_in_publish_order,
+    reliable_ack_leaves_no_key,
+    reliable_retry_redelivers_then_dead_letters_with_max_attempts,
+    reliable_drop_dead_letters_with_reason_dropped,
+    reliable_retry_after_waits_in_the_delayed_set,
+    a_panicking_handler_is_retried_and_the_app_goes_on,
+    garbage_on_a_reliable_list_is_dead_lettered_and_reading_goes_on,
+    garbage_on_a_simple_list_is_dead_lettered_and_reading_goes_on,
+    garbage_without_a_dead_letter_list_is_removed,
+    a_raw_lpush_is_a_payload_without_headers,
+    published_headers_reach_the_context,
+    shutdown_leaves_an_unfinished_entry_claimed,
+    reply_ttl_is_rearmed_on_each_push,
+    publish_with_ttl_rearms_the_expiry,
+    the_concurrency_limit_is_never_exceeded,
+    the_key_prefix_is_applied,
+    a_stream_entry_is_handled_and_acknowledged,
+    delayed_publish_to_a_reliable_list,
+    delayed_publish_to_a_simple_list,
+);
 
 /// How long any single condition may take before the test fails.
 const WAIT: Duration = Duration::from_secs(10);
@@ -34,6 +62,15 @@ struct Done {
 }
 
 outgoing!(Done);
+
+/// A raw client on `t` and a fresh key prefix named after `tag`.
+async fn redis(t: &Topo, tag: &str) -> Redis {
+    let cluster = match t {
+        Topo::Standalone => None,
+        Topo::Cluster(urls) => Some(urls.clone()),
+    };
+    Redis::with_client(t.client().await, format!("{}:", unique(tag)), cluster)
+}
 
 fn info() -> AppInfo {
     AppInfo::new("lists-test", "0.0.0")
@@ -128,74 +165,76 @@ async fn publish(broker: &RedisBroker, key: &str, n: u32) {
 
 // 1 ------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn simple_list_delivers_in_publish_order() {
-    let r = Redis::connect("fifo").await;
+async fn simple_list_delivers_in_publish_order(t: Topo) {
+    let r = redis(&t, "fifo").await;
     let broker = r.broker();
     broker.connect().await.expect("connect");
     // Half the entries wait in the queue before the app starts, half arrive while it runs.
     for n in 0..50 {
-        publish(&broker, "jobs", n).await;
+        publish(&broker, "{jobs}", n).await;
     }
     let probe = Probe::acking();
     let app = start(app_with(
         &broker,
-        RedisList::new("jobs").concurrency(1),
+        RedisList::new("{jobs}").concurrency(1),
         &probe,
     ))
     .await;
     for n in 50..100 {
-        publish(&broker, "jobs", n).await;
+        publish(&broker, "{jobs}", n).await;
     }
     wait_until("100 deliveries", WAIT, async || probe.count() >= 100).await;
     stop(app).await;
 
     assert_eq!(probe.ns(), (0..100).collect::<Vec<_>>());
-    assert_eq!(r.llen("jobs").await, 0);
+    assert_eq!(r.llen("{jobs}").await, 0);
     assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
     r.cleanup().await;
 }
 
 // 2 ------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn reliable_ack_leaves_no_key() {
-    let r = Redis::connect("ack").await;
+async fn reliable_ack_leaves_no_key(t: Topo) {
+    let r = redis(&t, "ack").await;
     let broker = r.broker();
     let probe = Probe::acking();
-    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
-    publish(&broker, "jobs", 1).await;
+    let app = start(app_with(
+        &broker,
+        RedisList::new("{jobs}").reliable(),
+        &probe,
+    ))
+    .await;
+    publish(&broker, "{jobs}", 1).await;
     wait_until("one delivery", WAIT, async || probe.count() == 1).await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
 
-    assert_eq!(r.llen("jobs").await, 0);
-    assert_eq!(r.llen("jobs.processing").await, 0);
+    assert_eq!(r.llen("{jobs}").await, 0);
+    assert_eq!(r.llen("{jobs}.processing").await, 0);
     assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
     assert_eq!(probe.seen()[0].attempt, 1);
     r.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn reliable_retry_redelivers_then_dead_letters_with_max_attempts() {
-    let r = Redis::connect("retry").await;
+async fn reliable_retry_redelivers_then_dead_letters_with_max_attempts(t: Topo) {
+    let r = redis(&t, "retry").await;
     let broker = r.broker();
     let probe = Probe::new(|_, _| Err(HandlerOutcome::retry()));
-    let source = RedisList::new("jobs")
+    let source = RedisList::new("{jobs}")
         .reliable()
         .retry(Backoff::immediate())
         .max_attempts(3);
     let app = start(app_with(&broker, source, &probe)).await;
-    publish(&broker, "jobs", 7).await;
+    publish(&broker, "{jobs}", 7).await;
     wait_until("a dead letter", WAIT, async || {
-        r.llen("jobs.dead").await == 1
+        r.llen("{jobs}.dead").await == 1
     })
     .await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
@@ -206,7 +245,7 @@ async fn reliable_retry_redelivers_then_dead_letters_with_max_attempts() {
         [1, 2, 3]
     );
     assert!(seen.iter().all(|s| s.id == seen[0].id && s.n == 7));
-    let dead = r.frames("jobs.dead").await;
+    let dead = r.frames("{jobs}.dead").await;
     assert_eq!(dead.len(), 1);
     assert_eq!(
         dead[0].headers.get("reason").map(String::as_str),
@@ -215,36 +254,40 @@ async fn reliable_retry_redelivers_then_dead_letters_with_max_attempts() {
     assert_eq!(dead[0].id, seen[0].id);
     assert_eq!(dead[0].attempt, 3);
     assert_eq!(dead[0].payload, job_json(7));
-    assert_eq!(r.keys().await, ["jobs.dead"]);
+    assert_eq!(r.keys().await, ["{jobs}.dead"]);
     r.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn reliable_drop_dead_letters_with_reason_dropped() {
-    let r = Redis::connect("drop").await;
+async fn reliable_drop_dead_letters_with_reason_dropped(t: Topo) {
+    let r = redis(&t, "drop").await;
     let broker = r.broker();
     let probe = Probe::new(|_, _| Err(HandlerOutcome::drop()));
-    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
+    let app = start(app_with(
+        &broker,
+        RedisList::new("{jobs}").reliable(),
+        &probe,
+    ))
+    .await;
     broker
         .publisher()
         .message(&Job { n: 3 })
-        .to("jobs")
+        .to("{jobs}")
         .header("tenant", "acme")
         .publish()
         .await
         .expect("publish");
     wait_until("a dead letter", WAIT, async || {
-        r.llen("jobs.dead").await == 1
+        r.llen("{jobs}.dead").await == 1
     })
     .await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
 
     assert_eq!(probe.count(), 1);
-    let dead = r.frames("jobs.dead").await;
+    let dead = r.frames("{jobs}.dead").await;
     assert_eq!(
         dead[0].headers.get("reason").map(String::as_str),
         Some("dropped")
@@ -255,14 +298,13 @@ async fn reliable_drop_dead_letters_with_reason_dropped() {
     );
     assert_eq!(dead[0].attempt, 1);
     assert_eq!(dead[0].payload, job_json(3));
-    assert_eq!(r.keys().await, ["jobs.dead"]);
+    assert_eq!(r.keys().await, ["{jobs}.dead"]);
     r.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn reliable_retry_after_waits_in_the_delayed_set() {
+async fn reliable_retry_after_waits_in_the_delayed_set(t: Topo) {
     const DELAY: Duration = Duration::from_millis(300);
-    let r = Redis::connect("retry-after").await;
+    let r = redis(&t, "retry-after").await;
     let broker = r.broker();
     let probe = Probe::new(|_, attempt| {
         if attempt == 1 {
@@ -271,29 +313,34 @@ async fn reliable_retry_after_waits_in_the_delayed_set() {
             Ok(())
         }
     });
-    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
-    publish(&broker, "jobs", 4).await;
+    let app = start(app_with(
+        &broker,
+        RedisList::new("{jobs}").reliable(),
+        &probe,
+    ))
+    .await;
+    publish(&broker, "{jobs}", 4).await;
     wait_until("the first delivery", WAIT, async || probe.count() == 1).await;
     wait_until("the retry in the delayed set", WAIT, async || {
-        r.zcard("jobs.delayed").await == 1 || probe.count() > 1
+        r.zcard("{jobs}.delayed").await == 1 || probe.count() > 1
     })
     .await;
     assert_eq!(probe.count(), 1, "came back before the delay");
     let id = probe.seen()[0].id.clone();
     let waiting: Option<Bytes> = r
         .client
-        .hget(r.key("jobs.delayed.payloads"), id.as_str())
+        .hget(r.key("{jobs}.delayed.payloads"), id.as_str())
         .await
         .expect("HGET");
     let waiting = Frame::decode(waiting.expect("the payload waits in the hash under the id"));
     assert_eq!((waiting.attempt, waiting.id.as_str()), (2, id.as_str()));
     assert_eq!(waiting.payload, job_json(4));
-    assert_eq!(r.llen("jobs").await, 0);
-    assert_eq!(r.llen("jobs.processing").await, 0);
+    assert_eq!(r.llen("{jobs}").await, 0);
+    assert_eq!(r.llen("{jobs}.processing").await, 0);
 
     wait_until("the second delivery", WAIT, async || probe.count() == 2).await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
@@ -308,22 +355,21 @@ async fn reliable_retry_after_waits_in_the_delayed_set() {
 
 // 3 ------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_panicking_handler_is_retried_and_the_app_goes_on() {
-    let r = Redis::connect("panic").await;
+async fn a_panicking_handler_is_retried_and_the_app_goes_on(t: Topo) {
+    let r = redis(&t, "panic").await;
     let broker = r.broker();
     let probe = Probe::new(|job, attempt| {
         assert!(!(job.n == 1 && attempt == 1), "handler panics on purpose");
         Ok(())
     });
-    let source = RedisList::new("jobs")
+    let source = RedisList::new("{jobs}")
         .reliable()
         .retry(Backoff::fixed(Duration::from_millis(50)));
     let app = start(app_with(&broker, source, &probe)).await;
-    publish(&broker, "jobs", 1).await;
+    publish(&broker, "{jobs}", 1).await;
     wait_until("the panicking delivery", WAIT, async || probe.count() >= 1).await;
     for n in 2..=5 {
-        publish(&broker, "jobs", n).await;
+        publish(&broker, "{jobs}", n).await;
     }
     wait_until("the retry and the other entries", WAIT, async || {
         let seen = probe.seen();
@@ -332,7 +378,7 @@ async fn a_panicking_handler_is_retried_and_the_app_goes_on() {
     })
     .await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
@@ -351,57 +397,58 @@ async fn a_panicking_handler_is_retried_and_the_app_goes_on() {
 
 // 4 ------------------------------------------------------------------------------------------
 
-async fn garbage_goes_to_the_dead_letter_list(source: RedisList, tag: &str) {
-    let r = Redis::connect(tag).await;
+async fn garbage_goes_to_the_dead_letter_list(t: &Topo, source: RedisList, tag: &str) {
+    let r = redis(t, tag).await;
     let broker = r.broker();
     let probe = Probe::acking();
     let app = start(app_with(&broker, source, &probe)).await;
-    r.lpush_raw("jobs", "not json").await;
-    publish(&broker, "jobs", 8).await;
+    r.lpush_raw("{jobs}", "not json").await;
+    publish(&broker, "{jobs}", 8).await;
     wait_until("the valid entry", WAIT, async || probe.count() == 1).await;
     wait_until("a dead letter", WAIT, async || {
-        r.llen("jobs.dead").await == 1
+        r.llen("{jobs}.dead").await == 1
     })
     .await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
 
     assert_eq!(probe.ns(), [8]);
-    let dead = r.frames("jobs.dead").await;
+    let dead = r.frames("{jobs}.dead").await;
     let reason = dead[0].headers.get("reason").cloned().unwrap_or_default();
     assert!(reason.starts_with("decode:"), "reason: {reason}");
     assert_eq!(dead[0].payload, Bytes::from_static(b"not json"));
     assert_eq!(dead[0].attempt, 1);
-    assert_eq!(r.keys().await, ["jobs.dead"]);
+    assert_eq!(r.keys().await, ["{jobs}.dead"]);
     r.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn garbage_on_a_reliable_list_is_dead_lettered_and_reading_goes_on() {
-    garbage_goes_to_the_dead_letter_list(RedisList::new("jobs").reliable(), "garbage-reliable")
-        .await;
+async fn garbage_on_a_reliable_list_is_dead_lettered_and_reading_goes_on(t: Topo) {
+    garbage_goes_to_the_dead_letter_list(
+        &t,
+        RedisList::new("{jobs}").reliable(),
+        "garbage-reliable",
+    )
+    .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn garbage_on_a_simple_list_is_dead_lettered_and_reading_goes_on() {
-    garbage_goes_to_the_dead_letter_list(RedisList::new("jobs"), "garbage-simple").await;
+async fn garbage_on_a_simple_list_is_dead_lettered_and_reading_goes_on(t: Topo) {
+    garbage_goes_to_the_dead_letter_list(&t, RedisList::new("{jobs}"), "garbage-simple").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn garbage_without_a_dead_letter_list_is_removed() {
-    let r = Redis::connect("garbage-nodead").await;
+async fn garbage_without_a_dead_letter_list_is_removed(t: Topo) {
+    let r = redis(&t, "garbage-nodead").await;
     let broker = r.broker();
     let probe = Probe::acking();
-    let source = RedisList::new("jobs").reliable().no_dead_letter();
+    let source = RedisList::new("{jobs}").reliable().no_dead_letter();
     let app = start(app_with(&broker, source, &probe)).await;
-    r.lpush_raw("jobs", "not json").await;
-    publish(&broker, "jobs", 9).await;
+    r.lpush_raw("{jobs}", "not json").await;
+    publish(&broker, "{jobs}", 9).await;
     wait_until("the valid entry", WAIT, async || probe.count() == 1).await;
     wait_until("queue and processing list to empty", WAIT, async || {
-        r.llen("jobs").await == 0 && r.llen("jobs.processing").await == 0
+        r.llen("{jobs}").await == 0 && r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
@@ -413,16 +460,20 @@ async fn garbage_without_a_dead_letter_list_is_removed() {
 
 // 5 ------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_raw_lpush_is_a_payload_without_headers() {
-    let r = Redis::connect("raw").await;
+async fn a_raw_lpush_is_a_payload_without_headers(t: Topo) {
+    let r = redis(&t, "raw").await;
     let broker = r.broker();
     let probe = Probe::acking();
-    let app = start(app_with(&broker, RedisList::new("jobs").reliable(), &probe)).await;
-    r.lpush_raw("jobs", r#"{"n":1}"#).await;
+    let app = start(app_with(
+        &broker,
+        RedisList::new("{jobs}").reliable(),
+        &probe,
+    ))
+    .await;
+    r.lpush_raw("{jobs}", r#"{"n":1}"#).await;
     wait_until("the raw entry", WAIT, async || probe.count() == 1).await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     stop(app).await;
@@ -437,22 +488,21 @@ async fn a_raw_lpush_is_a_payload_without_headers() {
 
 // 6 ------------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn published_headers_reach_the_context() {
-    let r = Redis::connect("headers").await;
+async fn published_headers_reach_the_context(t: Topo) {
+    let r = redis(&t, "headers").await;
     let broker = r.broker();
     let probe = Probe::acking();
-    let app = start(app_with(&broker, RedisList::new("jobs"), &probe)).await;
+    let app = start(app_with(&broker, RedisList::new("{jobs}"), &probe)).await;
     broker
         .publisher()
         .message(&Job { n: 6 })
-        .to("jobs")
+        .to("{jobs}")
         .header("tenant", "acme")
         .header("region", "eu")
         .publish()
         .await
         .expect("publish");
-    publish(&broker, "jobs", 60).await;
+    publish(&broker, "{jobs}", 60).await;
     wait_until("two deliveries", WAIT, async || probe.count() == 2).await;
     stop(app).await;
 
@@ -488,19 +538,18 @@ impl Handle<Job> for Stuck {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn shutdown_leaves_an_unfinished_entry_claimed() {
-    let r = Redis::connect("shutdown").await;
+async fn shutdown_leaves_an_unfinished_entry_claimed(t: Topo) {
+    let r = redis(&t, "shutdown").await;
     let broker = r.broker();
     let stuck = Stuck::default();
     let handler = stuck.clone();
     let app = RustStream::new(info())
         .shutdown_timeout(Duration::from_millis(200))
         .with_broker(broker.clone(), move |b| {
-            b.include(subscriber(RedisList::new("jobs").reliable(), handler).build());
+            b.include(subscriber(RedisList::new("{jobs}").reliable(), handler).build());
         });
     let app = start(app).await;
-    publish(&broker, "jobs", 1).await;
+    publish(&broker, "{jobs}", 1).await;
     wait_until("the handler to start", WAIT, async || {
         stuck.0.load(Ordering::SeqCst) == 1
     })
@@ -520,11 +569,11 @@ async fn shutdown_leaves_an_unfinished_entry_claimed() {
         "did not wait for the handler: {took:?}"
     );
 
-    assert_eq!(r.llen("jobs").await, 0);
-    let claimed = r.frames("jobs.processing").await;
+    assert_eq!(r.llen("{jobs}").await, 0);
+    let claimed = r.frames("{jobs}.processing").await;
     assert_eq!(claimed.len(), 1, "the unfinished entry stays claimed");
     assert_eq!((claimed[0].attempt, &claimed[0].payload), (1, &job_json(1)));
-    assert!(!r.exists("jobs.dead").await);
+    assert!(!r.exists("{jobs}.dead").await);
     r.cleanup().await;
 }
 
@@ -539,6 +588,7 @@ async fn connections_on(r: &Redis, db: u8) -> usize {
     list.lines().filter(|l| l.contains(&tag)).count()
 }
 
+// Standalone only: it counts the connections on database 13, and a cluster has no databases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_closes_every_connection() {
     // A database no other test of this file selects, so its connections can be counted.
@@ -585,9 +635,8 @@ fn fresh_ttl(pttl: i64) -> bool {
     (90_000..=100_000).contains(&pttl)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn reply_ttl_is_rearmed_on_each_push() {
-    let r = Redis::connect("ttl").await;
+async fn reply_ttl_is_rearmed_on_each_push(t: Topo) {
+    let r = redis(&t, "ttl").await;
     let broker = r.broker();
     let app = RustStream::new(info()).with_broker(broker.clone(), |b| {
         b.include(
@@ -627,9 +676,8 @@ async fn reply_ttl_is_rearmed_on_each_push() {
     r.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn publish_with_ttl_rearms_the_expiry() {
-    let r = Redis::connect("ttl-direct").await;
+async fn publish_with_ttl_rearms_the_expiry(t: Topo) {
+    let r = redis(&t, "ttl-direct").await;
     let broker = r.broker();
     broker.connect().await.expect("connect");
     let policy = PublishPolicy::List(list::Publish::new().ttl(TTL));
@@ -693,27 +741,26 @@ impl Handle<Job> for Busy {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_concurrency_limit_is_never_exceeded() {
+async fn the_concurrency_limit_is_never_exceeded(t: Topo) {
     const N: u32 = 200;
-    let r = Redis::connect("concurrency").await;
+    let r = redis(&t, "concurrency").await;
     let broker = r.broker();
     broker.connect().await.expect("connect");
     let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
     broker
         .publisher()
         .messages(&jobs)
-        .to("jobs")
+        .to("{jobs}")
         .publish()
         .await
         .expect("publish");
-    assert_eq!(r.llen("jobs").await, i64::from(N));
+    assert_eq!(r.llen("{jobs}").await, i64::from(N));
 
     // Samples the processing list's length while the app runs.
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
         let client = r.client.clone();
-        let key = r.key("jobs.processing");
+        let key = r.key("{jobs}.processing");
         let sampling = sampling.clone();
         tokio::spawn(async move {
             let (mut max, mut samples) = (0_i64, 0_u32);
@@ -729,7 +776,7 @@ async fn the_concurrency_limit_is_never_exceeded() {
     let busy = Busy::default();
     let handler = busy.clone();
     let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
-        b.include(subscriber(RedisList::new("jobs").reliable().concurrency(4), handler).build());
+        b.include(subscriber(RedisList::new("{jobs}").reliable().concurrency(4), handler).build());
     });
     let app = start(app).await;
     wait_until("every entry handled", Duration::from_secs(30), async || {
@@ -737,7 +784,7 @@ async fn the_concurrency_limit_is_never_exceeded() {
     })
     .await;
     wait_until("the processing list to empty", WAIT, async || {
-        r.llen("jobs.processing").await == 0
+        r.llen("{jobs}.processing").await == 0
     })
     .await;
     sampling.store(false, Ordering::SeqCst);
@@ -758,15 +805,16 @@ async fn the_concurrency_limit_is_never_exceeded() {
 
 // 10 -----------------------------------------------------------------------------------------
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_key_prefix_is_applied() {
-    let key = unique("prefix");
-    let raw = Redis::with_prefix(String::new()).await;
+async fn the_key_prefix_is_applied(t: Topo) {
+    // Hash-tagged: the queue's keys share a slot on a cluster.
+    let key = format!("{{{}}}", unique("prefix"));
+    let mut raw = redis(&t, "prefix").await;
+    raw.prefix = String::new();
     let prefixed = format!("p:{key}");
     // An entry at the unprefixed key: a reader that forgot the prefix would take it first.
     raw.lpush_raw(&key, r#"{"n":99}"#).await;
 
-    let broker = RedisBroker::standalone(common::redis_url()).prefix("p:");
+    let broker = raw.broker().prefix("p:");
     let probe = Probe::new(|job, _| {
         if job.n == 3 {
             Err(HandlerOutcome::drop())
@@ -840,9 +888,8 @@ async fn pending_count(r: &Redis, key: &str, group: &str) -> i64 {
         .expect("XPENDING starts with a count")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stream_entry_is_handled_and_acknowledged() {
-    let r = Redis::connect("stream").await;
+async fn a_stream_entry_is_handled_and_acknowledged(t: Topo) {
+    let r = redis(&t, "stream").await;
     let broker = r.broker();
     let probe = StreamProbe::default();
     let handler = probe.clone();
@@ -887,9 +934,9 @@ async fn a_stream_entry_is_handled_and_acknowledged() {
 
 // 12 -----------------------------------------------------------------------------------------
 
-async fn delayed_publish_arrives_after_its_delay(source: RedisList, tag: &str) {
+async fn delayed_publish_arrives_after_its_delay(t: &Topo, source: RedisList, tag: &str) {
     const DELAY: Duration = Duration::from_millis(300);
-    let r = Redis::connect(tag).await;
+    let r = redis(t, tag).await;
     let broker = r.broker();
     let probe = Probe::acking();
     let app = start(app_with(&broker, source, &probe)).await;
@@ -899,7 +946,7 @@ async fn delayed_publish_arrives_after_its_delay(source: RedisList, tag: &str) {
         broker
             .publisher()
             .message(&Job { n: 12 })
-            .to("jobs")
+            .to("{jobs}")
             .delay(DELAY)
             .id("x")
             .publish()
@@ -911,12 +958,12 @@ async fn delayed_publish_arrives_after_its_delay(source: RedisList, tag: &str) {
         "publishing took too long to check the wait"
     );
     assert_eq!(
-        r.zcard("jobs.delayed").await,
+        r.zcard("{jobs}.delayed").await,
         1,
         "one entry waits for id `x`"
     );
-    assert_eq!(r.hlen("jobs.delayed.payloads").await, 1);
-    assert_eq!(r.llen("jobs").await, 0);
+    assert_eq!(r.hlen("{jobs}.delayed.payloads").await, 1);
+    assert_eq!(r.llen("{jobs}").await, 0);
     assert_eq!(probe.count(), 0);
 
     wait_until("the delayed entry", WAIT, async || probe.count() >= 1).await;
@@ -924,9 +971,9 @@ async fn delayed_publish_arrives_after_its_delay(source: RedisList, tag: &str) {
         "the delayed set, queue and processing list to empty",
         WAIT,
         async || {
-            r.zcard("jobs.delayed").await == 0
-                && r.llen("jobs").await == 0
-                && r.llen("jobs.processing").await == 0
+            r.zcard("{jobs}.delayed").await == 0
+                && r.llen("{jobs}").await == 0
+                && r.llen("{jobs}.processing").await == 0
         },
     )
     .await;
@@ -944,13 +991,15 @@ async fn delayed_publish_arrives_after_its_delay(source: RedisList, tag: &str) {
     r.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn delayed_publish_to_a_reliable_list() {
-    delayed_publish_arrives_after_its_delay(RedisList::new("jobs").reliable(), "delay-reliable")
-        .await;
+async fn delayed_publish_to_a_reliable_list(t: Topo) {
+    delayed_publish_arrives_after_its_delay(
+        &t,
+        RedisList::new("{jobs}").reliable(),
+        "delay-reliable",
+    )
+    .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn delayed_publish_to_a_simple_list() {
-    delayed_publish_arrives_after_its_delay(RedisList::new("jobs"), "delay-simple").await;
+async fn delayed_publish_to_a_simple_list(t: Topo) {
+    delayed_publish_arrives_after_its_delay(&t, RedisList::new("{jobs}"), "delay-simple").await;
 }

@@ -83,12 +83,14 @@ pub async fn stop(app: RunningApp) {
         .expect("the app shuts down");
 }
 
-/// A raw client on the test server and the test's key prefix.
+/// A raw client on the test server (or cluster) and the test's key prefix.
 pub struct Redis {
-    /// The raw fred client.
+    /// The raw fred client (clustered on a cluster).
     pub client: Client,
     /// The prefix of every key of this test (`rstest-...:`).
     pub prefix: String,
+    /// The cluster's node URLs when `client` is clustered; `None`: the standalone server.
+    pub cluster: Option<Vec<String>>,
 }
 
 impl Redis {
@@ -113,12 +115,26 @@ impl Redis {
         )
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
-        Self { client, prefix }
+        Self::with_client(client, prefix, None)
     }
 
-    /// A broker on the test server with the test's prefix.
+    /// Wraps a connected client (e.g. a topology's), with a given prefix; `cluster` holds the
+    /// node URLs when the client is clustered, so that [`Redis::broker`] goes there too.
+    pub fn with_client(client: Client, prefix: String, cluster: Option<Vec<String>>) -> Self {
+        Self {
+            client,
+            prefix,
+            cluster,
+        }
+    }
+
+    /// A broker on the test server (or cluster) with the test's prefix.
     pub fn broker(&self) -> RedisBroker {
-        RedisBroker::standalone(redis_url()).prefix(self.prefix.clone())
+        let broker = match &self.cluster {
+            Some(nodes) => RedisBroker::cluster(nodes.clone()),
+            None => RedisBroker::standalone(redis_url()),
+        };
+        broker.prefix(self.prefix.clone())
     }
 
     /// The absolute name of `key`.
@@ -187,22 +203,37 @@ impl Redis {
             .collect()
     }
 
-    /// Every key matching a glob pattern (absolute names), sorted.
+    /// Every key matching a glob pattern (absolute names), sorted; on a cluster, of every
+    /// primary (`KEYS` of a clustered client would go to the node of the pattern's slot only).
     pub async fn keys_matching(&self, pattern: &str) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .client
-            .custom(fred::cmd!("KEYS"), vec![pattern])
-            .await
-            .expect("KEYS");
+        let mut keys = Vec::new();
+        if self.client.is_clustered() {
+            for node in self.client.active_connections() {
+                let some: Vec<String> = self
+                    .client
+                    .with_cluster_node(node)
+                    .custom(fred::cmd!("KEYS"), vec![pattern])
+                    .await
+                    .expect("KEYS");
+                keys.extend(some);
+            }
+        } else {
+            keys = self
+                .client
+                .custom(fred::cmd!("KEYS"), vec![pattern])
+                .await
+                .expect("KEYS");
+        }
         keys.sort();
+        keys.dedup();
         keys
     }
 
-    /// Deletes every key matching `pattern` (absolute names).
+    /// Deletes every key matching `pattern` (absolute names), one at a time (a cluster refuses
+    /// a `DEL` across slots).
     pub async fn delete_matching(&self, pattern: &str) {
-        let keys = self.keys_matching(pattern).await;
-        if !keys.is_empty() {
-            let _: i64 = self.client.del(keys).await.expect("DEL");
+        for key in self.keys_matching(pattern).await {
+            let _: i64 = self.client.del(key).await.expect("DEL");
         }
     }
 

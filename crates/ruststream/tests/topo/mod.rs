@@ -20,9 +20,27 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use fred::prelude::*;
 use ruststream::RedisBroker;
 
-/// Generates `name::standalone` and `name::cluster` tests from `async fn name(t: Topo)`.
+/// Generates `name::standalone` and `name::cluster` tests from `async fn name(t: Topo)`; with a
+/// leading `multi_thread:`, on tokio's multi-threaded runtime (4 workers).
 #[allow(unused_macros)]
 macro_rules! on_both {
+    (multi_thread: $($name:ident),* $(,)?) => {
+        crate::topo::on_both!(@on (flavor = "multi_thread", worker_threads = 4) $($name),*);
+    };
+    (@on $flavor:tt $($name:ident),*) => {$(
+        mod $name {
+            #[tokio::test $flavor]
+            async fn standalone() {
+                super::$name(crate::topo::Topo::Standalone).await;
+            }
+            #[tokio::test $flavor]
+            async fn cluster() {
+                if let Some(t) = crate::topo::Topo::cluster() {
+                    super::$name(t).await;
+                }
+            }
+        }
+    )*};
     ($($name:ident),* $(,)?) => {$(
         mod $name {
             #[tokio::test]
