@@ -65,6 +65,12 @@ pub enum PublishPolicy {
     Stream,
 }
 
+impl From<crate::stream::Publish> for PublishPolicy {
+    fn from(_: crate::stream::Publish) -> Self {
+        Self::Stream
+    }
+}
+
 impl From<list::Publish> for PublishPolicy {
     fn from(p: list::Publish) -> Self {
         Self::List(p)
@@ -180,7 +186,7 @@ impl RedisBroker {
                     wakes: Mutex::new(HashMap::new()),
                     subscriber: tokio::sync::OnceCell::new(),
                     memory: crate::memory::MemorySlot::default(),
-                    routes: RwLock::new(HashMap::new()),
+                    routes: RwLock::new(old.routes.read().map(|r| r.clone()).unwrap_or_default()),
                 };
                 f(&mut inner);
                 self.inner = Arc::new(inner);
@@ -212,6 +218,17 @@ impl RedisBroker {
         let service = service.into();
         Self::standalone("redis://127.0.0.1:6379")
             .with(|i| i.topology = Topology::Sentinel { service, sentinels })
+    }
+
+    /// How this broker's publisher sends to `destination` when no subscription of the app reads
+    /// it: `.route("uploads", stream::Publish::new())` makes a producer-only process `XADD` to
+    /// the `uploads` stream (the default for an unknown key is a list `LPUSH`).
+    pub fn route(self, destination: impl Into<String>, policy: impl Into<PublishPolicy>) -> Self {
+        let (destination, policy) = (destination.into(), policy.into());
+        if let Ok(mut routes) = self.inner.routes.write() {
+            routes.insert(destination, policy);
+        }
+        self
     }
 
     /// The ACL user name (overrides the URL's).
@@ -546,7 +563,9 @@ impl Broker for RedisBroker {
             let mut routes = self.inner.routes.write().map_err(poisoned)?;
             for s in sources {
                 if let RedisSource::Stream(st) = s {
-                    routes.insert(st.key.clone(), PublishPolicy::Stream);
+                    routes
+                        .entry(st.key.clone())
+                        .or_insert(PublishPolicy::Stream);
                 }
             }
         }

@@ -145,3 +145,16 @@ impl Source for RedisStream {
         crate::RedisSource::Stream(self)
     }
 }
+
+/// How a message is published to a stream: `XADD key * payload .. rs.id .. <headers>`. Use it
+/// with `.out_reply(..)` or [`RedisBroker::route`](crate::RedisBroker::route).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use]
+pub struct Publish;
+
+impl Publish {
+    /// `XADD`.
+    pub fn new() -> Self {
+        Self
+    }
+}

@@ -1003,3 +1003,25 @@ async fn delayed_publish_to_a_reliable_list(t: Topo) {
 async fn delayed_publish_to_a_simple_list(t: Topo) {
     delayed_publish_arrives_after_its_delay(&t, RedisList::new("{jobs}"), "delay-simple").await;
 }
+
+/// A producer-only process publishes to a stream once the broker routes the key there.
+#[tokio::test]
+async fn a_routed_stream_destination_gets_xadd_from_a_producer() {
+    let redis = common::Redis::connect("route").await;
+    let producer = redis
+        .broker()
+        .route("events", ruststream::stream::Publish::new());
+    producer
+        .publisher()
+        .message(&Job { n: 7 })
+        .to("events")
+        .publish()
+        .await
+        .unwrap();
+    let kind: String = redis
+        .client
+        .custom(fred::cmd!("TYPE"), vec![redis.key("events")])
+        .await
+        .unwrap();
+    assert_eq!(kind, "stream");
+}
