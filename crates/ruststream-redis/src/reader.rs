@@ -280,6 +280,9 @@ impl RedisReceiver {
             r = &mut read, if self.memory.is_none() => return empty_on_timeout(r),
             () = ready => return empty_on_timeout(read.await),
             () = self.stop.cancelled() => {}
+            // Redis times out a blocked client only when its event loop wakes (every 100 ms at
+            // the default `hz 10`), so a short wait would end up to 100 ms late: keep time here.
+            () = tokio::time::sleep(wait), if self.memory.is_none() => {}
             () = woken => {
                 if let Some(s) = &self.schedule {
                     *lock(&s.next_due) = Instant::now();
