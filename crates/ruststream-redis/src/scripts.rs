@@ -76,6 +76,22 @@ return out
     )
 });
 
+/// Lua shared by the settle scripts: schedules a retry frame in a delayed set. `arg` is
+/// `delay_ms:id`; the due time is the server's clock (`TIME`, read once per script) plus the delay.
+const SCHEDULE_RETRY: &str = r"
+local now = nil
+local function schedule_retry(zset, hash, arg, frame)
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local sep = string.find(arg, ':', 1, true)
+  local id = string.sub(arg, sep + 1)
+  redis.call('ZADD', zset, now + tonumber(string.sub(arg, 1, sep - 1)), id)
+  redis.call('HSET', hash, id, frame)
+end
+";
+
 /// Settles a batch of claimed list entries.
 ///
 /// `KEYS`: queue, processing, dead-letter list, delayed set, delayed payload hash, and with
@@ -93,10 +109,10 @@ return out
 /// that finds it do the follow-up writes happen, so nothing is duplicated. Returns how many
 /// claims were still owned.
 pub static SETTLE_LIST: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(
+    Script::from_lua(format!(
+        "{SCHEDULE_RETRY}{}",
         r"
 local found = 0
-local now = nil
 for i = 1, #ARGV, 5 do
   local op = ARGV[i]
   local owned
@@ -113,21 +129,13 @@ for i = 1, #ARGV, 5 do
     elseif op == 'x' then
       redis.call('LPUSH', KEYS[3], ARGV[i + 2])
     elseif op == 'd' then
-      if not now then
-        local t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
-      local sep = string.find(ARGV[i + 3], ':', 1, true)
-      local delay = tonumber(string.sub(ARGV[i + 3], 1, sep - 1))
-      local id = string.sub(ARGV[i + 3], sep + 1)
-      redis.call('ZADD', KEYS[4], now + delay, id)
-      redis.call('HSET', KEYS[5], id, ARGV[i + 2])
+      schedule_retry(KEYS[4], KEYS[5], ARGV[i + 3], ARGV[i + 2])
     end
   end
 end
 return found
-",
-    )
+"
+    ))
 });
 
 /// Lua that turns a list frame (see [`frame`](crate::frame)) into stream fields:
@@ -252,10 +260,10 @@ return n
 /// `LPUSH dead v1`, n = 1). Follow-up writes happen only when `XACK` found the entry pending.
 /// Returns how many were found.
 pub static SETTLE_STREAM: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(
+    Script::from_lua(format!(
+        "{SCHEDULE_RETRY}{}",
         r"
 local found = 0
-local now = nil
 local i = 2
 while i <= #ARGV do
   local op = ARGV[i]
@@ -267,20 +275,12 @@ while i <= #ARGV do
     elseif op == 'x' then
       redis.call('LPUSH', KEYS[2], ARGV[i + 3])
     elseif op == 'd' then
-      if not now then
-        local t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
-      local sep = string.find(ARGV[i + 3], ':', 1, true)
-      local delay = tonumber(string.sub(ARGV[i + 3], 1, sep - 1))
-      local id = string.sub(ARGV[i + 3], sep + 1)
-      redis.call('ZADD', KEYS[3], now + delay, id)
-      redis.call('HSET', KEYS[4], id, ARGV[i + 4])
+      schedule_retry(KEYS[3], KEYS[4], ARGV[i + 3], ARGV[i + 4])
     end
   end
   i = i + 3 + n
 end
 return found
-",
-    )
+"
+    ))
 });

@@ -33,11 +33,11 @@ type Pin = (
 /// Every script the model runs, with the SHA-1 of the Lua its Rust version was written against.
 pub const PINNED: &[(&str, &str)] = &[
     ("CLAIM", "39a69cb5db0fa958210a6e194843be48139af7f8"),
-    ("SETTLE_LIST", "21eb6210319e7ed51673deb0798689724274893f"),
+    ("SETTLE_LIST", "674571d7ba47a51a580b62b2bf1a2511bbc6949a"),
     ("MOVE_DUE", "ba6c3de501a14c013fe5b71c1de0b62031e1f3e8"),
     ("SCHEDULE", "0e6e55d565e3c994df3db8610485aa377e46919d"),
     ("PUSH_TTL", "44f19be3f3f334de949ac03b946bb1cf7bb4931c"),
-    ("SETTLE_STREAM", "38cd068f4bcbd771b35b641558b77eab43871f4c"),
+    ("SETTLE_STREAM", "2277d08833541fa120f331494c7fd14b3cd3c808"),
 ];
 
 fn table() -> [Pin; 6] {
