@@ -24,7 +24,7 @@ use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::ClusterHash;
 use fred::types::lists::LMoveDirection;
-use ruststream_core::{Delivery, DeliveryInfo, Error, Headers, Receiver, Result};
+use ruststream_core::{BrokerSource, Delivery, DeliveryInfo, Error, Headers, Receiver, Result};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -121,26 +121,30 @@ impl RedisReceiver {
     ) -> Result<Self> {
         let client = broker.reader_client().await?;
         let pool = broker.pool()?;
-        let key = broker.key(match source {
-            RedisSource::List(l) => &l.key,
-            RedisSource::Stream(s) => &s.key,
-        });
+        let source_name: Arc<str> = source.key().into();
+        let key = broker.key(source.key());
+        let dead = broker.inner.dead_key(source);
+        let (delayed, payloads) = broker.inner.delayed_keys(&key);
+        let processing = match source {
+            RedisSource::List(l) if l.mode == Mode::Reliable => {
+                Some(broker.key(&l.processing_key()))
+            }
+            _ => None,
+        };
         let memory = match source {
             RedisSource::List(_) => broker.inner.memory.list_waiter(&key),
             RedisSource::Stream(s) => broker.inner.memory.stream_waiter(&key, s.group_name()),
         };
         let schedule = if broker.scheduling_on() && source_schedules(source) {
-            let (delayed, payloads) = broker.inner.delayed_keys(&key);
-            let wake = broker.wake_for(&delayed).await?;
             Some(Schedule {
-                keys: vec![delayed, payloads, key.clone()],
+                keys: vec![delayed.clone(), payloads.clone(), key.clone()],
                 dest_kind: if matches!(source, RedisSource::Stream(_)) {
                     "stream"
                 } else {
                     "list"
                 },
                 next_due: Arc::new(Mutex::new(Instant::now())),
-                wake,
+                wake: broker.wake_for(&delayed).await?,
                 lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => key.clone()),
             })
         } else {
@@ -149,97 +153,79 @@ impl RedisReceiver {
         let next_due = schedule
             .as_ref()
             .map(|s| (s.next_due.clone(), s.wake.clone()));
-        let (kind, settle) = match source {
-            RedisSource::List(l) => {
-                let dead = broker.inner.dead_key(source);
-                match l.mode {
-                    Mode::Simple => (
-                        Kind::Simple {
-                            key,
-                            block: l.block,
-                        },
-                        SettleKind::Simple { dead },
-                    ),
-                    Mode::Reliable => {
-                        let processing = broker.key(&l.processing_key());
-                        let (delayed, payloads) = broker.inner.delayed_keys(&key);
-                        let recovery = l.recovery_zset.as_ref().map(|z| Recovery {
-                            zset: broker.key(z),
-                            min_idle_ms: millis(l.min_idle.unwrap_or_default()),
-                            ttl_ms: l.recovery_ttl.map_or(0, millis),
-                            reader_id: uuid::Uuid::now_v7().simple().to_string(),
-                            seq: AtomicU64::new(0),
-                        });
-                        let mut keys = vec![
-                            key.clone(),
-                            processing.clone(),
-                            dead.clone().unwrap_or_else(|| key.clone()),
-                            delayed,
-                            payloads,
-                        ];
-                        if let Some(r) = &recovery {
-                            keys.push(r.zset.clone());
-                        }
-                        (
-                            Kind::Reliable {
-                                key,
-                                processing,
-                                block: l.block,
-                                recovery,
-                            },
-                            SettleKind::Reliable {
-                                keys,
-                                has_dead: dead.is_some(),
-                                next_due,
-                            },
-                        )
-                    }
+        crate::gauges::spawn(
+            pool.clone(),
+            crate::gauges::QueueKeys {
+                queue: key.clone(),
+                processing: processing.clone(),
+                group: match source {
+                    RedisSource::Stream(s) => Some(s.group_name().to_owned()),
+                    RedisSource::List(_) => None,
+                },
+                delayed: delayed.clone(),
+                dead: dead.clone(),
+            },
+            stop.clone(),
+        );
+        let (kind, settle) = match (source, processing) {
+            (RedisSource::List(l), None) => (
+                Kind::Simple {
+                    key,
+                    block: l.block,
+                },
+                SettleKind::Simple { dead },
+            ),
+            (RedisSource::List(l), Some(processing)) => {
+                let recovery = l.recovery_zset.as_ref().map(|z| Recovery {
+                    zset: broker.key(z),
+                    min_idle_ms: millis(l.min_idle.unwrap_or_default()),
+                    ttl_ms: l.recovery_ttl.map_or(0, millis),
+                    reader_id: uuid::Uuid::now_v7().simple().to_string(),
+                    seq: AtomicU64::new(0),
+                });
+                let mut keys = vec![
+                    key.clone(),
+                    processing.clone(),
+                    dead.clone().unwrap_or_else(|| key.clone()),
+                    delayed,
+                    payloads,
+                ];
+                if let Some(r) = &recovery {
+                    keys.push(r.zset.clone());
                 }
-            }
-            RedisSource::Stream(s) => {
-                let dead = broker.inner.dead_key(source);
-                let (delayed, payloads) = broker.inner.delayed_keys(&key);
                 (
-                    Kind::Stream {
-                        key: key.clone(),
-                        group: s.group_name().to_owned(),
-                        consumer: s.consumer.clone().unwrap_or_else(consumer_name),
-                        block: s.block,
+                    Kind::Reliable {
+                        key,
+                        processing,
+                        block: l.block,
+                        recovery,
                     },
-                    SettleKind::Stream {
-                        keys: vec![key.clone(), dead.clone().unwrap_or(key), delayed, payloads],
-                        group: s.group_name().to_owned(),
+                    SettleKind::Reliable {
+                        keys,
                         has_dead: dead.is_some(),
                         next_due,
                     },
                 )
             }
-        };
-        let source_name: Arc<str> = match source {
-            RedisSource::List(l) => l.key.as_str().into(),
-            RedisSource::Stream(s) => s.key.as_str().into(),
-        };
-        crate::gauges::spawn(
-            pool.clone(),
-            crate::gauges::QueueKeys {
-                queue: broker.key(&source_name),
-                processing: match (&kind, source) {
-                    (Kind::Reliable { processing, .. }, _) => Some(processing.clone()),
-                    _ => None,
+            (RedisSource::Stream(s), _) => (
+                Kind::Stream {
+                    key: key.clone(),
+                    group: s.group_name().to_owned(),
+                    consumer: s.consumer.clone().unwrap_or_else(consumer_name),
+                    block: s.block,
                 },
-                group: match source {
-                    RedisSource::Stream(s) => Some(s.group_name().to_owned()),
-                    RedisSource::List(_) => None,
+                SettleKind::Stream {
+                    keys: vec![key.clone(), dead.clone().unwrap_or(key), delayed, payloads],
+                    group: s.group_name().to_owned(),
+                    has_dead: dead.is_some(),
+                    next_due,
                 },
-                delayed: broker.inner.delayed_keys(&broker.key(&source_name)).0,
-                dead: broker.inner.dead_key(source),
-            },
-            stop.clone(),
-        );
+            ),
+        };
         Ok(Self {
             client,
             stop,
-            settler: RedisSettler::new(pool, settle, &source_name),
+            settler: RedisSettler::new(pool, settle),
             source: source_name,
             kind,
             schedule,

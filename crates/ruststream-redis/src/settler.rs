@@ -56,7 +56,7 @@ pub(crate) enum SettleKind {
 }
 
 impl RedisSettler {
-    pub(crate) fn new(pool: Pool, kind: SettleKind, _source: &str) -> Self {
+    pub(crate) fn new(pool: Pool, kind: SettleKind) -> Self {
         Self {
             pool,
             kind: Arc::new(kind),
