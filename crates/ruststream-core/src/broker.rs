@@ -15,7 +15,9 @@ use crate::{Backoff, DeliveryInfo, OutMessage, Publisher, Result, Settlement};
 #[non_exhaustive]
 pub struct SubscribeOptions {
     /// Most handlers of this subscription running at once; the broker never claims more than
-    /// `concurrency - in_flight` messages, so prefetch never runs ahead of handlers.
+    /// `concurrency - in_flight` messages, so prefetch never runs ahead of handlers. A handled
+    /// message leaves `in_flight` when its settle round trip starts, so up to `2 × concurrency`
+    /// can be claimed and not yet settled (for a reliable list: in its processing list).
     pub concurrency: usize,
     /// Deliveries a message gets before it goes to the dead-letter list with reason `max-attempts`.
     pub max_attempts: u32,

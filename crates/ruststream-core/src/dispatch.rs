@@ -1,8 +1,15 @@
 //! The dispatch loop of one subscription: claim, run handlers concurrently, settle in batches.
 //!
 //! - The reader claims at most `concurrency - in_flight` messages; a permit is held from claim
-//!   until the message is settled, so prefetch never runs ahead of handlers.
-//! - Each handler runs in its own task; a panic is caught and the message retried.
+//!   until the settler takes the handled message into a batch, so prefetch never runs ahead of
+//!   handlers. The permit does not wait for the settle's round trip (it did until the benchmark
+//!   showed claim, handlers and settle running strictly one after the other): the next claim
+//!   overlaps it. So a subscription has at most `2 × concurrency` messages claimed and not yet
+//!   settled: `concurrency` being handled or queued for the settler, and one batch being settled.
+//! - The handlers of one claimed batch run concurrently in one task (`FuturesUnordered`), not a
+//!   task each: a spawned task per message cost a quarter to a third of the consumer's CPU in the
+//!   benchmark (see `docs/benchmarks.md`). Batches run on the runtime's workers in parallel. A
+//!   panic is caught per message and the message retried.
 //! - Settlements go to one settler task that sends them to the broker in batches.
 //! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
 //!   whatever is still unfinished is left to the broker's recovery. Nothing is lost.
@@ -12,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -84,33 +92,36 @@ fn reason_label(reason: &str) -> &'static str {
         _ => "other",
     }
 }
-type Done<B> = (Token<B>, Settlement, OwnedSemaphorePermit);
+type Done<B> = (Token<B>, Settlement, Option<OwnedSemaphorePermit>);
 
 impl<B: Broker> Subscription<B> {
     /// Runs until `stop` is cancelled and every in-flight message is settled or abandoned.
     pub(crate) async fn run(self: Arc<Self>, mut receiver: B::Receiver, stop: CancellationToken) {
-        let opts = self.source.options().clone();
-        let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        let opts = Arc::new(self.source.options().clone());
+        let concurrency = opts.concurrency.max(1);
+        let permits = Arc::new(Semaphore::new(concurrency));
+        // Unbounded, yet bounded by the permits: a handled message carries its permit to the
+        // settler, which releases it when the message's settle round trip starts.
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Done<B>>();
         let settler = tokio::spawn(settle_loop::<B>(
             receiver.settler(),
             done_rx,
             self.name.clone(),
         ));
-        let mut handlers = JoinSet::new();
+        let mut batches = JoinSet::new();
         let mut backoff = ErrorBackoff::default();
         let meters = Arc::new(Meters::new(&self.name));
 
         while !stop.is_cancelled() {
-            let first = tokio::select! {
-                p = permits.clone().acquire_many_owned(1) => match p { Ok(p) => p, Err(_) => break },
+            let mut held = tokio::select! {
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
                 () = stop.cancelled() => break,
             };
-            let mut held = vec![first];
-            while let Ok(p) = permits.clone().try_acquire_owned() {
-                held.push(p);
+            let free = u32::try_from(permits.available_permits()).unwrap_or(u32::MAX);
+            if let Ok(more) = permits.clone().try_acquire_many_owned(free) {
+                held.merge(more);
             }
-            let batch = match receiver.receive(held.len()).await {
+            let batch = match receiver.receive(held.num_permits()).await {
                 Ok(batch) => {
                     backoff.reset();
                     batch
@@ -125,62 +136,97 @@ impl<B: Broker> Subscription<B> {
                     continue;
                 }
             };
-            held.truncate(batch.len());
-            for (delivery, permit) in batch.into_iter().zip(held) {
-                let this = self.clone();
-                let done = done_tx.clone();
-                let opts = opts.clone();
-                let meters = meters.clone();
-                handlers.spawn(async move {
-                    let span = tracing::info_span!(
-                        "handle",
-                        subscription = %this.name,
-                        message_id = %delivery.info.message_id,
-                        attempt = delivery.info.attempt,
-                        headers = ?delivery.info.headers,
-                    );
-                    meters.in_flight.increment(1.0);
-                    let started = std::time::Instant::now();
-                    let mut outcome = None;
-                    let settlement = this
-                        .handle(&delivery, &opts, &mut outcome)
-                        .instrument(span)
-                        .await;
-                    this.observe_settled(&delivery, outcome, &settlement);
-                    meters.duration.record(started.elapsed().as_secs_f64());
-                    meters.in_flight.decrement(1.0);
-                    meters.record(&settlement);
-                    // The settler outlives every handler task; a closed channel means it is gone
-                    // and the message stays claimed, to be recovered.
-                    let _ = done.send((delivery.token, settlement, permit));
-                });
+            if batch.is_empty() {
+                continue;
             }
-            // Reap finished tasks so the set does not grow without bound.
-            while handlers.try_join_next().is_some() {}
+            // Give back what the broker did not fill; the rest goes one per message.
+            drop(held.split(held.num_permits().saturating_sub(batch.len())));
+            batches.spawn(self.clone().run_batch(
+                batch,
+                held,
+                done_tx.clone(),
+                opts.clone(),
+                meters.clone(),
+            ));
+            // Reap finished batches so the set does not grow without bound.
+            while batches.try_join_next().is_some() {}
         }
 
         drop(done_tx);
-        while handlers.try_join_next().is_some() {}
-        let in_flight = handlers.len();
+        while batches.try_join_next().is_some() {}
+        let in_flight = concurrency - permits.available_permits().min(concurrency);
         if in_flight > 0 {
             tracing::info!(subscription = %self.name, in_flight, "stopping: waiting for handlers");
         }
         let finished = tokio::time::timeout(self.shutdown_timeout, async {
-            while handlers.join_next().await.is_some() {}
+            while batches.join_next().await.is_some() {}
         })
         .await;
         if finished.is_err() {
+            let abandoned = concurrency - permits.available_permits().min(concurrency);
             tracing::warn!(
                 subscription = %self.name,
-                abandoned = handlers.len(),
+                abandoned,
                 "shutdown timeout: unfinished messages stay claimed and will be recovered"
             );
-            handlers.abort_all();
-            while handlers.join_next().await.is_some() {}
+            batches.abort_all();
+            while batches.join_next().await.is_some() {}
         }
         if settler.await.is_err() {
             tracing::error!(subscription = %self.name, "settler task failed");
         }
+    }
+
+    /// Runs the handlers of one claimed batch concurrently in one task, each with one of
+    /// `permits`, until the last is handled.
+    async fn run_batch(
+        self: Arc<Self>,
+        batch: Vec<Delivery<Token<B>>>,
+        mut permits: OwnedSemaphorePermit,
+        done: mpsc::UnboundedSender<Done<B>>,
+        opts: Arc<SubscribeOptions>,
+        meters: Arc<Meters>,
+    ) {
+        let mut running: FuturesUnordered<_> = batch
+            .into_iter()
+            .map(|delivery| {
+                let permit = permits.split(1);
+                self.handle_one(delivery, permit, &done, &opts, &meters)
+            })
+            .collect();
+        while running.next().await.is_some() {}
+    }
+
+    /// Handles one delivery and hands its settlement, with its permit, to the settler.
+    async fn handle_one(
+        &self,
+        delivery: Delivery<Token<B>>,
+        permit: Option<OwnedSemaphorePermit>,
+        done: &mpsc::UnboundedSender<Done<B>>,
+        opts: &SubscribeOptions,
+        meters: &Meters,
+    ) {
+        let span = tracing::info_span!(
+            "handle",
+            subscription = %self.name,
+            message_id = %delivery.info.message_id,
+            attempt = delivery.info.attempt,
+            headers = ?delivery.info.headers,
+        );
+        meters.in_flight.increment(1.0);
+        let started = std::time::Instant::now();
+        let mut outcome = None;
+        let settlement = self
+            .handle(&delivery, opts, &mut outcome)
+            .instrument(span)
+            .await;
+        self.observe_settled(&delivery, outcome, &settlement);
+        meters.duration.record(started.elapsed().as_secs_f64());
+        meters.in_flight.decrement(1.0);
+        meters.record(&settlement);
+        // The settler outlives every batch task; a closed channel means it is gone and the
+        // message stays claimed, to be recovered.
+        let _ = done.send((delivery.token, settlement, permit));
     }
 
     /// Runs the handler on one delivery and decides its settlement; `outcome` gets what the
@@ -277,20 +323,20 @@ async fn settle_loop<B: Broker>(
     mut done: mpsc::UnboundedReceiver<Done<B>>,
     name: String,
 ) {
+    let mut received = Vec::with_capacity(SETTLE_BATCH);
     let mut batch = Vec::with_capacity(SETTLE_BATCH);
-    let mut permits = Vec::with_capacity(SETTLE_BATCH);
-    while let Some((token, settlement, permit)) = done.recv().await {
-        batch.push((token, settlement));
-        permits.push(permit);
-        while batch.len() < SETTLE_BATCH {
-            match done.try_recv() {
-                Ok((token, settlement, permit)) => {
-                    batch.push((token, settlement));
-                    permits.push(permit);
-                }
-                Err(_) => break,
+    while done.recv_many(&mut received, SETTLE_BATCH).await > 0 {
+        // The permits go back as the round trip starts, so the next claim overlaps it.
+        let mut permits: Option<OwnedSemaphorePermit> = None;
+        for (token, settlement, permit) in received.drain(..) {
+            batch.push((token, settlement));
+            match (&mut permits, permit) {
+                (Some(all), Some(p)) => all.merge(p),
+                (all @ None, p) => *all = p,
+                (Some(_), None) => {}
             }
         }
+        drop(permits);
         let mut backoff = ErrorBackoff::default();
         let mut tries = 0;
         while let Err(e) = settler.settle(&batch).await {
@@ -305,7 +351,6 @@ async fn settle_loop<B: Broker>(
             tokio::time::sleep(wait).await;
         }
         batch.clear();
-        permits.clear();
     }
 }
 

@@ -795,8 +795,10 @@ async fn the_concurrency_limit_is_never_exceeded(t: Topo) {
 
     let max = busy.max.load(Ordering::SeqCst);
     assert_eq!(max, 4, "most handlers at once");
+    // Four being handled (or handed to the settler), and at most one batch of four being settled
+    // while the next claim runs.
     assert!(
-        (1..=4).contains(&max_processing),
+        (1..=8).contains(&max_processing),
         "most entries in the processing list: {max_processing} ({samples} samples)"
     );
     assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
