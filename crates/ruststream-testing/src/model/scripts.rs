@@ -34,7 +34,7 @@ type Pin = (
 pub const PINNED: &[(&str, &str)] = &[
     ("CLAIM", "39a69cb5db0fa958210a6e194843be48139af7f8"),
     ("SETTLE_LIST", "674571d7ba47a51a580b62b2bf1a2511bbc6949a"),
-    ("MOVE_DUE", "ba6c3de501a14c013fe5b71c1de0b62031e1f3e8"),
+    ("MOVE_DUE", "e749a24aa7ec6e9e499d23292f885f68f9be1a73"),
     ("SCHEDULE", "0e6e55d565e3c994df3db8610485aa377e46919d"),
     ("PUSH_TTL", "44f19be3f3f334de949ac03b946bb1cf7bb4931c"),
     ("SETTLE_STREAM", "2277d08833541fa120f331494c7fd14b3cd3c808"),
