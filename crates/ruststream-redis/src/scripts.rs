@@ -43,7 +43,7 @@ if rid ~= '' then
     local p = string.find(m, ':', 1, true)
     local q = string.find(m, ':', p + 1, true)
     local v = string.sub(m, q + 1)
-    if redis.call('LREM', KEYS[2], -1, v) > 0 then
+    if redis.call('LREM', KEYS[2], '-1', v) > 0 then
       redis.call('LPUSH', KEYS[1], bump(v))
       out[1] = out[1] + 1
     end
@@ -118,9 +118,9 @@ for i = 1, #ARGV, 5 do
   local owned
   if ARGV[i + 4] ~= '' then
     owned = redis.call('ZREM', KEYS[6], ARGV[i + 4]) == 1
-      and redis.call('LREM', KEYS[2], -1, ARGV[i + 1]) > 0
+      and redis.call('LREM', KEYS[2], '-1', ARGV[i + 1]) > 0
   else
-    owned = redis.call('LREM', KEYS[2], -1, ARGV[i + 1]) > 0
+    owned = redis.call('LREM', KEYS[2], '-1', ARGV[i + 1]) > 0
   end
   if owned then
     found = found + 1

@@ -32,8 +32,8 @@ type Pin = (
 
 /// Every script the model runs, with the SHA-1 of the Lua its Rust version was written against.
 pub const PINNED: &[(&str, &str)] = &[
-    ("CLAIM", "39a69cb5db0fa958210a6e194843be48139af7f8"),
-    ("SETTLE_LIST", "674571d7ba47a51a580b62b2bf1a2511bbc6949a"),
+    ("CLAIM", "71220df9a4d9e3bdf50dde9b0eaabbb11d8d47fb"),
+    ("SETTLE_LIST", "19c0a7e0c95e0316dd4d6cf387ec2122654b97fd"),
     ("MOVE_DUE", "e749a24aa7ec6e9e499d23292f885f68f9be1a73"),
     ("SCHEDULE", "0e6e55d565e3c994df3db8610485aa377e46919d"),
     ("PUSH_TTL", "44f19be3f3f334de949ac03b946bb1cf7bb4931c"),
