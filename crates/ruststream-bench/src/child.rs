@@ -11,8 +11,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
 use ruststream::{
-    App, AppInfo, Context, Handle, HandlerOutcome, Publisher, RedisBroker, RedisList, RedisStream,
-    RustStream, Subscriber, subscriber,
+    App, AppInfo, Context, Handle, HandlerOutcome, Publisher, RedisBroker, RedisChannel, RedisList,
+    RedisStream, RustStream, Subscriber, subscriber,
 };
 
 use crate::common::{
@@ -20,6 +20,49 @@ use crate::common::{
     quantile, usage_fields,
 };
 use crate::{BoxError, GROUP, KEY};
+
+/// How long the pubsub consumer waits for another message before it ends the run.
+pub const PUBSUB_QUIET: Duration = Duration::from_secs(2);
+
+/// Reads the pubsub subscription's `ruststream_pubsub_lagged_total` counter back: a metrics
+/// recorder that keeps that one counter and discards the rest.
+mod lag {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    struct LagOnly(Arc<AtomicU64>);
+
+    impl Recorder for LagOnly {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            if key.name() == "ruststream_pubsub_lagged_total" {
+                Counter::from_arc(self.0.clone())
+            } else {
+                Counter::noop()
+            }
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    /// Installs the recorder (once per process); the counter it fills.
+    pub fn install() -> Option<Arc<AtomicU64>> {
+        let lagged = Arc::new(AtomicU64::new(0));
+        metrics::set_global_recorder(LagOnly(lagged.clone()))
+            .ok()
+            .map(|()| lagged)
+    }
+}
 
 /// What the parent tells a child.
 #[derive(Debug, Clone)]
@@ -78,6 +121,16 @@ fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscri
             handler,
         )
         .build::<Msg>(),
+        Scenario::Pubsub => {
+            let mut c = RedisChannel::new(KEY);
+            if let Some(n) = tuning.concurrency {
+                c = c.concurrency(n);
+            }
+            if let Some(b) = tuning.buffer {
+                c = c.buffer(b);
+            }
+            subscriber(c, handler).build::<Msg>()
+        }
         Scenario::Stream => {
             let s = RedisStream::new(KEY).group(GROUP);
             let s = match tuning.concurrency {
@@ -125,7 +178,10 @@ pub async fn consume(a: &Args) -> Result<(), BoxError> {
         (None, true) => LatencyFrom::Stamp,
         (None, false) => LatencyFrom::None,
     };
-    let tracker = Arc::new(Tracker::new(a.n, from));
+    let pubsub = a.scenario == Scenario::Pubsub;
+    let lagged = if pubsub { lag::install() } else { None };
+    let tracker = Tracker::new(a.n, from);
+    let tracker = Arc::new(if pubsub { tracker.with_span() } else { tracker });
     let tuning = Tuning::of(a.scenario, a.config);
     let sub = subscription(a.scenario, &tuning, Record(tracker.clone()));
     let app = RustStream::new(AppInfo::new("ruststream-bench", env!("CARGO_PKG_VERSION")))
@@ -146,20 +202,34 @@ pub async fn consume(a: &Args) -> Result<(), BoxError> {
         None => started,
     };
     let cpu = CpuWindow::start(a.redis_pid);
-    let done = tracker.wait(Duration::from_secs(60 + a.n / 1000)).await;
+    let limit = Duration::from_secs(60 + a.n / 1000);
+    let elapsed = if pubsub {
+        // At most once: ids lost stay lost, so the run ends when messages stop coming. The rate
+        // is over the time from the first message handled to the last.
+        tracker
+            .wait_quiet(Duration::from_secs(10), PUBSUB_QUIET, limit)
+            .await;
+        tracker.span()
+    } else {
+        let done = tracker.wait(limit).await;
+        done.map(|d| d.saturating_duration_since(t0))
+    };
     let (client_cpu, redis_cpu) = cpu.stop();
-    let elapsed = done.map(|d| d.saturating_duration_since(t0));
+    let rated = if pubsub { tracker.distinct() } else { a.n };
     let t_stop = Instant::now();
     running.shutdown().await?;
     let shutdown_ms = t_stop.elapsed().as_millis();
     let lat = tracker.latencies();
+    let lagged = lagged.map_or_else(String::new, |l| {
+        format!(" lagged={}", l.load(std::sync::atomic::Ordering::Relaxed))
+    });
     say(&format!(
-        "STATS distinct={} dups={} strays={} elapsed_s={} rate={} {} {} hwm_kb={} base_kb={base_kb} shutdown_ms={shutdown_ms} {}",
+        "STATS distinct={} dups={} strays={} elapsed_s={} rate={} {} {} hwm_kb={} base_kb={base_kb} shutdown_ms={shutdown_ms} {}{lagged}",
         tracker.distinct(),
         tracker.dups(),
         tracker.strays(),
         elapsed.map_or_else(|| "-".to_owned(), |e| format!("{:.4}", e.as_secs_f64())),
-        elapsed.map_or_else(|| "-".to_owned(), |e| format!("{:.0}", per_s(a.n, e))),
+        elapsed.map_or_else(|| "-".to_owned(), |e| format!("{:.0}", per_s(rated, e))),
         usage_fields("client", Some(client_cpu)),
         usage_fields("redis", redis_cpu),
         hwm_kb(),

@@ -70,7 +70,7 @@ pub enum Scenario {
     Stream,
     /// N entries due at once, moved from the delayed set.
     Delayed,
-    /// Publish/subscribe fan-out (not implemented in the library).
+    /// Pub/Sub: one `RedisChannel` subscriber while the parent publishes; at most once.
     Pubsub,
     /// A steady rate on a reliable list, end-to-end latency.
     Latency,
@@ -165,6 +165,8 @@ pub struct Tuning {
     pub chunk: usize,
     /// Publish calls in flight at once.
     pub in_flight: usize,
+    /// `RedisChannel::buffer` (`None`: the default) for the pubsub scenario.
+    pub buffer: Option<usize>,
 }
 
 /// Claims per read when the source keeps its default concurrency.
@@ -172,7 +174,8 @@ pub const DEFAULT_CONCURRENCY: usize = 128;
 
 impl Tuning {
     /// The settings of `config` for `scenario`. `RSB_TUNED_CONCURRENCY` overrides the tuned
-    /// concurrency (to explore; the child inherits it).
+    /// concurrency, `RSB_TUNED_BUFFER` sets the tuned pubsub subscription's buffer (to explore;
+    /// the child inherits them).
     pub fn of(scenario: Scenario, config: Config) -> Self {
         let mut t = Self::table(scenario, config);
         if config == Config::Tuned
@@ -189,6 +192,7 @@ impl Tuning {
             pool_size: None,
             chunk: 1000,
             in_flight: 1,
+            buffer: None,
         };
         match config {
             Config::Default => default,
@@ -213,6 +217,12 @@ impl Tuning {
                     concurrency: Some(256),
                     ..default
                 },
+                Scenario::Pubsub => Self {
+                    concurrency: Some(256),
+                    in_flight: 2,
+                    buffer: env_usize("RSB_TUNED_BUFFER"),
+                    ..default
+                },
                 _ => Self {
                     concurrency: Some(256),
                     in_flight: 2,
@@ -229,9 +239,6 @@ impl Tuning {
 
     /// What this tuning sets, for the RESULT line (`-`: nothing).
     pub fn describe(&self, scenario: Scenario) -> String {
-        if scenario == Scenario::Pubsub {
-            return "-".to_owned();
-        }
         let mut parts = Vec::new();
         if let Some(c) = self.concurrency {
             parts.push(format!("concurrency:{c}"));
@@ -241,6 +248,9 @@ impl Tuning {
         }
         if scenario != Scenario::PublishSingle && self.in_flight > 1 {
             parts.push(format!("publish_in_flight:{}", self.in_flight));
+        }
+        if let Some(b) = self.buffer {
+            parts.push(format!("buffer:{b}"));
         }
         if parts.is_empty() {
             "-".to_owned()
@@ -276,6 +286,11 @@ pub struct Tracker {
     lat_us: Vec<AtomicU32>,
     done_at: OnceLock<Instant>,
     done: Notify,
+    /// Whether the first and last record times are kept (pubsub: the run ends when it goes quiet).
+    span: bool,
+    /// Wall-clock ns of the first and the latest new id (0: none yet).
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
 }
 
 impl Tracker {
@@ -296,7 +311,17 @@ impl Tracker {
             lat_us: (0..lat_len).map(|_| AtomicU32::new(0)).collect(),
             done_at: OnceLock::new(),
             done: Notify::new(),
+            span: false,
+            first_ns: AtomicU64::new(0),
+            last_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Keeps when the first and the latest new id were recorded (one clock read per message).
+    #[must_use]
+    pub fn with_span(mut self) -> Self {
+        self.span = true;
+        self
     }
 
     /// Records one handled message.
@@ -319,6 +344,13 @@ impl Tracker {
             LatencyFrom::Stamp => m.stamp(),
             LatencyFrom::Fixed(t) => Some(t),
         };
+        if self.span {
+            let t = now_ns();
+            let _ = self
+                .first_ns
+                .compare_exchange(0, t, Ordering::Relaxed, Ordering::Relaxed);
+            self.last_ns.fetch_max(t, Ordering::Relaxed);
+        }
         if let Some(from) = from {
             let us = now_ns().saturating_sub(from) / 1000;
             self.lat_us[usize::try_from(m.id).unwrap_or(0)]
@@ -336,6 +368,32 @@ impl Tracker {
             let _ = tokio::time::timeout(timeout, self.done.notified()).await;
         }
         self.done_at.get().copied()
+    }
+
+    /// Waits until every id was handled, or no new id came for `quiet` (once one came, or
+    /// after `first` without any), or `limit` passed.
+    pub async fn wait_quiet(&self, first: Duration, quiet: Duration, limit: Duration) {
+        let t0 = Instant::now();
+        let mut last = self.distinct();
+        while self.distinct() < self.n && t0.elapsed() < limit {
+            let _ = tokio::time::timeout(quiet, self.done.notified()).await;
+            let now = self.distinct();
+            let idle = now == last && (now > 0 || t0.elapsed() >= first);
+            if idle {
+                break;
+            }
+            last = now;
+        }
+    }
+
+    /// Time from the first to the latest new id, when [`with_span`](Self::with_span) is on and
+    /// two came.
+    pub fn span(&self) -> Option<Duration> {
+        let (a, b) = (
+            self.first_ns.load(Ordering::Relaxed),
+            self.last_ns.load(Ordering::Relaxed),
+        );
+        (a > 0 && b > a).then(|| Duration::from_nanos(b - a))
     }
 
     pub fn distinct(&self) -> u64 {

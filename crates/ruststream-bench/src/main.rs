@@ -9,8 +9,10 @@
 //! publisher, consumes them in a child process of this binary (so the child's peak RSS is the
 //! consumer's alone) with a handler that records the id, checks every id was handled (exactly
 //! once, or at least once with duplicates counted) and that nothing is left in Redis, then runs
-//! the raw baseline. It prints one `RESULT` line per scenario and configuration. How to read the
-//! lines, and a run's figures: `docs/benchmarks.md`.
+//! the raw baseline. It prints one `RESULT` line per scenario and configuration. The pubsub
+//! scenario stores nothing, so its child subscribes first and this process publishes while it
+//! consumes; Pub/Sub is at most once, and `lost` says how many ids the handler never saw. How to
+//! read the lines, and a run's figures: `docs/benchmarks.md`.
 
 mod child;
 mod common;
@@ -459,9 +461,7 @@ async fn scenario(
     let raw_key = format!("{raw_prefix}{KEY}");
     let baseline = !ctx.cli.no_baseline;
     match s {
-        Scenario::Pubsub => {
-            line.extra("skipped", "not-implemented");
-        }
+        Scenario::Pubsub => pubsub(ctx, c, &tuning, prefix, &raw_key, line).await?,
         Scenario::PublishBatch | Scenario::PublishSingle => {
             let before = command_calls(&ctx.raw).await?;
             let st = Running::spawn(
@@ -652,6 +652,81 @@ async fn delayed(
         line.extra("baseline_seen", out.seen);
     }
     Ok(())
+}
+
+/// The pubsub scenario: a consumer child subscribes to channel `q` (`RedisChannel::new`), then
+/// this process publishes N messages to it in batches; lost = ids the handler never saw (Pub/Sub
+/// is at most once: a message the subscriber's buffer drops is gone, counted as `lagged`).
+async fn pubsub(
+    ctx: &Ctx<'_>,
+    c: Config,
+    tuning: &Tuning,
+    prefix: &str,
+    raw_key: &str,
+    line: &mut Line,
+) -> Result<(), BoxError> {
+    let n = ctx.cli.n;
+    let s = Scenario::Pubsub;
+    let channel = format!("{prefix}{KEY}");
+    let running = Running::spawn(
+        ctx,
+        Spec {
+            role: Role::Consumer,
+            scenario: s,
+            config: c,
+            n,
+            prefix,
+            due_ns: None,
+            stamped: false,
+        },
+    )
+    .await?;
+    // The child prints READY once its app started, i.e. once SUBSCRIBE was confirmed; check.
+    let t = std::time::Instant::now();
+    while numsub(&ctx.raw, &channel).await? < 1 {
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err("the consumer did not subscribe within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let broker = child::broker(&ctx.cli.redis, prefix, tuning)
+        .route(KEY, ruststream::pubsub::Publish::new());
+    broker.connect().await?;
+    let before = command_calls(&ctx.raw).await?;
+    let (fill, _) = child::publish_batches(&broker.publisher(), n, tuning, None).await?;
+    line.publish_per_s = Some(per_s(n, fill));
+    let st = running.stats().await?;
+    let after = command_calls(&ctx.raw).await?;
+    ruststream_core::Broker::close(&broker).await;
+    take_consumer(line, n, &st);
+    line.extra("lagged", st.u("lagged").unwrap_or(0));
+    line.extra("calls_per_msg", calls_per_msg(&before, &after, n));
+    line.extra("left", leftovers(&ctx.raw, prefix).await?);
+    if !ctx.cli.no_baseline {
+        // The ceiling: a buffer no burst of this run overflows, whatever the app's.
+        let buffer = tuning.buffer.unwrap_or(0).max(raw::PUBSUB_BUFFER);
+        let out = raw::pubsub(
+            &ctx.cli.redis,
+            &ctx.raw,
+            raw_key,
+            n,
+            buffer,
+            child::PUBSUB_QUIET,
+        )
+        .await?;
+        line.baseline_per_s = Some(out.per_s);
+        line.extra("baseline_seen", out.seen);
+        line.extra("baseline_lagged", out.lagged);
+    }
+    Ok(())
+}
+
+/// `PUBSUB NUMSUB channel`: its subscribers.
+async fn numsub(raw: &Client, channel: &str) -> Result<i64, BoxError> {
+    let reply: Vec<Value> = raw
+        .custom(raw::cmd("PUBSUB"), vec!["NUMSUB", channel])
+        .await?;
+    Ok(reply.get(1).and_then(Value::as_i64).unwrap_or(0))
 }
 
 /// The latency scenario: a steady rate of single publishes to a reliable list, end-to-end latency

@@ -402,6 +402,76 @@ pub async fn delayed(
     })
 }
 
+/// The raw Pub/Sub subscriber's buffer: its counter shares this process's cores with the raw
+/// publisher, and a smaller buffer (16,384) overflowed in measured runs.
+pub const PUBSUB_BUFFER: usize = 1 << 17;
+
+/// What the raw Pub/Sub baseline measured.
+#[derive(Debug, Default)]
+pub struct PubsubOut {
+    /// Messages per second the subscriber counted, from the first message to the last.
+    pub per_s: f64,
+    /// Messages the subscriber counted.
+    pub seen: u64,
+    /// Messages fred's buffer dropped before the counter read them.
+    pub lagged: u64,
+}
+
+/// Raw Pub/Sub: a fred subscriber (buffer `buffer`) counts the messages of
+/// `channel` while `PUBLISH channel frame` goes out in pipelines of 1000, 8 in flight. The run
+/// ends when all `n` were counted (or dropped), or none came for `quiet`.
+pub async fn pubsub(
+    url: &str,
+    c: &Client,
+    channel: &str,
+    n: u64,
+    buffer: usize,
+    quiet: Duration,
+) -> Result<PubsubOut, BoxError> {
+    let subscriber = Builder::from_config(Config::from_url(url)?)
+        .with_performance_config(|p| p.broadcast_channel_capacity = buffer)
+        .build_subscriber_client()?;
+    subscriber.init().await?;
+    let mut messages = subscriber.message_rx();
+    subscriber.subscribe(channel).await?;
+    let values = frames(n);
+    let counter = tokio::spawn(async move {
+        let (mut seen, mut lagged) = (0u64, 0u64);
+        let mut span: Option<(Instant, Instant)> = None;
+        while seen + lagged < n {
+            match tokio::time::timeout(quiet, messages.recv()).await {
+                Ok(Ok(_)) => {
+                    seen += 1;
+                    let now = Instant::now();
+                    span = Some(span.map_or((now, now), |(first, _)| (first, now)));
+                }
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(k))) => lagged += k,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) | Err(_) => break,
+            }
+        }
+        (seen, lagged, span)
+    });
+    let chunks: Vec<Vec<Bytes>> = values.chunks(FILL_CHUNK).map(<[Bytes]>::to_vec).collect();
+    futures::stream::iter(chunks)
+        .map(|chunk| async move {
+            let p = c.pipeline();
+            for v in chunk {
+                let () = p.publish(channel, v).await?;
+            }
+            p.all::<Vec<Value>>().await
+        })
+        .buffer_unordered(DEPTH)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let (seen, lagged, span) = counter.await?;
+    let _ = subscriber.quit().await;
+    Ok(PubsubOut {
+        per_s: span.map_or(0.0, |(first, last)| per_s(seen, last - first)),
+        seen,
+        lagged,
+    })
+}
+
 /// Raw latency at a steady `rate`: one `LPUSH` per message; a consumer on its own connection
 /// `BLMOVE`s the first entry, `LMOVE`s up to 8 more per pipeline while they keep coming, then
 /// `LREM`s them in one pipeline.

@@ -2,8 +2,10 @@
 //!
 //! One fred [`Pool`] carries settles and publishes (multiplexed, auto-pipelined); every
 //! subscription gets a [`Client`] of its own for its blocking reads, so a `BRPOP` never stalls
-//! the shared connections. Both reconnect with capped exponential backoff.
-//! Commands sent here: `XGROUP CREATE .. MKSTREAM` (stream sources), `SCRIPT LOAD`.
+//! the shared connections, and every Pub/Sub subscription a `SubscriberClient` of its own (see
+//! [`pubsub`](crate::pubsub)). All reconnect with capped exponential backoff.
+//! Commands sent here: `XGROUP CREATE .. MKSTREAM` (stream sources), `SCRIPT LOAD`, and
+//! `SUBSCRIBE` to the delayed sets' wake-up channels.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,16 +25,19 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{RedisError, redact};
 use crate::list;
 use crate::publish::RedisPublisher;
+use crate::pubsub::RedisChannel;
 use crate::reader::RedisReceiver;
 use crate::{RedisList, RedisStream, scripts};
 
-/// A subscription source on Redis: a list or a stream.
+/// A subscription source on Redis: a list, a stream or a Pub/Sub channel.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RedisSource {
     /// A work queue on a list.
     List(RedisList),
     /// A stream with a consumer group.
     Stream(RedisStream),
+    /// A Pub/Sub channel or pattern (at most once).
+    Channel(RedisChannel),
 }
 
 impl BrokerSource for RedisSource {
@@ -40,18 +45,21 @@ impl BrokerSource for RedisSource {
         match self {
             Self::List(l) => l.key(),
             Self::Stream(s) => s.key(),
+            Self::Channel(c) => c.key(),
         }
     }
     fn options(&self) -> &SubscribeOptions {
         match self {
             Self::List(l) => l.options(),
             Self::Stream(s) => s.options(),
+            Self::Channel(c) => c.options(),
         }
     }
     fn describe(&self) -> ChannelDoc {
         match self {
             Self::List(l) => l.describe(),
             Self::Stream(s) => s.describe(),
+            Self::Channel(c) => c.describe(),
         }
     }
 }
@@ -63,11 +71,19 @@ pub enum PublishPolicy {
     List(list::Publish),
     /// `XADD` onto a stream.
     Stream,
+    /// `PUBLISH` on a Pub/Sub channel (nothing is stored).
+    PubSub,
 }
 
 impl From<crate::stream::Publish> for PublishPolicy {
     fn from(_: crate::stream::Publish) -> Self {
         Self::Stream
+    }
+}
+
+impl From<crate::pubsub::Publish> for PublishPolicy {
+    fn from(_: crate::pubsub::Publish) -> Self {
+        Self::PubSub
     }
 }
 
@@ -302,7 +318,13 @@ impl RedisBroker {
                 let mut messages = client.message_rx();
                 let inner = Arc::downgrade(&self.inner);
                 tokio::spawn(async move {
-                    while let Ok(message) = messages.recv().await {
+                    loop {
+                        let message = match messages.recv().await {
+                            Ok(m) => m,
+                            // A missed wake-up only delays a reader until its next poll.
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                        };
                         let Some(inner) = inner.upgrade() else { break };
                         let Ok(wakes) = inner.wakes.lock() else { break };
                         if let Some(n) = wakes.get(&*message.channel) {
@@ -382,11 +404,28 @@ impl RedisBroker {
         watch(&client, "reader", self.inner.target());
         Ok(client)
     }
+
+    /// A connected subscriber client of its own for one Pub/Sub subscription, whose broadcast
+    /// channel holds `buffer` messages (fred's `broadcast_channel_capacity`).
+    pub(crate) async fn subscriber_client(&self, buffer: usize) -> Result<SubscriberClient> {
+        let client = self
+            .inner
+            .builder(false)?
+            .with_performance_config(|c| c.broadcast_channel_capacity = buffer.max(1))
+            .build_subscriber_client()
+            .map_err(|e| self.inner.connect_error(&e))?;
+        client
+            .init()
+            .await
+            .map_err(|e| self.inner.connect_error(&e))?;
+        watch(&client, "pubsub", self.inner.target());
+        Ok(client)
+    }
 }
 
 /// Logs a connection's losses and reconnections (fred reconnects on its own, with backoff;
 /// meanwhile commands wait), so an outage shows in the app's logs.
-fn watch(client: &Client, role: &'static str, target: String) {
+fn watch(client: &impl EventInterface, role: &'static str, target: String) {
     let lost_at = target.clone();
     let _lost = client.on_error(move |(e, _)| {
         tracing::warn!(connection = role, target = %lost_at, error = %redact(e.details()),
@@ -443,7 +482,7 @@ impl Inner {
         ))
     }
 
-    fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.topology, Topology::Cluster(_))
     }
 
@@ -462,7 +501,14 @@ impl Inner {
         let (key, dead) = match source {
             RedisSource::List(l) => (&l.key, &l.dead_letter),
             RedisSource::Stream(s) => (&s.key, &s.dead_letter),
+            RedisSource::Channel(c) => (&c.name, &c.dead_letter),
         };
+        self.dead_key_of(key, dead.as_ref())
+    }
+
+    /// The (prefixed) dead-letter list of the source `key` whose setting is `dead` (`None`: the
+    /// default name; `Some(None)`: none).
+    pub(crate) fn dead_key_of(&self, key: &str, dead: Option<&Option<String>>) -> Option<String> {
         match dead {
             None => Some(list::derived(&self.key(key), ".dead", self.is_cluster())),
             Some(named) => named.as_deref().map(|k| self.key(k)),
@@ -562,10 +608,18 @@ impl Broker for RedisBroker {
         {
             let mut routes = self.inner.routes.write().map_err(poisoned)?;
             for s in sources {
-                if let RedisSource::Stream(st) = s {
-                    routes
-                        .entry(st.key.clone())
-                        .or_insert(PublishPolicy::Stream);
+                match s {
+                    RedisSource::Stream(st) => {
+                        routes
+                            .entry(st.key.clone())
+                            .or_insert(PublishPolicy::Stream);
+                    }
+                    RedisSource::Channel(c) if !c.pattern => {
+                        routes
+                            .entry(c.name.clone())
+                            .or_insert(PublishPolicy::PubSub);
+                    }
+                    _ => {}
                 }
             }
         }

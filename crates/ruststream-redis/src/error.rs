@@ -19,6 +19,26 @@ impl From<RedisError> for CoreError {
     }
 }
 
+/// What Pub/Sub cannot do, said with what to do instead.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PubSubError {
+    /// A delayed publish (`.delay(..)`, `.at(..)`) to a Pub/Sub channel: nothing is stored.
+    #[error(
+        "channel `{channel}`: pub/sub cannot delay a message, it stores nothing; publish it without .delay/.at, or to a list or stream"
+    )]
+    CannotDelay {
+        /// The channel, as the publisher named it.
+        channel: String,
+    },
+}
+
+impl From<PubSubError> for CoreError {
+    fn from(e: PubSubError) -> Self {
+        CoreError::config(e.to_string())
+    }
+}
+
 /// Converts a fred error into the core's.
 pub(crate) fn core(e: fred::error::Error) -> CoreError {
     RedisError::from(e).into()

@@ -2,7 +2,8 @@
 //! (`LLEN` queue, processing and dead-letter lists, `ZCARD` delayed set; for a stream `XLEN` and
 //! the group's pending count from `XPENDING`), published as `metrics` gauges labelled `queue`:
 //! `ruststream_queue_ready`, `ruststream_queue_in_flight`, `ruststream_queue_delayed`,
-//! `ruststream_queue_dead`.
+//! `ruststream_queue_dead`. A Pub/Sub channel stores nothing but its dead letters: only
+//! `ruststream_queue_dead` (`LLEN` of its dead-letter list), labelled with the channel.
 
 use std::time::Duration;
 
@@ -48,6 +49,26 @@ pub(crate) fn spawn(pool: Pool, keys: QueueKeys, stop: CancellationToken) {
                     }
                 }
                 Err(e) => tracing::debug!(queue = %keys.queue, error = %e, "queue gauges not read"),
+            }
+        }
+    });
+}
+
+/// Samples the size of a Pub/Sub subscription's dead-letter list until `stop`; `label` is the
+/// (prefixed) channel or pattern.
+pub(crate) fn spawn_dead(pool: Pool, label: String, dead: Option<String>, stop: CancellationToken) {
+    let Some(dead) = dead else { return };
+    tokio::spawn(async move {
+        let gauge = metrics::gauge!("ruststream_queue_dead", "queue" => label.clone());
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(SAMPLE_EVERY) => {}
+            }
+            match pool.next().llen::<i64, _>(&dead).await {
+                #[allow(clippy::cast_precision_loss)]
+                Ok(n) => gauge.set(n as f64),
+                Err(e) => tracing::debug!(queue = %label, error = %e, "dead-letter gauge not read"),
             }
         }
     });

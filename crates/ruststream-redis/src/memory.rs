@@ -14,7 +14,8 @@
 //!   list has an entry, the group has a new stream entry) or when the block time is up, on the
 //!   tokio clock (virtual under `start_paused`).
 //! - **Pub/sub.** Messages a real server pushes to a subscriber connection come from
-//!   [`MemoryServer::subscribe`] instead (the wake-ups of delayed-set readers).
+//!   [`MemoryServer::subscribe`] (the wake-ups of delayed-set readers, `RedisChannel::new`
+//!   subscriptions) and [`MemoryServer::psubscribe`] (`RedisChannel::pattern`) instead.
 //!
 //! Without the feature this module compiles to no-ops and production builds carry no mocking
 //! code.
@@ -64,6 +65,15 @@ pub trait MemoryServer: fred::mocks::Mocks {
 
     /// Messages `PUBLISH`ed to `channel` from now on.
     fn subscribe(&self, channel: &str) -> tokio::sync::broadcast::Receiver<Bytes>;
+
+    /// Messages `PUBLISH`ed from now on to any channel matching the glob `pattern`, each with
+    /// its channel: what `PSUBSCRIBE pattern` gets. A server without pattern subscriptions
+    /// keeps this default, whose receiver is closed at once (the subscription then fails to
+    /// read, with an error that says so).
+    fn psubscribe(&self, pattern: &str) -> tokio::sync::broadcast::Receiver<(Bytes, Bytes)> {
+        let _ = pattern;
+        tokio::sync::broadcast::channel(1).1
+    }
 }
 
 /// Where a broker keeps its in-memory server, once one is attached. Shared by the broker's clones.
@@ -153,6 +163,100 @@ impl MemorySlot {
         }
         let _ = (channel, notify);
         false
+    }
+}
+
+/// The messages of one Pub/Sub subscription on the in-memory server.
+pub(crate) struct MemoryFeed {
+    #[cfg(feature = "testing")]
+    kind: FeedKind,
+}
+
+#[cfg(feature = "testing")]
+enum FeedKind {
+    /// `SUBSCRIBE`: the channel's name, and its messages.
+    Channel(Bytes, tokio::sync::broadcast::Receiver<Bytes>),
+    /// `PSUBSCRIBE`: messages with their channels.
+    Pattern(tokio::sync::broadcast::Receiver<(Bytes, Bytes)>),
+}
+
+impl MemorySlot {
+    /// On the in-memory server, the messages of a subscription to the (full) channel or pattern
+    /// `name`, subscribed from now on; `None` on a real server.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn channel_feed(&self, name: &str, pattern: bool) -> Option<MemoryFeed> {
+        #[cfg(feature = "testing")]
+        {
+            self.server.get().map(|server| MemoryFeed {
+                kind: if pattern {
+                    FeedKind::Pattern(server.psubscribe(name))
+                } else {
+                    FeedKind::Channel(
+                        Bytes::copy_from_slice(name.as_bytes()),
+                        server.subscribe(name),
+                    )
+                },
+            })
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            let _ = (name, pattern);
+            None
+        }
+    }
+}
+
+/// What the feed's receive methods return: a message's channel and bytes.
+type Received = (bytes::Bytes, bytes::Bytes);
+
+impl MemoryFeed {
+    /// The next buffered message, if any.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn try_recv(
+        &mut self,
+    ) -> Result<Received, tokio::sync::broadcast::error::TryRecvError> {
+        #[cfg(feature = "testing")]
+        {
+            match &mut self.kind {
+                FeedKind::Channel(name, rx) => rx.try_recv().map(|m| (name.clone(), m)),
+                FeedKind::Pattern(rx) => rx.try_recv(),
+            }
+        }
+        #[cfg(not(feature = "testing"))]
+        Err(tokio::sync::broadcast::error::TryRecvError::Closed)
+    }
+
+    /// The next message, waiting for it.
+    #[cfg_attr(
+        not(feature = "testing"),
+        allow(clippy::unused_async, clippy::unused_self)
+    )]
+    pub(crate) async fn recv(
+        &mut self,
+    ) -> Result<Received, tokio::sync::broadcast::error::RecvError> {
+        #[cfg(feature = "testing")]
+        {
+            match &mut self.kind {
+                FeedKind::Channel(name, rx) => rx.recv().await.map(|m| (name.clone(), m)),
+                FeedKind::Pattern(rx) => rx.recv().await,
+            }
+        }
+        #[cfg(not(feature = "testing"))]
+        Err(tokio::sync::broadcast::error::RecvError::Closed)
+    }
+
+    /// Messages buffered and not read yet.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn len(&self) -> usize {
+        #[cfg(feature = "testing")]
+        {
+            match &self.kind {
+                FeedKind::Channel(_, rx) => rx.len(),
+                FeedKind::Pattern(rx) => rx.len(),
+            }
+        }
+        #[cfg(not(feature = "testing"))]
+        0
     }
 }
 

@@ -1,6 +1,7 @@
 //! Publishing to Redis: `LPUSH` (several values in one command), the `PUSH_TTL` script for a list
-//! with an expiry, the `SCHEDULE` script for delayed messages, `XADD` for streams. Messages for
-//! different keys go out concurrently on the pool, which pipelines them.
+//! with an expiry, the `SCHEDULE` script for delayed messages, `XADD` for streams, `PUBLISH` for
+//! Pub/Sub channels (a batch in one pipeline). Messages for different keys go out concurrently on
+//! the pool, which pipelines them.
 
 use bytes::Bytes;
 use fred::prelude::*;
@@ -8,7 +9,7 @@ use futures::future::{BoxFuture, try_join_all};
 use ruststream_core::{Due, OutMessage, PublishBackend, Result};
 
 use crate::broker::{Inner, PublishPolicy, poisoned};
-use crate::error::core;
+use crate::error::{PubSubError, core};
 use crate::frame::encode_parts;
 use crate::stream::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
 use crate::{list, scripts};
@@ -79,6 +80,12 @@ pub(crate) async fn publish(
                     batches.len() - 1
                 }
             };
+            if policy == PublishPolicy::PubSub && m.due.is_some() {
+                return Err(PubSubError::CannotDelay {
+                    channel: m.destination,
+                }
+                .into());
+            }
             add(&mut batches[idx], m)?;
         }
     }
@@ -89,6 +96,11 @@ pub(crate) async fn publish(
 fn add(b: &mut Batch, m: OutMessage) -> Result<()> {
     let id = m.id.unwrap_or_else(new_id);
     match b.policy {
+        // Checked by `publish`: a channel message is never delayed.
+        PublishPolicy::PubSub => {
+            b.now
+                .push(Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)));
+        }
         PublishPolicy::List(_) => {
             let frame = encode_parts(&id, 1, &m.headers, &m.payload);
             match m.due {
@@ -150,6 +162,9 @@ async fn send(pool: &Pool, inner: &Inner, b: Batch) -> Result<()> {
     let client = pool.next();
     if !b.now.is_empty() {
         match b.policy {
+            PublishPolicy::PubSub => {
+                crate::pubsub::publish(client, &b.key, b.now).await?;
+            }
             PublishPolicy::List(list::Publish { ttl: Some(ttl) }) => {
                 let mut args = Vec::with_capacity(b.now.len() + 1);
                 args.push(Value::Integer(

@@ -5,6 +5,7 @@
 //!   recovery-set members); when empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but
 //!   wakes when an entry arrives, then `CLAIM` again.
 //! - Stream: `XREADGROUP GROUP g c COUNT n BLOCK ms STREAMS key >`.
+//! - Pub/Sub channel: see [`pubsub`](crate::pubsub) (`SUBSCRIBE`/`PSUBSCRIBE`, no reads).
 //!
 //! Before each read, unless scheduling is off, `MOVE_DUE` moves the subscription's due entries
 //! from `K.delayed` to `K` (delayed publishes and retries), and a wait never outlasts the next
@@ -52,7 +53,7 @@ const MIN_WAIT: Duration = Duration::from_millis(5);
 /// What the settler needs of one delivered entry.
 #[derive(Debug)]
 pub struct Token {
-    /// The list value as claimed (for `LREM`), or the stream entry id.
+    /// The list value as claimed (for `LREM`), the stream entry id, or the Pub/Sub message.
     pub(crate) raw: Bytes,
     /// The decoded entry, its id filled in.
     pub(crate) frame: Frame,
@@ -61,7 +62,15 @@ pub struct Token {
 }
 
 /// The receiver of one Redis subscription.
-pub struct RedisReceiver {
+pub struct RedisReceiver(Reading);
+
+enum Reading {
+    Queue(QueueReceiver),
+    Channel(crate::pubsub::ChannelReceiver),
+}
+
+/// The receiver of a list or stream subscription.
+struct QueueReceiver {
     client: Client,
     stop: CancellationToken,
     source: Arc<str>,
@@ -119,6 +128,27 @@ impl RedisReceiver {
         source: &RedisSource,
         stop: CancellationToken,
     ) -> Result<Self> {
+        Ok(Self(match source {
+            RedisSource::Channel(c) => {
+                Reading::Channel(crate::pubsub::ChannelReceiver::open(broker, c, stop).await?)
+            }
+            _ => Reading::Queue(QueueReceiver::open(broker, source, stop).await?),
+        }))
+    }
+}
+
+impl QueueReceiver {
+    async fn open(
+        broker: &RedisBroker,
+        source: &RedisSource,
+        stop: CancellationToken,
+    ) -> Result<Self> {
+        if let RedisSource::Channel(c) = source {
+            return Err(Error::Broker(format!(
+                "internal: pub/sub channel `{}` has no queue to read",
+                c.name
+            )));
+        }
         let client = broker.reader_client().await?;
         let pool = broker.pool()?;
         let source_name: Arc<str> = source.key().into();
@@ -134,6 +164,7 @@ impl RedisReceiver {
         let memory = match source {
             RedisSource::List(_) => broker.inner.memory.list_waiter(&key),
             RedisSource::Stream(s) => broker.inner.memory.stream_waiter(&key, s.group_name()),
+            RedisSource::Channel(_) => None,
         };
         let schedule = if broker.scheduling_on() && source_schedules(source) {
             Some(Schedule {
@@ -160,7 +191,7 @@ impl RedisReceiver {
                 processing: processing.clone(),
                 group: match source {
                     RedisSource::Stream(s) => Some(s.group_name().to_owned()),
-                    RedisSource::List(_) => None,
+                    RedisSource::List(_) | RedisSource::Channel(_) => None,
                 },
                 delayed: delayed.clone(),
                 dead: dead.clone(),
@@ -206,6 +237,12 @@ impl RedisReceiver {
                         next_due,
                     },
                 )
+            }
+            (RedisSource::Channel(c), _) => {
+                return Err(Error::Broker(format!(
+                    "internal: pub/sub channel `{}` has no queue to read",
+                    c.name
+                )));
             }
             (RedisSource::Stream(s), _) => (
                 Kind::Stream {
@@ -505,7 +542,7 @@ impl RedisReceiver {
     }
 }
 
-impl Drop for RedisReceiver {
+impl Drop for QueueReceiver {
     /// Closes the reader's own connection: fred keeps a client connected until it quits, so
     /// without this every stopped subscription would leave a connection (and its task) behind.
     fn drop(&mut self) {
@@ -522,6 +559,22 @@ impl Receiver for RedisReceiver {
     type Token = Token;
     type Settler = RedisSettler;
 
+    async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        match &mut self.0 {
+            Reading::Queue(q) => q.receive(max).await,
+            Reading::Channel(c) => c.receive(max).await,
+        }
+    }
+
+    fn settler(&self) -> RedisSettler {
+        match &self.0 {
+            Reading::Queue(q) => q.settler.clone(),
+            Reading::Channel(c) => c.settler(),
+        }
+    }
+}
+
+impl QueueReceiver {
     async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
         self.move_due().await?;
         match &self.kind {
@@ -543,16 +596,13 @@ impl Receiver for RedisReceiver {
             } => self.receive_stream(key, group, consumer, *block, max).await,
         }
     }
-
-    fn settler(&self) -> RedisSettler {
-        self.settler.clone()
-    }
 }
 
 fn source_schedules(source: &RedisSource) -> bool {
     match source {
         RedisSource::List(l) => l.scheduling,
         RedisSource::Stream(s) => s.scheduling,
+        RedisSource::Channel(_) => false,
     }
 }
 

@@ -8,6 +8,9 @@
 //! delayed set, dead `LPUSH K.dead`; with recovery, each only while the claim's member is still
 //! in the set). Streams: plain acks are one `XACK key group id...`; the rest `SETTLE_STREAM` (`XACK`, then `XADD` / delayed set / dead letters).
 //! Simple lists popped their entries already; only dead letters are pushed (`LPUSH`).
+//! Pub/Sub channels store nothing: dead letters, and retries (which Pub/Sub cannot redeliver,
+//! reason [`NO_REDELIVERY`](crate::pubsub::NO_REDELIVERY)), are pushed to the dead-letter list
+//! in one `LPUSH`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +39,10 @@ pub struct RedisSettler {
 
 pub(crate) enum SettleKind {
     Simple {
+        dead: Option<String>,
+    },
+    /// A Pub/Sub subscription: nothing to acknowledge, retries become dead letters.
+    Channel {
         dead: Option<String>,
     },
     Reliable {
@@ -116,6 +123,7 @@ impl Settler for RedisSettler {
                 }
                 Ok(())
             }
+            SettleKind::Channel { dead } => settle_channel(client, dead.as_deref(), batch).await,
             SettleKind::Reliable {
                 keys,
                 has_dead,
@@ -226,6 +234,49 @@ impl Settler for RedisSettler {
             }
         }
     }
+}
+
+/// Settles a batch of a Pub/Sub subscription: acks need nothing; dead letters and retries go to
+/// the dead-letter list in one `LPUSH` (or are discarded with an error log without one).
+async fn settle_channel(
+    client: &Client,
+    dead: Option<&str>,
+    batch: &[(Token, Settlement)],
+) -> Result<()> {
+    let mut dead_letters = Vec::new();
+    let mut not_redelivered = 0u64;
+    for (t, s) in batch {
+        match s {
+            Settlement::Ack => {}
+            Settlement::Dead { reason } => dead_letters.push(Value::Bytes(dead_frame(t, reason))),
+            Settlement::Retry { .. } => {
+                not_redelivered += 1;
+                dead_letters.push(Value::Bytes(dead_frame(t, crate::pubsub::NO_REDELIVERY)));
+            }
+        }
+    }
+    if not_redelivered > 0 {
+        metrics::counter!("ruststream_dead_lettered_total", "reason" => "no-redelivery")
+            .increment(not_redelivered);
+        tracing::warn!(
+            messages = not_redelivered,
+            dead_letter = dead.unwrap_or("(none)"),
+            "pub/sub cannot redeliver: messages whose handler asked for a retry go to the dead-letter list"
+        );
+    }
+    if dead_letters.is_empty() {
+        return Ok(());
+    }
+    match dead {
+        Some(dead) => {
+            let _: i64 = client.lpush(dead, dead_letters).await.map_err(core)?;
+        }
+        None => tracing::error!(
+            messages = dead_letters.len(),
+            "pub/sub subscription without a dead-letter list: unacknowledged messages discarded"
+        ),
+    }
+    Ok(())
 }
 
 /// A frame as stream fields: `payload`, `rs.id`, `rs.attempt`, then the headers.

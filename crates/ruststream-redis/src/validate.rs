@@ -3,6 +3,7 @@
 use ruststream_core::{Error, Result};
 
 use crate::list::{Mode, derived};
+use crate::pubsub::{MAX_BUFFER, RedisChannel};
 use crate::{RedisList, RedisSource};
 
 /// Checks one source.
@@ -60,7 +61,36 @@ pub(crate) fn source(s: &RedisSource) -> Result<()> {
             }
             Ok(())
         }
+        RedisSource::Channel(c) => channel(c),
     }
+}
+
+/// Checks a Pub/Sub subscription.
+fn channel(c: &RedisChannel) -> Result<()> {
+    let what = if c.pattern { "pattern" } else { "channel" };
+    let name = &c.name;
+    if name.is_empty() {
+        return Err(Error::config(format!(
+            "a RedisChannel has an empty {what}: name it"
+        )));
+    }
+    if c.opts.concurrency == 0 {
+        return Err(Error::config(format!(
+            "{what} `{name}`: concurrency must be at least 1"
+        )));
+    }
+    if c.block.is_zero() {
+        return Err(Error::config(format!(
+            "{what} `{name}`: block must be longer than zero"
+        )));
+    }
+    if c.buffer == 0 || c.buffer > MAX_BUFFER {
+        return Err(Error::config(format!(
+            "{what} `{name}`: buffer must be between 1 and {MAX_BUFFER} messages (it is {})",
+            c.buffer
+        )));
+    }
+    Ok(())
 }
 
 /// The recovery set needs `min_idle`, and its ttl must outlive `min_idle`.
@@ -91,6 +121,8 @@ pub(crate) fn keys_used_together(s: &RedisSource, prefix: &str) -> Vec<String> {
     let (key, dead) = match s {
         RedisSource::List(l) => (p(&l.key), &l.dead_letter),
         RedisSource::Stream(st) => (p(&st.key), &st.dead_letter),
+        // Its one key, the dead-letter list, is used alone (`LPUSH`).
+        RedisSource::Channel(_) => return Vec::new(),
     };
     let mut keys = vec![
         key.clone(),
@@ -191,6 +223,24 @@ mod tests {
         assert!(same_slot("uploads", &keys_used_together(&named, "")).is_err());
         assert_eq!(derived("{t}", ".dead", true), "{t}.dead");
         assert_eq!(derived("q", ".dead", false), "q.dead");
+    }
+
+    #[test]
+    fn channels_need_a_name_and_a_usable_buffer() {
+        let check = |c: RedisChannel| source(&RedisSource::Channel(c));
+        assert!(check(RedisChannel::new("events")).is_ok());
+        assert!(check(RedisChannel::pattern("events.*")).is_ok());
+        let e = check(RedisChannel::new("")).unwrap_err().to_string();
+        assert!(e.contains("empty channel"), "{e}");
+        let e = check(RedisChannel::new("e").buffer(0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("buffer must be between 1 and"), "{e}");
+        assert!(check(RedisChannel::new("e").buffer(MAX_BUFFER + 1)).is_err());
+        assert!(check(RedisChannel::pattern("e.*").concurrency(0)).is_err());
+        assert!(check(RedisChannel::new("e").block(Duration::ZERO)).is_err());
+        let untagged = RedisSource::Channel(RedisChannel::new("events").dead_letter("other"));
+        assert!(same_slot("events", &keys_used_together(&untagged, "")).is_ok());
     }
 
     #[test]

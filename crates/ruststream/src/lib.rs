@@ -12,7 +12,8 @@ pub use ruststream_macros::{Outgoing, app, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
 pub use ruststream_redis as redis;
 pub use ruststream_redis::{
-    PublishPolicy, RedisBroker, RedisList, RedisSource, RedisStream, list, stream,
+    PublishPolicy, RedisBroker, RedisChannel, RedisList, RedisSource, RedisStream, list, pubsub,
+    stream,
 };
 pub use schemars;
 
@@ -27,7 +28,8 @@ pub mod testing {
 pub mod prelude {
     pub use crate::{
         App, AppInfo, Backoff, Context, Handle, HandlerOutcome, Outgoing, Publisher, RedisBroker,
-        RedisList, RedisStream, RustStream, list, outgoing, run_main, stream, subscriber,
+        RedisChannel, RedisList, RedisStream, RustStream, list, outgoing, pubsub, run_main, stream,
+        subscriber,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

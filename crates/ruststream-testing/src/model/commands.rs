@@ -233,6 +233,37 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
             st.record(&args[0], super::Pushed::Channel(args[1].clone()));
             Ok(int(st.publish(&args[0], &args[1])))
         }
+        "PUBSUB" => {
+            need(1)?;
+            match upper(&args[0]).as_str() {
+                "NUMSUB" => Ok(Value::Array(
+                    args[1..]
+                        .iter()
+                        .flat_map(|c| {
+                            let n = st.channels.get(c).map_or(0, |tx| tx.receiver_count());
+                            [bulk(c.clone()), int(n)]
+                        })
+                        .collect(),
+                )),
+                "NUMPAT" => Ok(int(st
+                    .patterns
+                    .iter()
+                    .filter(|(_, tx)| tx.receiver_count() > 0)
+                    .count())),
+                "CHANNELS" => Ok(array(
+                    st.channels
+                        .iter()
+                        .filter(|(c, tx)| {
+                            tx.receiver_count() > 0 && args.get(1).is_none_or(|p| glob(p, c))
+                        })
+                        .map(|(c, _)| c.clone())
+                        .collect::<Vec<_>>(),
+                )),
+                other => Err(err(format!(
+                    "ERR the in-memory model does not implement 'PUBSUB {other}'"
+                ))),
+            }
+        }
 
         // ---- keys ----
         "DEL" | "UNLINK" => {

@@ -2,7 +2,8 @@
 //!
 //! - **Data**: strings, lists (queues, processing lists, dead letters), hashes (delayed payloads),
 //!   sorted sets (recovery and delayed sets), streams with consumer groups, pending entries and
-//!   delivery counts; key expiry; pub/sub; the cluster slot rule (`CROSSSLOT`) when built with
+//!   delivery counts; key expiry; pub/sub (channels and glob patterns, `PUBLISH`, `PUBSUB
+//!   NUMSUB|NUMPAT|CHANNELS`); the cluster slot rule (`CROSSSLOT`) when built with
 //!   [`MemoryRedis::cluster`].
 //! - **Scripts**: `SCRIPT LOAD` / `EVALSHA` of the broker's own scripts run their Rust versions
 //!   (see `scripts`), keyed by SHA-1, with `NOSCRIPT` until loaded, as on a server.
@@ -34,6 +35,10 @@ use ruststream_redis::memory::{BlockingRead, MemoryServer};
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 
+/// Messages a subscriber of the model may fall behind by before the oldest are dropped (as a
+/// lagging subscriber's are on a real server's client).
+const SUBSCRIBER_BUFFER: usize = 1024;
+
 /// Something a publish put on a key, as recorded by the model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -56,6 +61,8 @@ pub(crate) struct State {
     pub(crate) loaded: HashSet<String>,
     pub(crate) pushes: Vec<(Bytes, Pushed)>,
     pub(crate) channels: HashMap<Bytes, broadcast::Sender<Bytes>>,
+    /// Pattern subscriptions (`PSUBSCRIBE`): glob pattern, and its subscribers' channel.
+    pub(crate) patterns: Vec<(Bytes, broadcast::Sender<(Bytes, Bytes)>)>,
     pub(crate) cluster: bool,
     pub(crate) next_client_id: i64,
 }
@@ -72,12 +79,21 @@ impl State {
         }
     }
 
-    /// `PUBLISH`: delivers to subscribers; returns how many there were.
+    /// `PUBLISH`: delivers to the channel's subscribers and to every matching pattern's;
+    /// returns how many there were.
     pub(crate) fn publish(&mut self, channel: &[u8], message: &[u8]) -> usize {
-        match self.channels.get(channel) {
-            Some(tx) => tx.send(Bytes::copy_from_slice(message)).unwrap_or(0),
+        let message = Bytes::copy_from_slice(message);
+        let mut received = match self.channels.get(channel) {
+            Some(tx) => tx.send(message.clone()).unwrap_or(0),
             None => 0,
+        };
+        let channel = Bytes::copy_from_slice(channel);
+        for (pattern, tx) in &self.patterns {
+            if data::glob(pattern, &channel) {
+                received += tx.send((channel.clone(), message.clone())).unwrap_or(0);
+            }
         }
+        received
     }
 }
 
@@ -326,8 +342,19 @@ impl MemoryServer for MemoryRedis {
         self.state()
             .channels
             .entry(Bytes::copy_from_slice(channel.as_bytes()))
-            .or_insert_with(|| broadcast::channel(1024).0)
+            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
             .subscribe()
+    }
+
+    fn psubscribe(&self, pattern: &str) -> broadcast::Receiver<(Bytes, Bytes)> {
+        let mut st = self.state();
+        let pattern = Bytes::copy_from_slice(pattern.as_bytes());
+        if let Some((_, tx)) = st.patterns.iter().find(|(p, _)| *p == pattern) {
+            return tx.subscribe();
+        }
+        let (tx, rx) = broadcast::channel(SUBSCRIBER_BUFFER);
+        st.patterns.push((pattern, tx));
+        rx
     }
 }
 

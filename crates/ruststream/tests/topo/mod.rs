@@ -124,8 +124,8 @@ pub async fn connect(config: Config) -> Client {
     client
 }
 
-/// A clustered fred client on these node URLs.
-pub async fn cluster_client(urls: &[String]) -> Client {
+/// A fred configuration for the cluster of these node URLs.
+pub fn cluster_config(urls: &[String]) -> Config {
     let mut config = Config::from_url(&urls[0]).expect("a valid URL");
     let hosts = urls
         .iter()
@@ -136,7 +136,12 @@ pub async fn cluster_client(urls: &[String]) -> Client {
         })
         .collect::<Vec<_>>();
     config.server = ServerConfig::new_clustered(hosts);
-    connect(config).await
+    config
+}
+
+/// A clustered fred client on these node URLs.
+pub async fn cluster_client(urls: &[String]) -> Client {
+    connect(cluster_config(urls)).await
 }
 
 /// A client on one node of the stand (no cluster redirects): `host:port` or a URL.

@@ -1,0 +1,836 @@
+//! Pub/Sub subscriptions (`RedisChannel`) against a real Redis, and under `TestApp`.
+//!
+//! The real-Redis tests run on the standalone server (`RUSTSTREAM_REDIS_URL`, default
+//! `redis://127.0.0.1:6379`) and on the cluster (`RUSTSTREAM_CLUSTER_URLS`): `name::standalone`,
+//! `name::cluster`. Each has a key prefix of its own, which channel names get too, so they run in
+//! parallel. Pub/Sub stores nothing: a test publishes only once the subscription is known to be
+//! active (`PUBSUB NUMSUB` summed over every node, or a probe message seen for a pattern), and
+//! every wait is bounded.
+
+mod common;
+mod topo;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::{Redis, bounded, start, stop, unique, wait_until};
+use fred::bytes::Bytes;
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use ruststream::Headers;
+use ruststream::prelude::*;
+use ruststream::pubsub::NO_REDELIVERY;
+use ruststream::testing::TestApp;
+use ruststream_redis::frame::Frame;
+use tokio::sync::Semaphore;
+use topo::{Topo, on_both};
+
+on_both!(
+    multi_thread:
+    every_subscribed_app_gets_every_message,
+    ids_and_headers_survive_and_raw_publishes_are_payloads,
+    a_pattern_gets_matching_channels_only,
+    retry_drop_and_garbage_end_on_the_dead_letter_list,
+    replies_are_published_with_pubsub_publish,
+    shutdown_closes_the_subscription,
+);
+
+/// How long any single condition may take before the test fails.
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Event {
+    n: u32,
+}
+
+outgoing!(Event);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Done {
+    n: u32,
+}
+
+outgoing!(Done);
+
+fn info() -> AppInfo {
+    AppInfo::new("pubsub-test", "0.0.0")
+}
+
+fn event_json(n: u32) -> Bytes {
+    Bytes::from(serde_json::to_vec(&Event { n }).expect("json"))
+}
+
+/// A raw client on `t` and a fresh prefix named after `tag`.
+async fn redis(t: &Topo, tag: &str) -> Redis {
+    let cluster = match t {
+        Topo::Standalone => None,
+        Topo::Cluster(urls) => Some(urls.clone()),
+    };
+    Redis::with_client(t.client().await, format!("{}:", unique(tag)), cluster)
+}
+
+/// One client per node of `t`, to ask each about its subscribers (on a cluster, `PUBSUB NUMSUB`
+/// counts the subscribers of the node it is sent to).
+async fn nodes(t: &Topo) -> Vec<Client> {
+    match t {
+        Topo::Standalone => vec![topo::node_client(&topo::redis_url()).await],
+        Topo::Cluster(urls) => {
+            let mut clients = Vec::new();
+            for url in urls {
+                clients.push(topo::node_client(url).await);
+            }
+            clients
+        }
+    }
+}
+
+/// Subscribers of the (full) channel `channel`, over every node.
+async fn numsub(nodes: &[Client], channel: &str) -> i64 {
+    let mut total = 0;
+    for node in nodes {
+        let reply: Vec<Value> = node
+            .custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", channel])
+            .await
+            .expect("PUBSUB NUMSUB");
+        total += reply.get(1).and_then(Value::as_i64).unwrap_or(0);
+    }
+    total
+}
+
+/// Waits until the (full) channel has `n` subscribers.
+async fn await_subscribers(nodes: &[Client], channel: &str, n: i64) {
+    wait_until(&format!("{n} subscribers of {channel}"), WAIT, async || {
+        numsub(nodes, channel).await == n
+    })
+    .await;
+}
+
+/// A raw `PUBLISH` of `value` on the (full) channel, as `redis-cli` would.
+async fn publish_raw(r: &Redis, channel: &str, value: &'static str) {
+    let _: i64 = r.client.publish(channel, value).await.expect("PUBLISH");
+}
+
+/// One delivery as a handler saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    n: u32,
+    id: String,
+    attempt: u32,
+    source: String,
+    headers: Headers,
+}
+
+/// Decides a delivery's outcome from the event.
+type Decide = fn(&Event) -> Result<(), HandlerOutcome>;
+
+/// A handler that records every delivery, then settles it as `decide` says.
+#[derive(Clone)]
+struct Probe {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    decide: Decide,
+}
+
+impl Probe {
+    fn new(decide: Decide) -> Self {
+        Self {
+            seen: Arc::default(),
+            decide,
+        }
+    }
+
+    fn acking() -> Self {
+        Self::new(|_| Ok(()))
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    fn count(&self) -> usize {
+        self.seen.lock().expect("lock").len()
+    }
+
+    fn ns(&self) -> Vec<u32> {
+        let mut ns: Vec<u32> = self.seen().iter().map(|s| s.n).collect();
+        ns.sort_unstable();
+        ns
+    }
+}
+
+impl Handle<Event> for Probe {
+    async fn handle(
+        &self,
+        event: &Event,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.seen.lock().expect("lock").push(Seen {
+            n: event.n,
+            id: ctx.message_id().to_owned(),
+            attempt: ctx.attempt(),
+            source: ctx.source().to_owned(),
+            headers: ctx.headers().clone(),
+        });
+        (self.decide)(event)
+    }
+}
+
+/// An app with one subscriber on `broker`.
+fn app_with(broker: &RedisBroker, source: RedisChannel, probe: &Probe) -> RustStream {
+    let probe = probe.clone();
+    RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(source, probe).build());
+    })
+}
+
+// 1 ------------------------------------------------------------------------------------------
+
+async fn every_subscribed_app_gets_every_message(t: Topo) {
+    let r = redis(&t, "fanout").await;
+    let nodes = nodes(&t).await;
+    let (one, two) = (Probe::acking(), Probe::acking());
+    let app_one = start(app_with(&r.broker(), RedisChannel::new("{ev}"), &one)).await;
+    let app_two = start(app_with(&r.broker(), RedisChannel::new("{ev}"), &two)).await;
+    await_subscribers(&nodes, &r.key("{ev}"), 2).await;
+
+    // A producer-only process: the route makes `{ev}` a channel (a list by default).
+    let producer = r.broker().route("{ev}", pubsub::Publish::new());
+    let batch: Vec<Event> = (0..50).map(|n| Event { n }).collect();
+    producer
+        .publisher()
+        .messages(&batch)
+        .to("{ev}")
+        .publish()
+        .await
+        .expect("batch publish");
+    producer
+        .publisher()
+        .message(&Event { n: 50 })
+        .to("{ev}")
+        .publish()
+        .await
+        .expect("publish");
+    wait_until("51 deliveries to each app", WAIT, async || {
+        one.count() >= 51 && two.count() >= 51
+    })
+    .await;
+    stop(app_one).await;
+    stop(app_two).await;
+
+    let all: Vec<u32> = (0..=50).collect();
+    assert_eq!(one.ns(), all, "each message once");
+    assert_eq!(two.ns(), all, "each message once");
+    let ids = |p: &Probe| {
+        let mut ids: Vec<String> = p.seen().into_iter().map(|s| s.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(ids(&one), ids(&two), "both got the same messages");
+    assert!(
+        one.seen()
+            .iter()
+            .all(|s| s.attempt == 1 && s.source == "{ev}")
+    );
+    assert!(
+        r.keys().await.is_empty(),
+        "pub/sub stores nothing: {:?}",
+        r.keys().await
+    );
+    r.cleanup().await;
+}
+
+// 2 ------------------------------------------------------------------------------------------
+
+async fn ids_and_headers_survive_and_raw_publishes_are_payloads(t: Topo) {
+    let r = redis(&t, "headers").await;
+    let nodes = nodes(&t).await;
+    let broker = r.broker();
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, RedisChannel::new("{ev}"), &probe)).await;
+    await_subscribers(&nodes, &r.key("{ev}"), 1).await;
+
+    // The app reads `{ev}` as a channel, so its own publisher PUBLISHes there.
+    broker
+        .publisher()
+        .message(&Event { n: 1 })
+        .to("{ev}")
+        .id("m-1")
+        .header("tenant", "acme")
+        .header("region", "eu")
+        .publish()
+        .await
+        .expect("publish");
+    publish_raw(&r, &r.key("{ev}"), r#"{"n":2}"#).await;
+    wait_until("two deliveries", WAIT, async || probe.count() == 2).await;
+    stop(app).await;
+
+    let seen = probe.seen();
+    let framed = seen.iter().find(|s| s.n == 1).expect("the framed message");
+    assert_eq!(framed.id, "m-1");
+    assert_eq!(
+        framed.headers.get("tenant").map(String::as_str),
+        Some("acme")
+    );
+    assert_eq!(framed.headers.get("region").map(String::as_str), Some("eu"));
+    assert_eq!(framed.headers.len(), 2);
+    let raw = seen.iter().find(|s| s.n == 2).expect("the raw message");
+    assert!(raw.headers.is_empty(), "headers: {:?}", raw.headers);
+    assert!(
+        !raw.id.is_empty() && raw.id != "m-1",
+        "a raw message gets an id"
+    );
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 3 ------------------------------------------------------------------------------------------
+
+async fn a_pattern_gets_matching_channels_only(t: Topo) {
+    let r = redis(&t, "pattern").await;
+    let probe = Probe::acking();
+    let app = start(app_with(&r.broker(), RedisChannel::pattern("ev.*"), &probe)).await;
+
+    // Subscribed once a matching probe comes through (`PUBSUB NUMPAT` counts every test's
+    // patterns, not this one's).
+    let n_probe = 999;
+    let probe_json = r#"{"n":999}"#;
+    wait_until("the pattern subscription", WAIT, async || {
+        publish_raw(&r, &r.key("ev.probe"), probe_json).await;
+        probe.seen().iter().any(|s| s.n == n_probe)
+    })
+    .await;
+
+    let producer = ["ev.a", "ev.b", "ev", "other.a", "xev.a", "ev.c"]
+        .iter()
+        .fold(r.broker(), |b, ch| b.route(*ch, pubsub::Publish::new()));
+    // Non-matching channels first: by the time the matching ones arrive, they would have too.
+    for (n, ch) in [(10, "ev"), (11, "other.a"), (12, "xev.a")] {
+        producer
+            .publisher()
+            .message(&Event { n })
+            .to(ch)
+            .publish()
+            .await
+            .expect("publish");
+    }
+    // Another prefix's channel that the pattern would match without the prefix.
+    publish_raw(&r, "ev.z", r#"{"n":13}"#).await;
+    for (n, ch) in [(1, "ev.a"), (2, "ev.b"), (3, "ev.c")] {
+        producer
+            .publisher()
+            .message(&Event { n })
+            .to(ch)
+            .publish()
+            .await
+            .expect("publish");
+    }
+    wait_until("the three matching messages", WAIT, async || {
+        probe.seen().iter().filter(|s| s.n < 900).count() >= 3
+    })
+    .await;
+    stop(app).await;
+
+    let mut got: Vec<(u32, String)> = probe
+        .seen()
+        .into_iter()
+        .filter(|s| s.n != n_probe)
+        .map(|s| (s.n, s.source))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (1, "ev.a".to_owned()),
+            (2, "ev.b".to_owned()),
+            (3, "ev.c".to_owned())
+        ],
+        "the handler's source is the matching channel, without the prefix"
+    );
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// 4 ------------------------------------------------------------------------------------------
+
+async fn retry_drop_and_garbage_end_on_the_dead_letter_list(t: Topo) {
+    let r = redis(&t, "dead").await;
+    let nodes = nodes(&t).await;
+    let broker = r.broker();
+    let probe = Probe::new(|e| match e.n {
+        1 => Err(HandlerOutcome::retry()),
+        2 => Err(HandlerOutcome::drop()),
+        3 => Err(HandlerOutcome::retry_after(Duration::from_secs(1))),
+        _ => Ok(()),
+    });
+    let app = start(app_with(&broker, RedisChannel::new("{ev}"), &probe)).await;
+    await_subscribers(&nodes, &r.key("{ev}"), 1).await;
+    for n in 1..=4 {
+        broker
+            .publisher()
+            .message(&Event { n })
+            .to("{ev}")
+            .header("tenant", "acme")
+            .publish()
+            .await
+            .expect("publish");
+    }
+    publish_raw(&r, &r.key("{ev}"), "not json").await;
+    wait_until("four dead letters", WAIT, async || {
+        r.llen("{ev}.dead").await == 4
+    })
+    .await;
+    wait_until("four handler calls", WAIT, async || probe.count() == 4).await;
+    stop(app).await;
+
+    assert_eq!(
+        probe.ns(),
+        [1, 2, 3, 4],
+        "handled once each, never redelivered"
+    );
+    let dead = r.frames("{ev}.dead").await;
+    let reason = |f: &Frame| f.headers.get("reason").cloned().unwrap_or_default();
+    let of = |n: u32| {
+        dead.iter()
+            .find(|f| f.payload == event_json(n))
+            .unwrap_or_else(|| panic!("a dead letter for {n}: {dead:?}"))
+    };
+    assert_eq!(reason(of(1)), NO_REDELIVERY);
+    assert_eq!(reason(of(2)), "dropped");
+    assert_eq!(reason(of(3)), NO_REDELIVERY);
+    for n in 1..=3 {
+        let f = of(n);
+        assert_eq!(f.headers.get("tenant").map(String::as_str), Some("acme"));
+        assert_eq!(f.attempt, 1);
+        let handled = probe.seen().into_iter().find(|s| s.n == n).expect("seen");
+        assert_eq!(f.id, handled.id, "the dead letter keeps the message id");
+    }
+    let garbage = dead
+        .iter()
+        .find(|f| f.payload == Bytes::from_static(b"not json"))
+        .expect("the garbage dead letter");
+    assert!(
+        reason(garbage).starts_with("decode:"),
+        "reason: {}",
+        reason(garbage)
+    );
+    assert_eq!(r.keys().await, ["{ev}.dead"], "no delayed set, no queue");
+    r.cleanup().await;
+}
+
+// 5 ------------------------------------------------------------------------------------------
+
+/// Replies with the event's number.
+struct Echo;
+
+impl Handle<Event, Done> for Echo {
+    async fn handle(&self, e: &Event, _: &(), _: &mut Context<'_>) -> Result<Done, HandlerOutcome> {
+        Ok(Done { n: e.n })
+    }
+}
+
+/// A raw fred subscriber on `t`, listening to the (full) channel.
+async fn raw_subscriber(t: &Topo, channel: &str) -> SubscriberClient {
+    let config = match t {
+        Topo::Standalone => Config::from_url(&topo::redis_url()).expect("a valid URL"),
+        Topo::Cluster(urls) => topo::cluster_config(urls),
+    };
+    let client = Builder::from_config(config)
+        .build_subscriber_client()
+        .expect("a subscriber client");
+    bounded("raw subscriber connects", WAIT, client.init())
+        .await
+        .expect("connected");
+    bounded("raw subscribe", WAIT, client.subscribe(channel))
+        .await
+        .expect("SUBSCRIBE");
+    client
+}
+
+async fn replies_are_published_with_pubsub_publish(t: Topo) {
+    let r = redis(&t, "reply").await;
+    let nodes = nodes(&t).await;
+    let broker = r.broker();
+    let listener = raw_subscriber(&t, &r.key("{out}")).await;
+    let mut replies = listener.message_rx();
+    let app = RustStream::new(info()).with_broker(broker.clone(), |b| {
+        b.include(
+            subscriber(RedisChannel::new("{in}"), Echo)
+                .reply()
+                .to("{out}")
+                .build(),
+        )
+        .out_reply(pubsub::Publish::new());
+    });
+    let app = start(app).await;
+    await_subscribers(&nodes, &r.key("{in}"), 1).await;
+    await_subscribers(&nodes, &r.key("{out}"), 1).await;
+    broker
+        .publisher()
+        .message(&Event { n: 7 })
+        .to("{in}")
+        .publish()
+        .await
+        .expect("publish");
+    let reply = bounded("the reply", WAIT, replies.recv())
+        .await
+        .expect("a message");
+    stop(app).await;
+
+    assert_eq!(&*reply.channel, r.key("{out}"));
+    let bytes = match reply.value {
+        Value::Bytes(b) => b,
+        Value::String(s) => s.into_inner(),
+        other => panic!("not a bulk string: {other:?}"),
+    };
+    let frame = Frame::decode(bytes);
+    assert!(!frame.id.is_empty(), "the reply is a frame with an id");
+    let done: Done = serde_json::from_slice(&frame.payload).expect("a Done");
+    assert_eq!(done, Done { n: 7 });
+    assert!(
+        r.keys().await.is_empty(),
+        "published, not pushed onto a list: {:?}",
+        r.keys().await
+    );
+    let _ = listener.quit().await;
+    r.cleanup().await;
+}
+
+// 6 ------------------------------------------------------------------------------------------
+
+/// A handler that takes a while and counts the handlers that finished.
+#[derive(Clone, Default)]
+struct Slow {
+    started: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+}
+
+impl Handle<Event> for Slow {
+    async fn handle(&self, _: &Event, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+async fn shutdown_closes_the_subscription(t: Topo) {
+    let r = redis(&t, "shutdown").await;
+    let nodes = nodes(&t).await;
+    let broker = r.broker();
+    let slow = Slow::default();
+    let handler = slow.clone();
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(RedisChannel::new("{ev}"), handler).build());
+    });
+    let app = start(app).await;
+    await_subscribers(&nodes, &r.key("{ev}"), 1).await;
+    broker
+        .publisher()
+        .message(&Event { n: 1 })
+        .to("{ev}")
+        .publish()
+        .await
+        .expect("publish");
+    wait_until("the handler to start", WAIT, async || {
+        slow.started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let began = Instant::now();
+    stop(app).await;
+    assert_eq!(
+        slow.finished.load(Ordering::SeqCst),
+        1,
+        "shutdown waited for the handler in flight"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        began.elapsed()
+    );
+    await_subscribers(&nodes, &r.key("{ev}"), 0).await;
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+// Standalone only -----------------------------------------------------------------------------
+
+/// A publish delayed to a channel is refused: Pub/Sub stores nothing.
+#[tokio::test]
+async fn a_delayed_publish_to_a_channel_is_refused() {
+    let r = Redis::connect("delay").await;
+    let producer = r.broker().route("ev", pubsub::Publish::new());
+    let e = producer
+        .publisher()
+        .message(&Event { n: 1 })
+        .to("ev")
+        .delay(Duration::from_secs(1))
+        .publish()
+        .await
+        .expect_err("refused");
+    assert!(e.to_string().contains("pub/sub cannot delay"), "{e}");
+    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
+    r.cleanup().await;
+}
+
+/// The process-global Prometheus recorder of this test binary (only the lag test reads it).
+fn prometheus() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the only recorder of this test binary")
+    })
+}
+
+/// The value of the sample line of `name` whose labels contain every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|lab| l.contains(lab)))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Blocks on a gate until the test opens it.
+#[derive(Clone)]
+struct Gated {
+    gate: Arc<Semaphore>,
+    seen: Arc<AtomicUsize>,
+}
+
+impl Handle<Event> for Gated {
+    async fn handle(&self, _: &Event, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.seen.fetch_add(1, Ordering::SeqCst);
+        let _open = self.gate.acquire().await;
+        Ok(())
+    }
+}
+
+/// Handlers that fall behind by more than the buffer lose messages, and each lost one is counted
+/// in `ruststream_pubsub_lagged_total`: handled + lagged = published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn messages_beyond_the_buffer_are_counted_as_lagged() {
+    let prometheus = prometheus();
+    let r = Redis::connect("lag").await;
+    let nodes = nodes(&Topo::Standalone).await;
+    let broker = r.broker();
+    let gated = Gated {
+        gate: Arc::new(Semaphore::new(0)),
+        seen: Arc::default(),
+    };
+    let channel = format!("lag-{}", std::process::id());
+    let handler = gated.clone();
+    let source = RedisChannel::new(channel.clone()).concurrency(1).buffer(4);
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(source, handler).build());
+    });
+    let app = start(app).await;
+    await_subscribers(&nodes, &r.key(&channel), 1).await;
+    let publisher = broker.publisher();
+    publisher
+        .message(&Event { n: 0 })
+        .to(&channel)
+        .publish()
+        .await
+        .expect("publish");
+    wait_until("the first handler to block", WAIT, async || {
+        gated.seen.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The only handler is busy: these wait in the 4-message buffer, or push older ones out.
+    let burst: Vec<Event> = (1..=200).map(|n| Event { n }).collect();
+    publisher
+        .messages(&burst)
+        .to(&channel)
+        .publish()
+        .await
+        .expect("publish");
+    gated.gate.add_permits(1_000);
+    let label = format!("subscription=\"{channel}\"");
+    let lagged = || {
+        sample(
+            &prometheus.render(),
+            "ruststream_pubsub_lagged_total",
+            &[&label],
+        )
+    };
+    wait_until(
+        "every message handled or counted as lagged",
+        WAIT,
+        async || {
+            let handled = gated.seen.load(Ordering::SeqCst);
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let lost = lagged().unwrap_or(0.0) as usize;
+            handled + lost == 201
+        },
+    )
+    .await;
+    stop(app).await;
+
+    let lost = lagged().unwrap_or(0.0);
+    assert!(lost > 0.0, "200 messages cannot all fit a buffer of 4");
+    assert!(
+        gated.seen.load(Ordering::SeqCst) >= 2,
+        "handling goes on after the lag"
+    );
+    r.cleanup().await;
+}
+
+/// After its connection is killed, the subscription is sent again and messages flow. On a
+/// server of its own, so that `CLIENT KILL TYPE pubsub` touches no other test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_subscription_comes_back_after_its_connection_is_killed() {
+    let stand = topo::Stand::start("stand_standalone");
+    let url = stand.var("RUSTSTREAM_REDIS_URL");
+    let r = Redis::with_url(&url, format!("{}:", unique("reconnect"))).await;
+    let broker = RedisBroker::standalone(url.clone()).prefix(r.prefix.clone());
+    let probe = Probe::acking();
+    let app = start(app_with(&broker, RedisChannel::new("ev"), &probe)).await;
+    let nodes = vec![topo::node_client(&url).await];
+    await_subscribers(&nodes, &r.key("ev"), 1).await;
+
+    let killed: i64 = r
+        .client
+        .custom(fred::cmd!("CLIENT"), vec!["KILL", "TYPE", "pubsub"])
+        .await
+        .expect("CLIENT KILL");
+    assert!(killed >= 1, "the subscriber connection was killed");
+    await_subscribers(&nodes, &r.key("ev"), 1).await;
+    broker
+        .publisher()
+        .message(&Event { n: 5 })
+        .to("ev")
+        .publish()
+        .await
+        .expect("publish");
+    wait_until("the message after the reconnect", WAIT, async || {
+        probe.count() == 1
+    })
+    .await;
+    stop(app).await;
+    assert_eq!(probe.ns(), [5]);
+    r.cleanup().await;
+}
+
+// TestApp -------------------------------------------------------------------------------------
+
+fn test_app(source: RedisChannel, probe: &Probe) -> RustStream {
+    app_with(
+        &RedisBroker::standalone("redis://localhost:6379").prefix("t:"),
+        source,
+        probe,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn testapp_delivers_a_published_message_to_a_channel_subscription() -> ruststream::Result<()>
+{
+    let probe = Probe::acking();
+    let tb = TestApp::start(test_app(RedisChannel::new("events"), &probe)).await?;
+    let event = Event { n: 1 };
+    tb.broker::<RedisBroker>()
+        .message(&event)
+        .to("events")
+        .header("tenant", "acme")
+        .publish()
+        .await?;
+    let b = tb.broker::<RedisBroker>();
+    b.subscriber("events")
+        .assert_called_once()
+        .with(&event)
+        .settled(HandlerOutcome::ack());
+    b.published::<Event>("events")
+        .assert_called_once()
+        .with(&event);
+    assert_eq!(
+        probe.seen()[0].headers.get("tenant").map(String::as_str),
+        Some("acme")
+    );
+    // Nothing is stored: the model holds no key.
+    assert!(tb.model().keys().is_empty(), "{:?}", tb.model().keys());
+    tb.shutdown().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn testapp_pattern_subscription_and_no_redelivery() -> ruststream::Result<()> {
+    let probe = Probe::new(|e| {
+        if e.n == 1 {
+            Err(HandlerOutcome::retry())
+        } else {
+            Ok(())
+        }
+    });
+    let app = RustStream::new(info()).with_broker(
+        RedisBroker::standalone("redis://localhost:6379")
+            .prefix("t:")
+            .route("events.a", pubsub::Publish::new())
+            .route("other", pubsub::Publish::new()),
+        {
+            let probe = probe.clone();
+            move |b| {
+                b.include(subscriber(RedisChannel::pattern("events.*"), probe).build());
+            }
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    let b = tb.broker::<RedisBroker>();
+    b.message(&Event { n: 1 }).to("events.a").publish().await?;
+    b.message(&Event { n: 2 }).to("other").publish().await?;
+    b.subscriber("events.*")
+        .assert_called_once()
+        .with(&Event { n: 1 })
+        .settled(HandlerOutcome::retry());
+    assert_eq!(probe.seen()[0].source, "events.a");
+    tb.advance(Duration::from_secs(3600)).await?;
+    b.subscriber("events.*").assert_called_once();
+    let redis = b.client().await?;
+    let dead: Vec<Bytes> = redis
+        .lrange("t:events.*.dead", 0, -1)
+        .await
+        .map_err(|e| ruststream::Error::Broker(e.to_string()))?;
+    assert_eq!(dead.len(), 1);
+    let frame = Frame::decode(dead[0].clone());
+    assert_eq!(
+        frame.headers.get("reason").map(String::as_str),
+        Some(NO_REDELIVERY)
+    );
+    assert_eq!(frame.payload, event_json(1));
+    tb.shutdown().await
+}
+
+// AsyncAPI and the macro ------------------------------------------------------------------------
+
+#[subscriber(RedisChannel::pattern("events.*").concurrency(8))]
+async fn audit(_event: &Event) -> HandlerOutcome {
+    HandlerOutcome::ack()
+}
+
+#[test]
+fn the_asyncapi_document_shows_pubsub_channels() {
+    let app = RustStream::new(info()).with_broker(
+        RedisBroker::standalone("redis://localhost:6379"),
+        |b| {
+            b.include(subscriber(RedisChannel::new("events"), Probe::acking()).build());
+            b.include(audit);
+        },
+    );
+    let doc = ruststream::asyncapi::document(&app);
+    let schema: serde_json::Value = serde_json::from_str(include_str!("asyncapi/3.0.0.json"))
+        .expect("the vendored AsyncAPI schema is JSON");
+    let validator = jsonschema::draft7::new(&schema).expect("the schema compiles");
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}\n{doc:#}");
+    let channels = doc["channels"].as_object().expect("channels");
+    let by_address = |a: &str| {
+        channels
+            .values()
+            .find(|c| c["address"] == a)
+            .unwrap_or_else(|| panic!("a channel `{a}`: {doc:#}"))
+    };
+    let events = by_address("events");
+    assert_eq!(events["x-redis-transport"], "pubsub");
+    assert_eq!(events["x-redis"]["subscribe"], "channel");
+    assert_eq!(events["x-redis"]["deadLetter"], "events.dead");
+    let pattern = by_address("events.*");
+    assert_eq!(pattern["x-redis-transport"], "pubsub");
+    assert_eq!(pattern["x-redis"]["subscribe"], "pattern");
+}
