@@ -41,8 +41,13 @@
 //! notification channels of the connection (measured: about 0.7 KB per slot in all), so a
 //! 16,384-message burst buffer there cost ~12 MB per subscription even when idle and put the
 //! benchmark's consumer at 27 MB. fred's channel only has to cover the moments the moving task is
-//! not scheduled, so it stays small (~1.4 MB); messages fred overwrites before the task reads
-//! them are counted as lagged too.
+//! not scheduled, so it stays small (~2.8 MB); messages fred overwrites before the task reads
+//! them are counted as lagged too. Sizing, from the benchmark (100,000 messages published at
+//! ~190k/s on a 2-core machine also running the publisher and Redis): with 2,048 slots the task
+//! fell behind fred by more than that in most runs (150-1,900 messages overwritten); with 4,096,
+//! none in six runs, consumer peak RSS 13.6-15.1 MB; 8,192 cost 17-19 MB. Moving the task to a
+//! thread of its own was tried: slower (a cross-thread wake-up per message) and it still lagged
+//! when the machine's two cores were oversubscribed.
 //!
 //! **Channel names** get the broker's key prefix, like keys, so apps with different prefixes do
 //! not hear each other; in a pattern the prefix is escaped, so only the pattern part matches.
@@ -91,7 +96,7 @@ pub const DEFAULT_BUFFER: usize = 16_384;
 
 /// The capacity of fred's broadcast channel of a subscription's connection: messages that
 /// arrive while the task moving them to the subscription's buffer is not scheduled.
-pub const FRED_BUFFER: usize = 2048;
+pub const FRED_BUFFER: usize = 4096;
 
 /// The largest buffer a subscription may ask for.
 pub const MAX_BUFFER: usize = 1 << 22;
