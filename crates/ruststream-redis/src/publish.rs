@@ -3,7 +3,6 @@
 //! Pub/Sub channels (a batch in one pipeline). Messages for different keys go out concurrently on
 //! the pool, which pipelines them.
 
-use bytes::Bytes;
 use fred::prelude::*;
 use futures::future::{BoxFuture, try_join_all};
 use ruststream_core::{Due, OutMessage, PublishBackend, Result};
@@ -189,15 +188,20 @@ async fn send(pool: &Pool, inner: &Inner, b: Batch) -> Result<()> {
             .map_err(core)?;
     }
     if !b.stream.is_empty() {
-        try_join_all(b.stream.into_iter().map(|fields| {
+        // One pipeline rather than a future per entry: the batch fill of a stream ran at
+        // ~130k/s, its profile a third task switches.
+        let pipeline = client.pipeline();
+        for fields in b.stream {
             let mut args = Vec::with_capacity(fields.len() + 2);
             args.push(Value::from(b.key.as_str()));
             args.push(Value::from_static_str("*"));
             args.extend(fields);
-            client.custom::<Bytes, Value>(fred::cmd!("XADD"), args)
-        }))
-        .await
-        .map_err(core)?;
+            let () = pipeline
+                .custom(fred::cmd!("XADD"), args)
+                .await
+                .map_err(core)?;
+        }
+        let _: Vec<Value> = pipeline.all().await.map_err(core)?;
     }
     Ok(())
 }
