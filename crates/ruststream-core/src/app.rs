@@ -356,6 +356,10 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                 channel: s.source.describe(),
                 input: s.input,
                 reply: s.reply.as_ref().map(|r| (r.to.clone(), r.message)),
+                reply_transport: s.reply.as_ref().and_then(|r| {
+                    self.broker
+                        .reply_transport(r.to.as_deref(), r.policy.as_ref())
+                }),
             })
             .collect()
     }

@@ -22,6 +22,8 @@ pub struct OperationDoc {
     pub input: MessageDoc,
     /// Where it replies (`None` inside: the reply type's own name) and with what.
     pub reply: Option<(Option<String>, MessageDoc)>,
+    /// The reply's transport when the broker knows it (see `Broker::reply_transport`).
+    pub reply_transport: Option<&'static str>,
 }
 
 /// Builds the AsyncAPI 3.0.0 document of an application.
@@ -56,10 +58,14 @@ fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
                 (None, Some(name)) => (name.to_owned(), Address::Template),
                 (None, None) => (String::new(), Address::Key),
             };
-            let transport = ops
-                .iter()
-                .find(|o| o.channel.address == address)
-                .map_or("list", |o| o.channel.transport);
+            let transport = op
+                .reply_transport
+                .or_else(|| {
+                    ops.iter()
+                        .find(|o| o.channel.address == address)
+                        .map(|o| o.channel.transport)
+                })
+                .unwrap_or("list");
             let reply_ch = doc.channel(&address, kind, transport, None);
             let reply_msg = doc.message(&reply_ch, out);
             operation["reply"] = json!({

@@ -137,6 +137,19 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// A publisher on this broker, with each destination's default policy.
     fn publisher(&self) -> Publisher;
 
+    /// The transport (`list`, `stream`, `pubsub`, as in [`ChannelDoc::transport`]) a reply to
+    /// `destination` goes out on, given the policy `.out_reply(..)` set, if any: for the AsyncAPI
+    /// document. `None` when the broker cannot tell; the document then takes the transport of a
+    /// subscription reading that address, or `list`.
+    fn reply_transport(
+        &self,
+        destination: Option<&str>,
+        policy: Option<&Self::Policy>,
+    ) -> Option<&'static str> {
+        let _ = (destination, policy);
+        None
+    }
+
     /// Publishes with an explicit policy (a reply's `.out_reply(..)`).
     fn publish_with(
         &self,

@@ -75,6 +75,17 @@ pub enum PublishPolicy {
     PubSub,
 }
 
+impl PublishPolicy {
+    /// The transport this policy publishes on, as the AsyncAPI document names it.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Self::List(_) => "list",
+            Self::Stream => "stream",
+            Self::PubSub => "pubsub",
+        }
+    }
+}
+
 impl From<crate::stream::Publish> for PublishPolicy {
     fn from(_: crate::stream::Publish) -> Self {
         Self::Stream
@@ -643,6 +654,19 @@ impl Broker for RedisBroker {
 
     fn publisher(&self) -> Publisher {
         RedisBroker::publisher(self)
+    }
+
+    /// The reply's own policy, else the destination's [`route`](RedisBroker::route).
+    fn reply_transport(
+        &self,
+        destination: Option<&str>,
+        policy: Option<&PublishPolicy>,
+    ) -> Option<&'static str> {
+        if let Some(policy) = policy {
+            return Some(policy.transport());
+        }
+        let routes = self.inner.routes.read().ok()?;
+        routes.get(destination?).map(PublishPolicy::transport)
     }
 
     async fn publish_with(&self, policy: &PublishPolicy, messages: Vec<OutMessage>) -> Result<()> {

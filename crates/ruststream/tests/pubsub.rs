@@ -834,3 +834,44 @@ fn the_asyncapi_document_shows_pubsub_channels() {
     assert_eq!(pattern["x-redis-transport"], "pubsub");
     assert_eq!(pattern["x-redis"]["subscribe"], "pattern");
 }
+
+/// A reply's channel in the AsyncAPI document has the transport it is really published on: the
+/// reply's `.out_reply(..)` policy, else the destination's `route`, else `list`.
+#[test]
+fn the_asyncapi_document_shows_each_reply_on_its_own_transport() {
+    let broker =
+        RedisBroker::standalone("redis://localhost:6379").route("{audit}", stream::Publish::new());
+    let app = RustStream::new(info()).with_broker(broker, |b| {
+        b.include(
+            subscriber(RedisChannel::new("in.a"), Echo)
+                .reply()
+                .to("notices")
+                .build(),
+        )
+        .out_reply(pubsub::Publish::new());
+        b.include(
+            subscriber(RedisChannel::new("in.b"), Echo)
+                .reply()
+                .to("{audit}")
+                .build(),
+        );
+        b.include(
+            subscriber(RedisChannel::new("in.c"), Echo)
+                .reply()
+                .to("done")
+                .build(),
+        );
+    });
+    let doc = ruststream::asyncapi::document(&app);
+    let channels = doc["channels"].as_object().expect("channels");
+    let transport = |a: &str| {
+        channels
+            .values()
+            .find(|c| c["address"] == a)
+            .unwrap_or_else(|| panic!("a channel `{a}`: {doc:#}"))["x-redis-transport"]
+            .clone()
+    };
+    assert_eq!(transport("notices"), "pubsub", "the out_reply policy");
+    assert_eq!(transport("{audit}"), "stream", "the destination's route");
+    assert_eq!(transport("done"), "list", "the default");
+}
