@@ -183,11 +183,15 @@ pub async fn consume(a: &Args) -> Result<(), BoxError> {
     let tracker = Tracker::new(a.n, from);
     let tracker = Arc::new(if pubsub { tracker.with_span() } else { tracker });
     let tuning = Tuning::of(a.scenario, a.config);
-    let sub = subscription(a.scenario, &tuning, Record(tracker.clone()));
+    let subs: Vec<_> = (0..tuning.readers)
+        .map(|_| subscription(a.scenario, &tuning, Record(tracker.clone())))
+        .collect();
     let app = RustStream::new(AppInfo::new("ruststream-bench", env!("CARGO_PKG_VERSION")))
         .shutdown_timeout(Duration::from_secs(10))
         .with_broker(broker(&a.redis, &a.prefix, &tuning), |b| {
-            b.include(sub);
+            for sub in subs {
+                b.include(sub);
+            }
         });
     let running = app.start().await?;
     let started = Instant::now();

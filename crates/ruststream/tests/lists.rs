@@ -42,6 +42,7 @@ on_both!(
     the_concurrency_limit_is_never_exceeded,
     the_key_prefix_is_applied,
     a_stream_entry_is_handled_and_acknowledged,
+    two_subscriptions_of_a_stream_group_split_its_entries,
     delayed_publish_to_a_reliable_list,
     delayed_publish_to_a_simple_list,
 );
@@ -888,6 +889,69 @@ async fn pending_count(r: &Redis, key: &str, group: &str) -> i64 {
         .first()
         .and_then(Value::as_i64)
         .expect("XPENDING starts with a count")
+}
+
+/// Counts each handled job per subscription, so a test can tell which consumer got what.
+#[derive(Clone, Default)]
+struct Tally(Arc<Mutex<Vec<u32>>>);
+
+impl Handle<Job> for Tally {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        // Yield, so the other consumer gets a chance to read while this one handles.
+        tokio::task::yield_now().await;
+        self.0.lock().expect("lock").push(job.n);
+        Ok(())
+    }
+}
+
+/// The same stream subscription included twice is two consumers of the group (each a reader
+/// with its own connection): every entry is handled once, by one of them, and none stays
+/// pending.
+async fn two_subscriptions_of_a_stream_group_split_its_entries(t: Topo) {
+    const N: u32 = 2_000;
+    let r = redis(&t, "stream2").await;
+    let broker = r.broker();
+    let (a, b) = (Tally::default(), Tally::default());
+    let (ha, hb) = (a.clone(), b.clone());
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |br| {
+        br.include(subscriber(RedisStream::new("{ev}").group("g").concurrency(8), ha).build());
+        br.include(subscriber(RedisStream::new("{ev}").group("g").concurrency(8), hb).build());
+    });
+    let app = start(app).await;
+    let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
+    broker
+        .route("{ev}", stream::Publish::new())
+        .publisher()
+        .messages(&jobs)
+        .to("{ev}")
+        .publish()
+        .await
+        .expect("publish");
+    let handled = || a.0.lock().expect("lock").len() + b.0.lock().expect("lock").len();
+    wait_until("every entry handled", Duration::from_secs(30), async || {
+        handled() >= N as usize
+    })
+    .await;
+    wait_until("no pending entry", WAIT, async || {
+        pending_count(&r, "{ev}", "g").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let mut all: Vec<u32> = a.0.lock().expect("lock").clone();
+    all.extend(b.0.lock().expect("lock").iter());
+    all.sort_unstable();
+    assert_eq!(all, (0..N).collect::<Vec<_>>(), "each entry exactly once");
+    let consumers: Vec<Value> = r
+        .client
+        .custom(
+            fred::cmd!("XINFO"),
+            vec!["CONSUMERS".to_owned(), r.key("{ev}"), "g".to_owned()],
+        )
+        .await
+        .expect("XINFO CONSUMERS");
+    assert_eq!(consumers.len(), 2, "two consumers in the group");
+    r.cleanup().await;
 }
 
 async fn a_stream_entry_is_handled_and_acknowledged(t: Topo) {
