@@ -55,6 +55,11 @@ pub trait BrokerSource: Send + Sync + 'static {
     fn options(&self) -> &SubscribeOptions;
     /// The channel, for the AsyncAPI document.
     fn describe(&self) -> ChannelDoc;
+    /// The dead-letter reason a retry gets when this source cannot deliver a message again
+    /// (Pub/Sub); `None` (the default): retries are redelivered.
+    fn no_redelivery(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A source expression a user writes (`RedisList::new("jobs").reliable()`), tied to its broker.

@@ -90,6 +90,7 @@ fn reason_label(reason: &str) -> &'static str {
         Some("max-attempts") => "max-attempts",
         Some("dropped") => "dropped",
         Some("decode") => "decode",
+        Some("no-redelivery") => "no-redelivery",
         _ => "other",
     }
 }
@@ -222,10 +223,18 @@ impl<B: Broker> Subscription<B> {
         meters.in_flight.increment(1.0);
         let started = std::time::Instant::now();
         let mut outcome = None;
-        let settlement = self
+        let mut settlement = self
             .handle(&delivery, opts, &mut outcome)
             .instrument(span)
             .await;
+        if let (Settlement::Retry { .. }, Some(reason)) = (&settlement, self.source.no_redelivery())
+        {
+            tracing::warn!(subscription = %self.name, message_id = %delivery.info.message_id,
+                reason, "this source cannot redeliver: the retry goes to the dead-letter list");
+            settlement = Settlement::Dead {
+                reason: reason.into(),
+            };
+        }
         self.observe_settled(&delivery, outcome, &settlement);
         meters.duration.record(started.elapsed().as_secs_f64());
         meters.in_flight.decrement(1.0);

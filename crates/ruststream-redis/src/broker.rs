@@ -62,6 +62,13 @@ impl BrokerSource for RedisSource {
             Self::Channel(c) => c.describe(),
         }
     }
+
+    fn no_redelivery(&self) -> Option<&'static str> {
+        match self {
+            Self::Channel(c) => c.no_redelivery(),
+            Self::List(_) | Self::Stream(_) => None,
+        }
+    }
 }
 
 /// How a message is published to a destination.

@@ -206,6 +206,11 @@ impl BrokerSource for RedisChannel {
         &self.opts
     }
 
+    /// Pub/Sub stores nothing, so a retry goes to the dead-letter list with [`NO_REDELIVERY`].
+    fn no_redelivery(&self) -> Option<&'static str> {
+        Some(NO_REDELIVERY)
+    }
+
     fn describe(&self) -> ChannelDoc {
         let mut bindings = json!({
             "subscribe": if self.pattern { "pattern" } else { "channel" },

@@ -236,34 +236,25 @@ impl Settler for RedisSettler {
     }
 }
 
-/// Settles a batch of a Pub/Sub subscription: acks need nothing; dead letters and retries go to
-/// the dead-letter list in one `LPUSH` (or are discarded with an error log without one).
+/// Settles a batch of a Pub/Sub subscription: acks need nothing; dead letters go to the
+/// dead-letter list in one `LPUSH` (or are discarded with an error log without one). The core
+/// turns a retry into a dead letter before it gets here (`BrokerSource::no_redelivery`); a
+/// retry that still arrives is dead-lettered the same way, so it cannot be lost.
 async fn settle_channel(
     client: &Client,
     dead: Option<&str>,
     batch: &[(Token, Settlement)],
 ) -> Result<()> {
-    let mut dead_letters = Vec::new();
-    let mut not_redelivered = 0u64;
-    for (t, s) in batch {
-        match s {
-            Settlement::Ack => {}
-            Settlement::Dead { reason } => dead_letters.push(Value::Bytes(dead_frame(t, reason))),
+    let dead_letters: Vec<Value> = batch
+        .iter()
+        .filter_map(|(t, s)| match s {
+            Settlement::Ack => None,
+            Settlement::Dead { reason } => Some(Value::Bytes(dead_frame(t, reason))),
             Settlement::Retry { .. } => {
-                not_redelivered += 1;
-                dead_letters.push(Value::Bytes(dead_frame(t, crate::pubsub::NO_REDELIVERY)));
+                Some(Value::Bytes(dead_frame(t, crate::pubsub::NO_REDELIVERY)))
             }
-        }
-    }
-    if not_redelivered > 0 {
-        metrics::counter!("ruststream_dead_lettered_total", "reason" => "no-redelivery")
-            .increment(not_redelivered);
-        tracing::warn!(
-            messages = not_redelivered,
-            dead_letter = dead.unwrap_or("(none)"),
-            "pub/sub cannot redeliver: messages whose handler asked for a retry go to the dead-letter list"
-        );
-    }
+        })
+        .collect();
     if dead_letters.is_empty() {
         return Ok(());
     }

@@ -752,6 +752,7 @@ async fn testapp_delivers_a_published_message_to_a_channel_subscription() -> rus
 
 #[tokio::test(start_paused = true)]
 async fn testapp_pattern_subscription_and_no_redelivery() -> ruststream::Result<()> {
+    let _ = prometheus();
     let probe = Probe::new(|e| {
         if e.n == 1 {
             Err(HandlerOutcome::retry())
@@ -794,6 +795,29 @@ async fn testapp_pattern_subscription_and_no_redelivery() -> ruststream::Result<
         Some(NO_REDELIVERY)
     );
     assert_eq!(frame.payload, event_json(1));
+    // Counted as what happened to it: dead, with its reason, not as a retry.
+    let text = prometheus().render();
+    let handled = |outcome: &str| {
+        sample(
+            &text,
+            "ruststream_handled_total",
+            &[
+                "subscription=\"events.*\"",
+                &format!("outcome=\"{outcome}\""),
+            ],
+        )
+    };
+    assert_eq!(handled("dead"), Some(1.0), "{text}");
+    assert_eq!(handled("retry").unwrap_or(0.0), 0.0, "{text}");
+    assert!(
+        sample(
+            &text,
+            "ruststream_dead_lettered_total",
+            &["reason=\"no-redelivery\""]
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
     tb.shutdown().await
 }
 
