@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Parser, ValueEnum};
 use fred::prelude::*;
 use ruststream::redis::frame::Frame;
-use ruststream::{RedisSource, RedisStream};
+use ruststream::stream;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
@@ -504,14 +504,12 @@ async fn scenario(
             }
         }
         Scenario::Simple | Scenario::Reliable | Scenario::Recovery | Scenario::Stream => {
-            let broker = child::broker(&ctx.cli.redis, prefix, &tuning);
+            let mut broker = child::broker(&ctx.cli.redis, prefix, &tuning);
             if s == Scenario::Stream {
-                // A producer learns that `q` is a stream from the subscription it is told of.
-                let src = RedisSource::Stream(RedisStream::new(KEY).group(GROUP));
-                ruststream_core::Broker::connect(&broker, &[&src]).await?;
-            } else {
-                broker.connect().await?;
+                // A producer-only process names its stream destination.
+                broker = broker.route(KEY, stream::Publish::new());
             }
+            broker.connect().await?;
             let (fill, _) = child::publish_batches(&broker.publisher(), n, &tuning, None).await?;
             ruststream_core::Broker::close(&broker).await;
             line.publish_per_s = Some(per_s(n, fill));

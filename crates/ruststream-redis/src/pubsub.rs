@@ -71,7 +71,7 @@ use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::{Message, MessageKind};
 use ruststream_core::{
-    BrokerSource, ChannelDoc, Delivery, DeliveryInfo, Error, Result, Source, SubscribeOptions,
+    BrokerSource, ChannelDoc, Delivery, Error, Result, Source, SubscribeOptions,
 };
 use serde_json::json;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -83,7 +83,6 @@ use crate::RedisBroker;
 use crate::error::core;
 use crate::frame::Frame;
 use crate::memory::MemoryFeed;
-use crate::publish::new_id;
 use crate::reader::Token;
 use crate::settler::{RedisSettler, SettleKind};
 
@@ -299,8 +298,6 @@ enum Got {
     Message(Bytes, Bytes),
     /// This many messages were overwritten before the receiver read them.
     Lagged(u64),
-    /// Something other than a message (skipped).
-    Skipped,
     /// Nothing buffered.
     Empty,
     /// The connection was closed for good.
@@ -354,18 +351,9 @@ impl Feed {
     }
 }
 
-/// A message of fred's feed; anything but a (pattern) message is skipped.
+/// A message of fred's feed (the forwarding task passes on only messages and pattern messages).
 fn fred_message(m: Message) -> Got {
-    if !matches!(m.kind, MessageKind::Message | MessageKind::PMessage) {
-        return Got::Skipped;
-    }
-    let payload = match m.value {
-        Value::Bytes(b) => b,
-        Value::String(s) => s.into_inner(),
-        Value::Integer(i) => Bytes::from(i.to_string()),
-        Value::Double(f) => Bytes::from(f.to_string()),
-        _ => Bytes::new(),
-    };
+    let payload = crate::reader::value_bytes(m.value).unwrap_or_default();
     Got::Message(m.channel.into_inner(), payload)
 }
 
@@ -428,7 +416,7 @@ impl ChannelReceiver {
             pattern: source.pattern,
             lagged: metrics::counter!("ruststream_pubsub_lagged_total", "subscription" => label.to_string()),
             label,
-            settler: RedisSettler::new(pool, SettleKind::Channel { dead }),
+            settler: RedisSettler::new(pool, SettleKind::Simple { dead }),
         })
     }
 
@@ -445,7 +433,6 @@ impl ChannelReceiver {
                     "pub/sub handlers fell behind: messages dropped unhandled (raise the subscription's buffer or concurrency)");
                 Ok(true)
             }
-            Got::Skipped => Ok(true),
             Got::Empty => Ok(false),
             Got::Closed => Err(Error::Broker(format!(
                 "the pub/sub connection of `{}` is closed",
@@ -456,9 +443,6 @@ impl ChannelReceiver {
 
     fn delivery(&self, channel: &[u8], raw: Bytes) -> Delivery<Token> {
         let mut frame = Frame::decode(raw.clone());
-        if frame.id.is_empty() {
-            frame.id = new_id();
-        }
         // Each message is delivered once: its first and only attempt.
         frame.attempt = 1;
         let source = if self.pattern {
@@ -469,15 +453,7 @@ impl ChannelReceiver {
         } else {
             self.source.clone()
         };
-        Delivery {
-            info: DeliveryInfo::new(frame.id.clone(), 1, source, frame.headers.clone()),
-            payload: frame.payload.clone(),
-            token: Token {
-                raw,
-                frame,
-                member: None,
-            },
-        }
+        crate::reader::delivery(source, raw, frame)
     }
 
     /// Up to `max` buffered messages; waits for one up to the block time, or until stopped.

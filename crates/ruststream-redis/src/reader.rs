@@ -143,12 +143,6 @@ impl QueueReceiver {
         source: &RedisSource,
         stop: CancellationToken,
     ) -> Result<Self> {
-        if let RedisSource::Channel(c) = source {
-            return Err(Error::Broker(format!(
-                "internal: pub/sub channel `{}` has no queue to read",
-                c.name
-            )));
-        }
         let client = broker.reader_client().await?;
         let pool = broker.pool()?;
         let source_name: Arc<str> = source.key().into();
@@ -320,24 +314,8 @@ impl QueueReceiver {
         empty_on_timeout(r)
     }
 
-    fn delivery(&self, raw: Bytes, mut frame: Frame) -> Delivery<Token> {
-        if frame.id.is_empty() {
-            frame.id = new_id();
-        }
-        Delivery {
-            info: DeliveryInfo::new(
-                frame.id.clone(),
-                frame.attempt,
-                self.source.clone(),
-                frame.headers.clone(),
-            ),
-            payload: frame.payload.clone(),
-            token: Token {
-                raw,
-                frame,
-                member: None,
-            },
-        }
+    fn delivery(&self, raw: Bytes, frame: Frame) -> Delivery<Token> {
+        delivery(self.source.clone(), raw, frame)
     }
 
     fn list_deliveries(&self, values: Vec<Bytes>) -> Vec<Delivery<Token>> {
@@ -650,11 +628,33 @@ pub(crate) async fn create_group(pool: &Pool, key: &str, group: &str) -> Result<
     }
 }
 
-fn value_bytes(v: Value) -> Option<Bytes> {
+/// A delivery of `frame` (a missing id is made up) from `source`; `raw` is what settling needs.
+pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delivery<Token> {
+    if frame.id.is_empty() {
+        frame.id = new_id();
+    }
+    Delivery {
+        info: DeliveryInfo::new(
+            frame.id.clone(),
+            frame.attempt,
+            source,
+            frame.headers.clone(),
+        ),
+        payload: frame.payload.clone(),
+        token: Token {
+            raw,
+            frame,
+            member: None,
+        },
+    }
+}
+
+pub(crate) fn value_bytes(v: Value) -> Option<Bytes> {
     match v {
         Value::Bytes(b) => Some(b),
         Value::String(s) => Some(s.into_inner()),
         Value::Integer(i) => Some(Bytes::from(i.to_string())),
+        Value::Double(f) => Some(Bytes::from(f.to_string())),
         _ => None,
     }
 }

@@ -7,10 +7,10 @@
 //! Reliable lists: `SETTLE_LIST` (ack `LREM`, retry `LPUSH`, retry later `ZADD`+`HSET` into the
 //! delayed set, dead `LPUSH K.dead`; with recovery, each only while the claim's member is still
 //! in the set). Streams: plain acks are one `XACK key group id...`; the rest `SETTLE_STREAM` (`XACK`, then `XADD` / delayed set / dead letters).
-//! Simple lists popped their entries already; only dead letters are pushed (`LPUSH`).
-//! Pub/Sub channels store nothing: dead letters, and retries (which Pub/Sub cannot redeliver,
-//! reason [`NO_REDELIVERY`](crate::pubsub::NO_REDELIVERY)), are pushed to the dead-letter list
-//! in one `LPUSH`.
+//! Simple lists popped their entries already, and Pub/Sub channels store nothing: for both, only
+//! dead letters are pushed (`LPUSH`). A Pub/Sub retry arrives here as a dead letter with reason
+//! [`NO_REDELIVERY`](crate::pubsub::NO_REDELIVERY): the core turns it into one
+//! (`BrokerSource::no_redelivery`).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,13 +38,8 @@ pub struct RedisSettler {
 }
 
 pub(crate) enum SettleKind {
-    Simple {
-        dead: Option<String>,
-    },
-    /// A Pub/Sub subscription: nothing to acknowledge, retries become dead letters.
-    Channel {
-        dead: Option<String>,
-    },
+    /// A simple list or a Pub/Sub channel: nothing to acknowledge, dead letters to push.
+    Simple { dead: Option<String> },
     Reliable {
         /// Queue, processing, dead (or the queue as a stand-in), delayed, payloads[, recovery].
         keys: Vec<String>,
@@ -116,14 +111,18 @@ impl Settler for RedisSettler {
                         _ => None,
                     })
                     .collect();
-                if let Some(dead) = dead
-                    && !dead_letters.is_empty()
-                {
-                    let _: i64 = client.lpush(dead, dead_letters).await.map_err(core)?;
+                match dead {
+                    _ if dead_letters.is_empty() => {}
+                    Some(dead) => {
+                        let _: i64 = client.lpush(dead, dead_letters).await.map_err(core)?;
+                    }
+                    None => tracing::error!(
+                        messages = dead_letters.len(),
+                        "no dead-letter list: unacknowledged messages discarded"
+                    ),
                 }
                 Ok(())
             }
-            SettleKind::Channel { dead } => settle_channel(client, dead.as_deref(), batch).await,
             SettleKind::Reliable {
                 keys,
                 has_dead,
@@ -234,40 +233,6 @@ impl Settler for RedisSettler {
             }
         }
     }
-}
-
-/// Settles a batch of a Pub/Sub subscription: acks need nothing; dead letters go to the
-/// dead-letter list in one `LPUSH` (or are discarded with an error log without one). The core
-/// turns a retry into a dead letter before it gets here (`BrokerSource::no_redelivery`); a
-/// retry that still arrives is dead-lettered the same way, so it cannot be lost.
-async fn settle_channel(
-    client: &Client,
-    dead: Option<&str>,
-    batch: &[(Token, Settlement)],
-) -> Result<()> {
-    let dead_letters: Vec<Value> = batch
-        .iter()
-        .filter_map(|(t, s)| match s {
-            Settlement::Ack => None,
-            Settlement::Dead { reason } => Some(Value::Bytes(dead_frame(t, reason))),
-            Settlement::Retry { .. } => {
-                Some(Value::Bytes(dead_frame(t, crate::pubsub::NO_REDELIVERY)))
-            }
-        })
-        .collect();
-    if dead_letters.is_empty() {
-        return Ok(());
-    }
-    match dead {
-        Some(dead) => {
-            let _: i64 = client.lpush(dead, dead_letters).await.map_err(core)?;
-        }
-        None => tracing::error!(
-            messages = dead_letters.len(),
-            "pub/sub subscription without a dead-letter list: unacknowledged messages discarded"
-        ),
-    }
-    Ok(())
 }
 
 /// A frame as stream fields: `payload`, `rs.id`, `rs.attempt`, then the headers.
