@@ -8,12 +8,25 @@
 //! it is a raw payload with no headers: `redis-cli LPUSH jobs '{"image":"a.png"}'` is a valid
 //! producer. Frames are compared byte for byte by `LREM`, so encoding is deterministic (headers
 //! are sorted).
+//!
+//! The scripts read frames with the Lua in `frame.lua`, which follows the same layout.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use ruststream_core::Headers;
 
 /// The first bytes of every frame.
 pub const MAGIC: &[u8; 4] = b"\0rs1";
+
+/// The header a dead letter's reason is stored under.
+pub const REASON_HEADER: &str = "reason";
+
+/// The frame as the scripts read it (`bump`, `frame_fields`), prepended to those that need it.
+pub(crate) const LUA: &str = include_str!("frame.lua");
+
+/// A new message id: a UUIDv7, so ids sort by creation time.
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
 
 /// A decoded list entry.
 #[derive(Debug, Clone, PartialEq, Eq)]

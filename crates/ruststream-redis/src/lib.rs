@@ -1,7 +1,7 @@
 //! The Redis broker of RustStream, on [`fred`].
 //!
-//! - [`RedisList`]: work queues on lists, simple (`BRPOP`, at most once) or reliable (claimed into
-//!   a processing list, settled with `LREM`, at least once).
+//! - [`RedisList`]: work queues on lists, simple (popped, at most once) or reliable (claimed
+//!   into a processing list, settled with `LREM`, at least once).
 //! - [`RedisStream`]: streams read with a consumer group.
 //! - [`RedisChannel`]: Pub/Sub channels and patterns (`SUBSCRIBE`/`PSUBSCRIBE`, at most once).
 //! - [`list::Publish`]: how replies and publishes are pushed (`LPUSH`, optional expiry);
@@ -12,28 +12,63 @@
 //! `K.delayed.payloads` retries waiting for their time, `K.dead` dead letters with a `reason`
 //! header; a Pub/Sub channel `C` stores nothing but its dead letters, `C.dead`. On a cluster,
 //! the default derived names of an untagged key go in its slot by tagging the whole key
-//! (`{app:uploads}.delayed`, see `list::derived`); a reliable queue needs a hash tag.
-//! Every state change is one Lua script (see [`scripts`]) so a crash between two commands
-//! never loses or duplicates an entry.
+//! (`{app:uploads}.delayed`); a reliable queue needs a hash tag. Every state change is one Lua
+//! script, so a crash between two commands never loses or duplicates an entry.
+//!
+//! # Where things are
+//!
+//! One folder per transport, each with its options, receive path, settle path and Lua scripts
+//! (`*.lua`, read with `include_str!`): `list/`, `stream/`, `pubsub/`; `delayed/` schedules and
+//! moves delayed entries. Around them: `keys` names every key and checks the cluster's slot
+//! rule, `options` holds what every source can set, `transport` is the contract a transport
+//! fulfils, `conn` builds connections, `publish` routes outgoing messages, `frame` is the byte
+//! layout of a list value, `broker` ties them to the core.
+//!
+//! # One message, from `LPUSH` to `LREM`
+//!
+//! A reliable list `RedisList::new("{jobs}").reliable()`:
+//!
+//! 1. A producer publishes: `publish.rs` encodes the message as a [`frame`] (id, attempt 1,
+//!    headers, payload) and `list/publish.rs` sends `LPUSH {jobs} <frame>`.
+//! 2. The app starts the subscription: the core's dispatch loop (`ruststream-core`,
+//!    `dispatch.rs`) asks the broker for a receiver, which `list/mod.rs` opens
+//!    (`list/receive.rs` `open`): the keys are named once (`{jobs}`, `{jobs}.processing`, the
+//!    delayed set, `{jobs}.dead`), a connection of its own is opened for blocking reads, and a
+//!    settler is built on the same keys.
+//! 3. The dispatch loop calls `receive(n)` with the permits it has free: `list/receive.rs` runs
+//!    `list/claim.lua`, which moves up to `n` entries from the right of `{jobs}` to the left of
+//!    `{jobs}.processing` and returns them; when there are none it waits with
+//!    `BLMOVE {jobs} {jobs} RIGHT RIGHT t` and claims again.
+//! 4. The dispatch loop decodes each payload and runs the handler; its outcome becomes a
+//!    `Settlement` (ack, retry, retry later, dead) sent to the settle task.
+//! 5. The settle task sends a batch to `list/settle.rs`, which runs `list/settle.lua` once:
+//!    for an ack, `LREM {jobs}.processing -1 <frame>`. The entry is gone from Redis only now.
 
 mod broker;
+mod conn;
+mod dead;
+mod delayed;
 pub mod error;
 pub mod frame;
 mod gauges;
+mod keys;
 pub mod list;
+#[cfg(feature = "testing")]
 pub mod memory;
+#[cfg(not(feature = "testing"))]
+mod memory;
+mod options;
+mod policy;
 mod publish;
 pub mod pubsub;
-mod reader;
-pub mod scripts;
-mod settler;
 pub mod stream;
 mod tls;
-mod validate;
+mod transport;
 
-pub use broker::{PublishPolicy, RedisBroker, RedisSource};
+pub use broker::RedisBroker;
+pub use frame::REASON_HEADER;
 pub use list::RedisList;
+pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
-pub use reader::{MOVE_BATCH, RECOVER_BATCH, RedisReceiver, Token};
-pub use settler::{REASON_HEADER, RedisSettler};
 pub use stream::RedisStream;
+pub use transport::RedisSource;

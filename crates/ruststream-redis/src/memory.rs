@@ -30,11 +30,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use tokio::sync::Notify;
 
-#[cfg(feature = "testing")]
-use crate::RedisBroker;
-
 /// What a blocking read waits for; the model decides when it is ready.
-#[cfg(feature = "testing")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BlockingRead {
@@ -98,45 +94,35 @@ impl MemorySlot {
         let _ = config;
     }
 
-    /// What a reader of the list `key` awaits before a blocking read, on the in-memory server.
+    /// What a reader awaits before the blocking read `read`, on the in-memory server.
     #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
-    pub(crate) fn list_waiter(&self, key: &str) -> Option<MemoryWait> {
+    pub(crate) fn waiter(&self, read: BlockingRead) -> Option<MemoryWait> {
         #[cfg(feature = "testing")]
         {
-            self.waiter(BlockingRead::List {
-                key: key.to_owned(),
+            self.server.get().map(|server| MemoryWait {
+                server: server.clone(),
+                read,
             })
         }
         #[cfg(not(feature = "testing"))]
         {
-            let _ = key;
+            let _ = read;
             None
         }
     }
 
-    /// What a reader of the stream `key` in `group` awaits before a blocking read.
-    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
-    pub(crate) fn stream_waiter(&self, key: &str, group: &str) -> Option<MemoryWait> {
-        #[cfg(feature = "testing")]
-        {
-            self.waiter(BlockingRead::Stream {
-                key: key.to_owned(),
-                group: group.to_owned(),
-            })
-        }
-        #[cfg(not(feature = "testing"))]
-        {
-            let _ = (key, group);
-            None
-        }
-    }
-
+    /// Attaches `server`; fails when one is attached already.
     #[cfg(feature = "testing")]
-    fn waiter(&self, read: BlockingRead) -> Option<MemoryWait> {
-        self.server.get().map(|server| MemoryWait {
-            server: server.clone(),
-            read,
+    pub(crate) fn attach(&self, server: Arc<dyn MemoryServer>) -> ruststream_core::Result<()> {
+        self.server.set(server).map_err(|_| {
+            ruststream_core::Error::config("attach_memory: a server is attached already")
         })
+    }
+
+    /// Whether an in-memory server is attached.
+    #[cfg(feature = "testing")]
+    pub(crate) fn is_attached(&self) -> bool {
+        self.server.get().is_some()
     }
 
     /// On the in-memory server, wakes `notify` on every message published to `channel` and
@@ -276,55 +262,5 @@ impl MemoryWait {
         self.server.ready(&self.read, timeout).await;
         #[cfg(not(feature = "testing"))]
         let _ = timeout;
-    }
-}
-
-#[cfg(feature = "testing")]
-impl RedisBroker {
-    /// Sends every command of this broker (and of its clones) to `server` instead of Redis: no
-    /// connection is made. For test harnesses (`ruststream::testing::TestApp` does it for you).
-    ///
-    /// Call it before the broker connects; it fails once the broker is connected or when a
-    /// server is already attached.
-    pub fn attach_memory(&self, server: Arc<dyn MemoryServer>) -> ruststream_core::Result<()> {
-        if self
-            .inner
-            .pool
-            .read()
-            .map_err(crate::broker::poisoned)?
-            .is_some()
-        {
-            return Err(ruststream_core::Error::config(
-                "attach_memory: the broker is connected already; attach before the app starts",
-            ));
-        }
-        self.inner.memory.server.set(server).map_err(|_| {
-            ruststream_core::Error::config("attach_memory: a server is attached already")
-        })
-    }
-
-    /// Whether an in-memory server is attached.
-    pub fn is_in_memory(&self) -> bool {
-        self.inner.memory.server.get().is_some()
-    }
-}
-
-/// What a test harness needs to know of a broker to model its server.
-impl crate::RedisBroker {
-    /// Whether this broker talks to a Redis Cluster (then every key one command or script
-    /// touches must hash to one slot).
-    pub fn is_cluster(&self) -> bool {
-        matches!(self.inner.topology, crate::broker::Topology::Cluster(_))
-    }
-
-    /// The prefix put before every key (the seed's `dataSetPrefix`; `""` when none).
-    pub fn key_prefix(&self) -> &str {
-        &self.inner.prefix
-    }
-
-    /// The full name of the delayed set that holds delayed publishes to `key` (prefixed, and on
-    /// a cluster derived into `key`'s slot).
-    pub fn delayed_set_key(&self, key: &str) -> String {
-        self.inner.delayed_keys(&self.inner.key(key)).0
     }
 }

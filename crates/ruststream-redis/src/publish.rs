@@ -1,149 +1,149 @@
-//! Publishing to Redis: `LPUSH` (several values in one command), the `PUSH_TTL` script for a list
-//! with an expiry, the `SCHEDULE` script for delayed messages, `XADD` for streams, `PUBLISH` for
-//! Pub/Sub channels (a batch in one pipeline). Messages for different keys go out concurrently on
-//! the pool, which pipelines them.
+//! Publishing: groups a batch of messages by destination and policy, and hands each group to its
+//! transport (`LPUSH` or `push_ttl.lua` for lists, pipelined `XADD` for streams, pipelined
+//! `PUBLISH` for channels) or, for delayed messages, to the delayed set (`schedule.lua`).
+//! Groups for different keys go out concurrently on the pool, which pipelines them.
+//!
+//! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
+//! (a stream is `XADD`ed to, a channel `PUBLISH`ed on), what `RedisBroker::route` set, else a
+//! list.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use fred::prelude::*;
 use futures::future::{BoxFuture, try_join_all};
 use ruststream_core::{Due, OutMessage, PublishBackend, Result};
 
-use crate::broker::{Inner, PublishPolicy, poisoned};
-use crate::error::{PubSubError, core};
-use crate::frame::encode_parts;
-use crate::stream::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
-use crate::{list, scripts};
+use crate::conn::{Connections, poisoned};
+use crate::error::PubSubError;
+use crate::frame::{encode_parts, new_id};
+use crate::policy::PublishPolicy;
+use crate::{delayed, list, pubsub, stream};
+
+/// Each destination's default policy (keys as the user names them).
+#[derive(Debug, Default)]
+pub(crate) struct Routes(RwLock<HashMap<String, PublishPolicy>>);
+
+impl Routes {
+    /// Sets `destination`'s policy.
+    pub(crate) fn set(&self, destination: String, policy: PublishPolicy) {
+        if let Ok(mut routes) = self.0.write() {
+            routes.insert(destination, policy);
+        }
+    }
+
+    /// Sets `destination`'s policy unless one is set.
+    pub(crate) fn learn(&self, destination: &str, policy: PublishPolicy) -> Result<()> {
+        let mut routes = self.0.write().map_err(poisoned)?;
+        routes.entry(destination.to_owned()).or_insert(policy);
+        Ok(())
+    }
+
+    /// `destination`'s policy, if one is set.
+    pub(crate) fn get(&self, destination: &str) -> Option<PublishPolicy> {
+        self.0.read().ok()?.get(destination).copied()
+    }
+
+    /// A copy, for a reconfigured broker.
+    pub(crate) fn copy(&self) -> Self {
+        Self(RwLock::new(
+            self.0.read().map(|r| r.clone()).unwrap_or_default(),
+        ))
+    }
+}
 
 /// The publish backend of a [`RedisBroker`](crate::RedisBroker).
 pub(crate) struct RedisPublisher {
-    pub(crate) inner: std::sync::Arc<Inner>,
+    pub(crate) conns: Arc<Connections>,
+    pub(crate) routes: Arc<Routes>,
 }
 
 impl PublishBackend for RedisPublisher {
     fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             // A publisher taken from a broker that no app started connects on first use.
-            if self.inner.pool().is_err() {
-                crate::RedisBroker {
-                    inner: self.inner.clone(),
-                }
-                .connect()
-                .await?;
-            }
-            publish(&self.inner, messages, None).await
+            self.conns.connect().await?;
+            publish(&self.conns, &self.routes, messages, None).await
         })
     }
 }
 
-/// A new message id: a UUIDv7, so ids sort by creation time.
-pub(crate) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
-}
-
 /// Messages for one key with one policy.
-struct Batch {
+struct Group {
     key: String,
     policy: PublishPolicy,
+    /// List values or channel messages to send now.
     now: Vec<Value>,
+    /// `schedule.lua` arguments of delayed messages.
     later: Vec<Value>,
-    stream: Vec<Vec<Value>>,
+    /// Stream entries' fields.
+    entries: Vec<Vec<Value>>,
 }
 
 /// Publishes `messages`, each with `policy` or its destination's default.
 pub(crate) async fn publish(
-    inner: &Inner,
+    conns: &Connections,
+    routes: &Routes,
     messages: Vec<OutMessage>,
     policy: Option<PublishPolicy>,
 ) -> Result<()> {
-    let pool = inner.pool()?;
-    let mut batches: Vec<Batch> = Vec::new();
-    {
-        let routes = inner.routes.read().map_err(poisoned)?;
-        for m in messages {
-            let policy = policy
-                .or_else(|| routes.get(&m.destination).copied())
-                .unwrap_or(PublishPolicy::List(list::Publish::new()));
-            let key = inner.key(&m.destination);
-            let idx = match batches
-                .iter()
-                .position(|b| b.key == key && b.policy == policy)
-            {
-                Some(i) => i,
-                None => {
-                    batches.push(Batch {
-                        key,
-                        policy,
-                        now: Vec::new(),
-                        later: Vec::new(),
-                        stream: Vec::new(),
-                    });
-                    batches.len() - 1
-                }
-            };
-            if policy == PublishPolicy::PubSub && m.due.is_some() {
-                return Err(PubSubError::CannotDelay {
-                    channel: m.destination,
-                }
-                .into());
+    let pool = conns.pool()?;
+    let mut groups: Vec<Group> = Vec::new();
+    for m in messages {
+        let policy = policy
+            .or_else(|| routes.get(&m.destination))
+            .unwrap_or_default();
+        if policy == PublishPolicy::PubSub && m.due.is_some() {
+            return Err(PubSubError::CannotDelay {
+                channel: m.destination,
             }
-            add(&mut batches[idx], m)?;
+            .into());
         }
+        let key = conns.keys.key(&m.destination);
+        let i = match groups
+            .iter()
+            .position(|g| g.key == key && g.policy == policy)
+        {
+            Some(i) => i,
+            None => {
+                groups.push(Group {
+                    key,
+                    policy,
+                    now: Vec::new(),
+                    later: Vec::new(),
+                    entries: Vec::new(),
+                });
+                groups.len() - 1
+            }
+        };
+        add(&mut groups[i], m);
     }
-    try_join_all(batches.into_iter().map(|b| send(&pool, inner, b))).await?;
+    try_join_all(groups.into_iter().map(|g| send(&pool, conns, g))).await?;
     Ok(())
 }
 
-fn add(b: &mut Batch, m: OutMessage) -> Result<()> {
+fn add(g: &mut Group, m: OutMessage) {
     let id = m.id.unwrap_or_else(new_id);
-    match b.policy {
-        // Checked by `publish`: a channel message is never delayed.
-        PublishPolicy::PubSub => {
-            b.now
-                .push(Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)));
-        }
-        PublishPolicy::List(_) => {
-            let frame = encode_parts(&id, 1, &m.headers, &m.payload);
-            match m.due {
-                None => b.now.push(Value::Bytes(frame)),
-                Some(due) => {
-                    let (kind, ms) = due_arg(due);
-                    b.later.extend([
-                        Value::from_static_str(kind),
-                        Value::Integer(ms),
-                        Value::from(id),
-                        Value::Bytes(frame),
-                    ]);
-                }
-            }
-        }
+    if let Some(due) = m.due {
+        // Waits in the delayed set as a frame; the mover turns it into its destination's form.
+        let (kind, ms) = due_arg(due);
+        g.later.extend([
+            Value::from_static_str(kind),
+            Value::Integer(ms),
+            Value::from(id.as_str()),
+            Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)),
+        ]);
+        return;
+    }
+    match g.policy {
+        PublishPolicy::List(_) | PublishPolicy::PubSub => g
+            .now
+            .push(Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload))),
         PublishPolicy::Stream => {
-            if let Some(due) = m.due {
-                // Waits in the delayed set as a frame; the mover turns it into stream fields.
-                let (kind, ms) = due_arg(due);
-                let frame = encode_parts(&id, 1, &m.headers, &m.payload);
-                b.later.extend([
-                    Value::from_static_str(kind),
-                    Value::Integer(ms),
-                    Value::from(id),
-                    Value::Bytes(frame),
-                ]);
-                return Ok(());
-            }
-            let mut fields = Vec::with_capacity(4 + 2 * m.headers.len());
-            fields.push(Value::from_static_str(PAYLOAD_FIELD));
-            fields.push(Value::Bytes(m.payload));
-            fields.push(Value::from_static_str(ID_FIELD));
-            fields.push(Value::from(id));
-            for (k, v) in m.headers {
-                if k == PAYLOAD_FIELD || k == ID_FIELD || k == ATTEMPT_FIELD {
-                    continue;
-                }
-                fields.push(Value::from(k));
-                fields.push(Value::from(v));
-            }
-            b.stream.push(fields);
+            g.entries
+                .push(stream::fields(&id, 1, &m.headers, m.payload));
         }
     }
-    Ok(())
 }
 
 fn due_arg(due: Due) -> (&'static str, i64) {
@@ -157,51 +157,20 @@ fn due_arg(due: Due) -> (&'static str, i64) {
     }
 }
 
-async fn send(pool: &Pool, inner: &Inner, b: Batch) -> Result<()> {
+async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
     let client = pool.next();
-    if !b.now.is_empty() {
-        match b.policy {
-            PublishPolicy::PubSub => {
-                crate::pubsub::publish(client, &b.key, b.now).await?;
-            }
-            PublishPolicy::List(list::Publish { ttl: Some(ttl) }) => {
-                let mut args = Vec::with_capacity(b.now.len() + 1);
-                args.push(Value::Integer(
-                    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1),
-                ));
-                args.extend(b.now);
-                let _: i64 = scripts::PUSH_TTL
-                    .evalsha_with_reload(client, vec![b.key.clone()], args)
-                    .await
-                    .map_err(core)?;
-            }
-            _ => {
-                let _: i64 = client.lpush(&b.key, b.now).await.map_err(core)?;
-            }
+    if !g.now.is_empty() {
+        match g.policy {
+            PublishPolicy::PubSub => pubsub::publish(client, &g.key, g.now).await?,
+            PublishPolicy::List(p) => list::push(client, &g.key, p, g.now).await?,
+            PublishPolicy::Stream => {}
         }
     }
-    if !b.later.is_empty() {
-        let (zset, hash) = inner.delayed_keys(&b.key);
-        let _: i64 = scripts::SCHEDULE
-            .evalsha_with_reload(client, vec![zset, hash], b.later)
-            .await
-            .map_err(core)?;
+    if !g.later.is_empty() {
+        delayed::schedule(client, &conns.keys.delayed(&g.key), g.later).await?;
     }
-    if !b.stream.is_empty() {
-        // One pipeline rather than a future per entry: the batch fill of a stream ran at
-        // ~130k/s, its profile a third task switches.
-        let pipeline = client.pipeline();
-        for fields in b.stream {
-            let mut args = Vec::with_capacity(fields.len() + 2);
-            args.push(Value::from(b.key.as_str()));
-            args.push(Value::from_static_str("*"));
-            args.extend(fields);
-            let () = pipeline
-                .custom(fred::cmd!("XADD"), args)
-                .await
-                .map_err(core)?;
-        }
-        let _: Vec<Value> = pipeline.all().await.map_err(core)?;
+    if !g.entries.is_empty() {
+        stream::add(client, &g.key, g.entries).await?;
     }
     Ok(())
 }

@@ -1,0 +1,405 @@
+//! Connections: building fred clients for standalone, cluster and sentinel targets (credentials,
+//! TLS, reconnect policy), the shared pool, each subscription's own reading connection, and the
+//! Pub/Sub connection that wakes readers.
+//!
+//! One fred [`Pool`] carries settles and publishes (multiplexed, auto-pipelined); every
+//! subscription reads on a [`Client`] of its own ([`ReadConn`]), so a blocking read never stalls
+//! the shared connections; every Pub/Sub subscription gets a `SubscriberClient` of its own. All
+//! reconnect with capped exponential backoff, and their losses and returns are logged.
+//!
+//! Commands sent here: `SUBSCRIBE` to wake-up channels ([`Connections::notifier`]); on a
+//! [`ReadConn`], `PING` to interrupt a blocking read (fred then sends `CLIENT UNBLOCK`).
+//!
+//! With the `testing` feature a broker may run on an in-memory server (see
+//! [`memory`](crate::memory)); this module is where that seam sits: client configurations point
+//! at it, and [`ReadConn::blocking`] awaits it before a blocking read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use fred::types::config::{Blocking, ReconnectPolicy};
+use ruststream_core::{Error as CoreError, Result};
+use tokio::sync::Notify;
+
+use crate::error::{core, redact};
+use crate::keys::KeySpace;
+use crate::memory::{BlockingRead, MemorySlot, MemoryWait};
+
+/// Where the servers are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server (or a primary with replicas the client does not use).
+    Standalone,
+    /// A Redis Cluster, reached through any of these nodes.
+    Cluster(Vec<String>),
+    /// A primary found through these sentinels under `service`.
+    Sentinel {
+        service: String,
+        sentinels: Vec<String>,
+    },
+}
+
+/// What a broker is configured with before it connects.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// The standalone URL, or the first node's (credentials, TLS and database come from it).
+    pub(crate) url: String,
+    pub(crate) topology: Topology,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    /// PEM file of the CAs to trust for TLS (see `crate::tls`); setting it turns TLS on.
+    pub(crate) tls_ca: Option<std::path::PathBuf>,
+    pub(crate) prefix: String,
+    pub(crate) pool_size: usize,
+    pub(crate) scheduling: bool,
+}
+
+impl Settings {
+    pub(crate) fn standalone(url: String) -> Self {
+        Self {
+            url,
+            topology: Topology::Standalone,
+            username: None,
+            password: None,
+            tls_ca: None,
+            prefix: String::new(),
+            pool_size: 2,
+            scheduling: true,
+        }
+    }
+}
+
+/// A broker's connections, built from its [`Settings`].
+pub(crate) struct Connections {
+    pub(crate) settings: Settings,
+    /// Names every key; built from the settings' prefix and topology.
+    pub(crate) keys: KeySpace,
+    pool: RwLock<Option<Pool>>,
+    /// Held while the pool connects, so concurrent first uses connect once.
+    connecting: tokio::sync::Mutex<()>,
+    /// Wake-up channel name → the notifier of its readers.
+    wakes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+    subscriber: tokio::sync::OnceCell<SubscriberClient>,
+    /// The in-memory server commands go to instead of Redis, in tests.
+    pub(crate) memory: MemorySlot,
+}
+
+impl Connections {
+    pub(crate) fn new(settings: Settings) -> Self {
+        let cluster = matches!(settings.topology, Topology::Cluster(_));
+        Self {
+            keys: KeySpace::new(settings.prefix.clone(), cluster),
+            settings,
+            pool: RwLock::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            wakes: Arc::default(),
+            subscriber: tokio::sync::OnceCell::new(),
+            memory: MemorySlot::default(),
+        }
+    }
+
+    /// The shared pool; [`CoreError::NotConnected`] before [`connect`](Self::connect).
+    pub(crate) fn pool(&self) -> Result<Pool> {
+        self.pool
+            .read()
+            .map_err(poisoned)?
+            .clone()
+            .ok_or(CoreError::NotConnected)
+    }
+
+    pub(crate) fn is_connected(&self) -> bool {
+        self.pool.read().is_ok_and(|p| p.is_some())
+    }
+
+    /// Connects the shared pool, if not yet connected.
+    pub(crate) async fn connect(&self) -> Result<()> {
+        let _one_at_a_time = self.connecting.lock().await;
+        if self.is_connected() {
+            return Ok(());
+        }
+        let pool = self
+            .builder(false)?
+            .build_pool(self.settings.pool_size)
+            .map_err(|e| self.connect_error(&e))?;
+        pool.init().await.map_err(|e| self.connect_error(&e))?;
+        for c in pool.clients() {
+            watch(c, "shared", self.target());
+        }
+        *self.pool.write().map_err(poisoned)? = Some(pool);
+        Ok(())
+    }
+
+    /// Closes the pool and the wake-up connection.
+    pub(crate) async fn close(&self) {
+        let pool = self.pool.write().ok().and_then(|mut p| p.take());
+        if let Some(pool) = pool {
+            let _ = pool.quit().await;
+        }
+        if let Some(subscriber) = self.subscriber.get() {
+            let _ = subscriber.quit().await;
+        }
+    }
+
+    /// A connection of its own for one subscription's blocking reads of `read`.
+    pub(crate) async fn reader(&self, read: BlockingRead) -> Result<ReadConn> {
+        let client = self
+            .builder(true)?
+            .build()
+            .map_err(|e| self.connect_error(&e))?;
+        client.init().await.map_err(|e| self.connect_error(&e))?;
+        watch(&client, "reader", self.target());
+        Ok(ReadConn {
+            client,
+            memory: self.memory.waiter(read),
+        })
+    }
+
+    /// A connected subscriber client of its own for one Pub/Sub subscription, whose broadcast
+    /// channel holds `buffer` messages (fred's `broadcast_channel_capacity`).
+    pub(crate) async fn subscriber(&self, buffer: usize) -> Result<SubscriberClient> {
+        let client = self
+            .builder(false)?
+            .with_performance_config(|c| c.broadcast_channel_capacity = buffer.max(1))
+            .build_subscriber_client()
+            .map_err(|e| self.connect_error(&e))?;
+        client.init().await.map_err(|e| self.connect_error(&e))?;
+        watch(&client, "pubsub", self.target());
+        Ok(client)
+    }
+
+    /// A notifier woken by every `PUBLISH` on `channel` (full name); subscribes on first use.
+    /// All callers for one channel share one notifier.
+    pub(crate) async fn notifier(&self, channel: &str) -> Result<Arc<Notify>> {
+        let notify = {
+            let mut wakes = self.wakes.lock().map_err(poisoned)?;
+            if let Some(n) = wakes.get(channel) {
+                return Ok(n.clone());
+            }
+            let n = Arc::new(Notify::new());
+            wakes.insert(channel.to_owned(), n.clone());
+            n
+        };
+        if self.memory.forward_wakes(channel, &notify) {
+            return Ok(notify);
+        }
+        let subscriber = self
+            .subscriber
+            .get_or_try_init(|| async {
+                // fred's default capacity (32): wake-ups are rare and a missed one only delays a poll.
+                let client = self.subscriber(32).await?;
+                let _resubscribe = client.manage_subscriptions();
+                tokio::spawn(forward_wakes(
+                    client.message_rx(),
+                    Arc::downgrade(&self.wakes),
+                ));
+                Ok::<_, CoreError>(client)
+            })
+            .await?;
+        subscriber.subscribe(channel).await.map_err(core)?;
+        Ok(notify)
+    }
+
+    /// Where this broker connects, with passwords removed.
+    pub(crate) fn target(&self) -> String {
+        let s = &self.settings;
+        match &s.topology {
+            Topology::Standalone => redact(&s.url),
+            Topology::Cluster(nodes) => format!("cluster {}", redact(&nodes.join(","))),
+            Topology::Sentinel { service, sentinels } => {
+                format!("`{service}` via sentinels {}", redact(&sentinels.join(",")))
+            }
+        }
+    }
+
+    fn connect_error(&self, e: &fred::error::Error) -> CoreError {
+        let hint = match e.kind() {
+            fred::error::ErrorKind::Auth => {
+                "check the user name and password (RedisBroker::username/password or the URL)"
+            }
+            // rustls reports a certificate it rejects as an I/O error.
+            _ if *e.kind() == fred::error::ErrorKind::Tls
+                || e.details().contains("Certificate") =>
+            {
+                "check the TLS setup: a rediss:// URL to a TLS port, and the CA that signed the server's certificate (RedisBroker::tls_ca_file)"
+            }
+            fred::error::ErrorKind::Config | fred::error::ErrorKind::Url => {
+                "the URL must look like redis://[user:password@]host:port[/db]"
+            }
+            _ => "is Redis running there? set REDIS_URL or the broker's URL",
+        };
+        CoreError::Broker(format!(
+            "cannot connect to {}: {}; {hint}",
+            self.target(),
+            redact(e.details())
+        ))
+    }
+
+    /// The hosts of `urls` (`redis://host:port` or `host:port`).
+    fn hosts(&self, urls: &[String]) -> Result<Vec<(String, u16)>> {
+        let mut hosts = Vec::new();
+        for url in urls {
+            let url = if url.contains("://") {
+                url.clone()
+            } else {
+                format!("redis://{url}")
+            };
+            let c = Config::from_url(&url).map_err(|e| self.connect_error(&e))?;
+            hosts.extend(
+                c.server
+                    .hosts()
+                    .into_iter()
+                    .map(|s| (s.host.to_string(), s.port)),
+            );
+        }
+        Ok(hosts)
+    }
+
+    fn builder(&self, blocking: bool) -> Result<Builder> {
+        let s = &self.settings;
+        let mut config = Config::from_url(&s.url).map_err(|e| self.connect_error(&e))?;
+        match &s.topology {
+            Topology::Standalone => {}
+            Topology::Cluster(nodes) => {
+                config.server = ServerConfig::new_clustered(self.hosts(nodes)?);
+            }
+            Topology::Sentinel { service, sentinels } => {
+                config.server = ServerConfig::new_sentinel(self.hosts(sentinels)?, service.clone());
+            }
+        }
+        if s.username.is_some() {
+            config.username.clone_from(&s.username);
+        }
+        if s.password.is_some() {
+            config.password.clone_from(&s.password);
+        }
+        if let Some(ca) = &s.tls_ca {
+            config.tls = Some(crate::tls::with_ca_file(ca)?);
+        }
+        if blocking {
+            // A command sent while a read blocks interrupts it with CLIENT UNBLOCK: that is
+            // how a stop wakes a reader at once.
+            config.blocking = Blocking::Interrupt;
+        }
+        self.memory.configure(&mut config);
+        let mut builder = Builder::from_config(config);
+        builder
+            .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
+            .with_connection_config(|c| {
+                c.connection_timeout = Duration::from_secs(5);
+                c.max_command_attempts = 3;
+            });
+        Ok(builder)
+    }
+}
+
+/// Wakes the notifier of each wake-up channel a message arrives on, until the connection or the
+/// broker is gone.
+async fn forward_wakes(
+    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    wakes: std::sync::Weak<Mutex<HashMap<String, Arc<Notify>>>>,
+) {
+    loop {
+        let message = match messages.recv().await {
+            Ok(m) => m,
+            // A missed wake-up only delays a reader until its next poll.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+        };
+        let Some(wakes) = wakes.upgrade() else { break };
+        let Ok(wakes) = wakes.lock() else { break };
+        if let Some(n) = wakes.get(&*message.channel) {
+            n.notify_one();
+        }
+    }
+}
+
+/// One subscription's own connection, for blocking reads.
+pub(crate) struct ReadConn {
+    client: Client,
+    /// On the in-memory server, what to await before a blocking read.
+    memory: Option<MemoryWait>,
+}
+
+impl ReadConn {
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Runs the blocking read `read`, which waits up to `wait`. When `interrupt` resolves first,
+    /// interrupts the read and still returns what it got. A read that timed out is `Null`.
+    pub(crate) async fn blocking(
+        &self,
+        wait: Duration,
+        read: impl Future<Output = Result<Value, fred::error::Error>>,
+        interrupt: impl Future<Output = ()>,
+    ) -> Result<Value> {
+        // The in-memory server answers a blocking read at once: wait for what would wake it.
+        if let Some(memory) = &self.memory {
+            tokio::select! {
+                () = memory.ready(wait) => {}
+                () = interrupt => {}
+            }
+            return empty_on_timeout(read.await);
+        }
+        tokio::pin!(read);
+        tokio::select! {
+            r = &mut read => return empty_on_timeout(r),
+            () = interrupt => {}
+            // Redis times out a blocked client only when its event loop wakes (every 100 ms at
+            // the default `hz 10`), so a short wait would end up to 100 ms late: keep time here.
+            () = tokio::time::sleep(wait) => {}
+        }
+        let client = self.client.clone();
+        let ping = async move {
+            let _: Result<(), _> = client.ping(None).await;
+        };
+        let (r, ()) = tokio::join!(read, ping);
+        empty_on_timeout(r)
+    }
+}
+
+impl Drop for ReadConn {
+    /// Closes the connection: fred keeps a client connected until it quits, so without this
+    /// every stopped subscription would leave a connection (and its task) behind.
+    fn drop(&mut self) {
+        let client = self.client.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = client.quit().await;
+            });
+        }
+    }
+}
+
+/// fred reports a blocking read that timed out (a nil reply) as a `Timeout` error, and one we
+/// interrupted as `UNBLOCKED`: both are an empty read, not a failure to back off from.
+fn empty_on_timeout(r: Result<Value, fred::error::Error>) -> Result<Value> {
+    match r {
+        Err(e) if *e.kind() == fred::error::ErrorKind::Timeout => Ok(Value::Null),
+        Err(e) if e.details().starts_with("UNBLOCKED") => Ok(Value::Null),
+        r => r.map_err(core),
+    }
+}
+
+/// Logs a connection's losses and reconnections (fred reconnects on its own, with backoff;
+/// meanwhile commands wait), so an outage shows in the app's logs.
+fn watch(client: &impl EventInterface, role: &'static str, target: String) {
+    let lost_at = target.clone();
+    let _lost = client.on_error(move |(e, _)| {
+        tracing::warn!(connection = role, target = %lost_at, error = %redact(e.details()),
+            "redis connection lost; reconnecting with backoff");
+        async { Ok(()) }
+    });
+    let _back = client.on_reconnect(move |_| {
+        tracing::info!(connection = role, target = %target, "redis connection back");
+        async { Ok(()) }
+    });
+}
+
+/// The error of a lock a panic poisoned.
+pub(crate) fn poisoned<T>(_: T) -> CoreError {
+    CoreError::Broker("internal lock poisoned by a panic".into())
+}

@@ -1,0 +1,212 @@
+//! Delayed delivery: delayed publishes and retries wait in a destination's delayed set
+//! (`K.delayed`, message id → due ms, and `K.delayed.payloads`, id → frame) until a reader's
+//! [`Mover`] moves them to `K` when due.
+//!
+//! Scripts (each a `.lua` file beside this one):
+//! - `schedule.lua` (the publisher's `.delay(..)`/`.at(..)`): `HSETNX` + `ZADD`, so an id already
+//!   waiting keeps its first schedule; a new earliest entry `PUBLISH`es on the delayed set's name
+//!   to wake the readers of the destination.
+//! - `move_due.lua` (before each read, unless scheduling is off): `ZRANGEBYSCORE`, `HMGET`,
+//!   `RPUSH` (list) or `XADD` (stream), `HDEL`, `ZREM`, at most [`MOVE_BATCH`] a call. Any number
+//!   of readers may move at once: the script is atomic, so nothing is delivered twice and no lock
+//!   is taken.
+//! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
+//!
+//! A reader never waits past the next due entry: the mover keeps that time ([`DueClock`]), the
+//! settle of a delayed retry moves it earlier, and a wake-up `PUBLISH` sets it to now. When no
+//! wake-up comes (a lost `PUBLISH`), an idle reader still looks every [`DUE_POLL`].
+
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use ruststream_core::Result;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::conn::Connections;
+use crate::error::core;
+use crate::keys::Delayed;
+
+/// Most due entries moved per read.
+const MOVE_BATCH: u32 = 128;
+
+/// The shortest blocking wait sent to Redis.
+const MIN_WAIT: Duration = Duration::from_millis(5);
+
+/// How often an idle reader looks for due entries when no wake-up came (a lost `PUBLISH`).
+const DUE_POLL: Duration = Duration::from_secs(5);
+
+/// The Lua of the settle scripts that schedules a retry (`schedule_retry(zset, hash, arg, frame)`).
+pub(crate) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.lua");
+
+/// The argument `schedule_retry` takes for a retry of message `id` due `after` from the server's
+/// now: `delay_ms:id`.
+pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
+    Value::from(format!("{}:{id}", after.as_millis()))
+}
+
+static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(format!(
+        "{}{}",
+        crate::frame::LUA,
+        include_str!("move_due.lua")
+    ))
+});
+
+static SCHEDULE: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("schedule.lua")));
+
+/// When the next due entry of a delayed set may be, shared by a subscription's reader (which
+/// waits for it) and its settler (which schedules retries into it).
+#[derive(Debug)]
+pub(crate) struct DueClock {
+    next: Mutex<Instant>,
+    /// Woken when an entry becomes due earlier than the reader is waiting for.
+    wake: Arc<Notify>,
+}
+
+impl DueClock {
+    /// A retry was scheduled `after` from now: wake the reader if that is before its wait ends.
+    pub(crate) fn retry_in(&self, after: Duration) {
+        let at = Instant::now() + after;
+        let mut next = lock(&self.next);
+        if at < *next {
+            *next = at;
+            self.wake.notify_one();
+        }
+    }
+
+    fn get(&self) -> Instant {
+        *lock(&self.next)
+    }
+}
+
+/// What a destination's delayed entries move into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Destination {
+    List,
+    Stream,
+}
+
+/// Moves one subscription's due entries from its delayed set into its queue.
+pub(crate) struct Mover {
+    /// Delayed set, payload hash, destination: `move_due.lua`'s KEYS.
+    keys: Vec<String>,
+    dest: Destination,
+    clock: Arc<DueClock>,
+    lateness: metrics::Histogram,
+}
+
+impl Mover {
+    /// The mover of the full key `queue` whose delayed set is `delayed`, subscribed to its
+    /// wake-ups.
+    pub(crate) async fn open(
+        conns: &Connections,
+        queue: &str,
+        delayed: &Delayed,
+        dest: Destination,
+    ) -> Result<Self> {
+        Ok(Self {
+            keys: vec![
+                delayed.set.clone(),
+                delayed.payloads.clone(),
+                queue.to_owned(),
+            ],
+            dest,
+            clock: Arc::new(DueClock {
+                next: Mutex::new(Instant::now()),
+                wake: conns.notifier(&delayed.set).await?,
+            }),
+            lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => queue.to_owned()),
+        })
+    }
+
+    /// The clock a settler moves earlier when it schedules a retry.
+    pub(crate) fn clock(&self) -> Arc<DueClock> {
+        self.clock.clone()
+    }
+
+    /// Resolves when a wake-up says an entry is due (then it is due now).
+    pub(crate) async fn woken(&self) {
+        self.clock.wake.notified().await;
+        *lock(&self.clock.next) = Instant::now();
+    }
+
+    /// Moves due entries to the destination when one may be due.
+    pub(crate) async fn move_due(&self, client: &Client) -> Result<()> {
+        if self.clock.get() > Instant::now() {
+            return Ok(());
+        }
+        let dest = match self.dest {
+            Destination::List => "list",
+            Destination::Stream => "stream",
+        };
+        let r: Vec<i64> = MOVE_DUE
+            .evalsha_with_reload(
+                client,
+                self.keys.clone(),
+                vec![Value::from(MOVE_BATCH), Value::from_static_str(dest)],
+            )
+            .await
+            .map_err(core)?;
+        let (moved, now, due) = (
+            r.first().copied().unwrap_or(0),
+            r.get(1).copied().unwrap_or(0),
+            r.get(2).copied().unwrap_or(-1),
+        );
+        for late in r.iter().skip(3) {
+            #[allow(clippy::cast_precision_loss)]
+            self.lateness.record(*late as f64 / 1000.0);
+        }
+        let next = if moved >= i64::from(MOVE_BATCH) {
+            Instant::now()
+        } else if due >= 0 {
+            let wait = Duration::from_millis(u64::try_from(due - now).unwrap_or(0));
+            Instant::now() + wait.min(DUE_POLL)
+        } else {
+            Instant::now() + DUE_POLL
+        };
+        let mut next_due = lock(&self.clock.next);
+        // A retry scheduled by the settler meanwhile may be earlier.
+        if next < *next_due || *next_due <= Instant::now() {
+            *next_due = next;
+        }
+        Ok(())
+    }
+}
+
+/// Schedules entries in the delayed set `delayed` with `schedule.lua`; `args` are its groups of
+/// four (`in`|`at`, ms, id, frame).
+pub(crate) async fn schedule(client: &Client, delayed: &Delayed, args: Vec<Value>) -> Result<()> {
+    let _: i64 = SCHEDULE
+        .evalsha_with_reload(
+            client,
+            vec![delayed.set.clone(), delayed.payloads.clone()],
+            args,
+        )
+        .await
+        .map_err(core)?;
+    Ok(())
+}
+
+/// How long a blocking read may wait: `block`, cut short by the next due entry of `mover`.
+pub(crate) fn read_wait(mover: Option<&Mover>, block: Duration) -> Duration {
+    let until_due = mover.map_or(block, |m| {
+        m.clock.get().saturating_duration_since(Instant::now())
+    });
+    block.min(until_due).max(MIN_WAIT)
+}
+
+/// Resolves when `mover` is woken; never without one.
+pub(crate) async fn woken(mover: Option<&Mover>) {
+    match mover {
+        Some(m) => m.woken().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

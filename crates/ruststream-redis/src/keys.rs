@@ -1,0 +1,188 @@
+//! [`KeySpace`]: the one owner of key names (the broker's prefix, every name derived from a
+//! subscription's key) and of the cluster's hash-slot rule. Sends no command.
+//!
+//! Names of a subscription on key `K` (prefixed with the broker's prefix):
+//!
+//! | name | what |
+//! |---|---|
+//! | `K` | the queue (list or stream), or a Pub/Sub channel |
+//! | `K.processing` | a reliable list's claimed entries (or the name `.processing(..)` gives) |
+//! | `K.delayed`, `K.delayed.payloads` | delayed publishes and retries waiting for their time |
+//! | `K.dead` | dead letters, with a `reason` header (or the name `.dead_letter(..)` gives) |
+//!
+//! On a cluster, every key one script touches must hash to one slot. A key with a hash tag passes
+//! it on (`{thumbnails}.dead`); the default derived names of an untagged key put the whole key in
+//! a tag (`app:uploads` → `{app:uploads}.dead`), which hashes like the untagged key itself, so
+//! simple lists and streams need no tag. The processing list is never wrapped: an untagged
+//! reliable queue is refused at startup with the tag to use.
+
+use ruststream_core::{Error, Result};
+
+/// How a subscription names its dead-letter list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum DeadLetter {
+    /// `K.dead`, in `K`'s slot.
+    #[default]
+    Default,
+    /// A name the user gave (prefixed, not derived).
+    Named(String),
+    /// None: such messages are discarded, with a log.
+    Off,
+}
+
+/// The broker's prefix and topology: every key name the broker sends comes from here.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct KeySpace {
+    prefix: String,
+    cluster: bool,
+}
+
+impl KeySpace {
+    pub(crate) fn new(prefix: String, cluster: bool) -> Self {
+        Self { prefix, cluster }
+    }
+
+    /// The prefix put before every key (`""` when none).
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether keys one script uses together must share a hash slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// The full (prefixed) name of the user's key `key`.
+    pub(crate) fn key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// A name derived from the full key `full` by adding `suffix`, in `full`'s slot on a cluster.
+    pub(crate) fn derived(&self, full: &str, suffix: &str) -> String {
+        if self.cluster && !has_hash_tag(full) {
+            format!("{{{full}}}{suffix}")
+        } else {
+            format!("{full}{suffix}")
+        }
+    }
+
+    /// The delayed set of the full key `full` and its payload hash.
+    pub(crate) fn delayed(&self, full: &str) -> Delayed {
+        Delayed {
+            set: self.derived(full, ".delayed"),
+            payloads: self.derived(full, ".delayed.payloads"),
+        }
+    }
+
+    /// The full dead-letter list of the user's key `key`, as `dead` says; `None` when off.
+    pub(crate) fn dead(&self, key: &str, dead: &DeadLetter) -> Option<String> {
+        match dead {
+            DeadLetter::Default => Some(self.derived(&self.key(key), ".dead")),
+            DeadLetter::Named(name) => Some(self.key(name)),
+            DeadLetter::Off => None,
+        }
+    }
+
+    /// The full processing list of the user's key `key`: `named`, or `key.processing`, never
+    /// wrapped in a tag (the queue's own tag must carry it).
+    pub(crate) fn processing(&self, key: &str, named: Option<&str>) -> String {
+        match named {
+            Some(name) => self.key(name),
+            None => self.key(&format!("{key}.processing")),
+        }
+    }
+
+    /// On a cluster, checks that `keys` (full names used together by the subscription on the
+    /// user's key `source`) hash to one slot. The error names the keys, their slots and the tag.
+    pub(crate) fn check_same_slot(&self, source: &str, keys: &[String]) -> Result<()> {
+        if !self.cluster {
+            return Ok(());
+        }
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let slot = fred::util::redis_keyslot(first.as_bytes());
+        for k in &keys[1..] {
+            let other = fred::util::redis_keyslot(k.as_bytes());
+            if other != slot {
+                let tag = suggested_tag(source);
+                return Err(Error::config(format!(
+                    "subscription `{source}`: keys `{first}` (slot {slot}) and `{k}` (slot {other}) are used together in one script but fall in different hash slots of the cluster; put the queue in a hash tag: `{tag}` (derived names such as `{tag}.processing` inherit it), and name any custom processing, dead-letter or recovery key with the same tag"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A delayed set and its payload hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Delayed {
+    /// Message id → due time (ms since the epoch).
+    pub(crate) set: String,
+    /// Message id → frame.
+    pub(crate) payloads: String,
+}
+
+/// Whether Redis Cluster hashes only part of `key`: a `{` followed later by a `}` with
+/// something between them.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .is_some_and(|open| key[open + 1..].find('}').is_some_and(|len| len > 0))
+}
+
+/// The key with its hash-tag part in braces: `jobs` -> `{jobs}`, `{jobs}` stays.
+fn suggested_tag(key: &str) -> String {
+    if has_hash_tag(key) {
+        key.to_owned()
+    } else {
+        format!("{{{key}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_stay_in_the_slot_of_their_key() {
+        let cluster = KeySpace::new("app:".into(), true);
+        let full = cluster.key("cache.warmups");
+        assert_eq!(
+            cluster.delayed(&full).set,
+            "{app:cache.warmups}.delayed".to_owned()
+        );
+        assert_eq!(
+            cluster.dead("cache.warmups", &DeadLetter::Default),
+            Some("{app:cache.warmups}.dead".to_owned())
+        );
+        assert_eq!(cluster.derived("{t}", ".dead"), "{t}.dead");
+        let standalone = KeySpace::new(String::new(), false);
+        assert_eq!(standalone.derived("q", ".dead"), "q.dead");
+        assert_eq!(standalone.dead("q", &DeadLetter::Off), None);
+        assert_eq!(
+            standalone.dead("q", &DeadLetter::Named("failed".into())),
+            Some("failed".into())
+        );
+        assert_eq!(standalone.processing("q", None), "q.processing");
+    }
+
+    #[test]
+    fn the_slot_rule_names_keys_slots_and_tag() {
+        let space = KeySpace::new(String::new(), true);
+        let keys = vec!["jobs".to_owned(), "jobs.processing".to_owned()];
+        let e = space
+            .check_same_slot("jobs", &keys)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`jobs` (slot ") && e.contains("`jobs.processing` (slot "),
+            "{e}"
+        );
+        assert!(e.contains("hash tag: `{jobs}`"), "{e}");
+        let tagged = vec!["{t}".to_owned(), "{t}.processing".to_owned()];
+        assert!(space.check_same_slot("{t}", &tagged).is_ok());
+        let standalone = KeySpace::new(String::new(), false);
+        assert!(standalone.check_same_slot("jobs", &keys).is_ok());
+    }
+}

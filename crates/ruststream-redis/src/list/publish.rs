@@ -1,0 +1,40 @@
+//! Publishing to a list: `LPUSH key v1 v2 ..` (one command for a batch), or with a ttl
+//! `push_ttl.lua` (`LPUSH` then `PEXPIRE`, atomically).
+
+use std::sync::LazyLock;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use ruststream_core::Result;
+
+use crate::error::core;
+use crate::policy::ListPublish;
+
+static PUSH_TTL: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("push_ttl.lua")));
+
+/// Pushes `frames` onto the full key `key` as `policy` says.
+pub(crate) async fn push(
+    client: &Client,
+    key: &str,
+    policy: ListPublish,
+    frames: Vec<Value>,
+) -> Result<()> {
+    match policy.ttl {
+        Some(ttl) => {
+            let mut args = Vec::with_capacity(frames.len() + 1);
+            args.push(Value::Integer(
+                i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1),
+            ));
+            args.extend(frames);
+            let _: i64 = PUSH_TTL
+                .evalsha_with_reload(client, vec![key.to_owned()], args)
+                .await
+                .map_err(core)?;
+        }
+        None => {
+            let _: i64 = client.lpush(key, frames).await.map_err(core)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! Reading a list subscription.
+//!
+//! - Simple: `RPOP key n`; when empty, `BRPOP key t`.
+//! - Reliable: `claim.lua` (stale claims swept back first, with recovery, then up to `n` entries
+//!   claimed into the processing list, each recorded in the recovery set); when the queue is
+//!   empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an entry arrives,
+//!   then `claim.lua` again.
+//!
+//! Before each read the subscription's [`Mover`] moves due delayed entries into the queue.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::lists::LMoveDirection;
+use fred::types::scripts::Script;
+use futures::future::BoxFuture;
+use ruststream_core::{Delivery, Result};
+use tokio_util::sync::CancellationToken;
+
+use super::settle::ReliableSettle;
+use super::{ListKeys, Mode, RedisList};
+use crate::conn::{Connections, ReadConn};
+use crate::dead::PushDeadLetters;
+use crate::delayed::{Destination, Mover, read_wait, woken};
+use crate::error::core;
+use crate::frame::Frame;
+use crate::gauges::{self, QueueKeys};
+use crate::memory::BlockingRead;
+use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, delivery, value_bytes};
+
+/// Most stale claims one read moves back to the queue.
+const RECOVER_BATCH: u32 = 128;
+
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(format!(
+        "{}{}",
+        crate::frame::LUA,
+        include_str!("claim.lua")
+    ))
+});
+
+/// Opens the receiver of `list`: its keys, mover, gauges and settler.
+pub(super) async fn open(
+    list: &RedisList,
+    conns: &Connections,
+    stop: CancellationToken,
+) -> Result<RedisReceiver> {
+    let keys = list.keys(&conns.keys);
+    let pool = conns.pool()?;
+    let conn = conns
+        .reader(BlockingRead::List {
+            key: keys.queue.clone(),
+        })
+        .await?;
+    let mover = if conns.settings.scheduling && list.options.scheduling {
+        Some(Mover::open(conns, &keys.queue, &keys.delayed, Destination::List).await?)
+    } else {
+        None
+    };
+    gauges::spawn(
+        pool.clone(),
+        QueueKeys {
+            queue: keys.queue.clone(),
+            processing: keys.processing.clone(),
+            group: None,
+            delayed: keys.delayed.set.clone(),
+            dead: keys.dead.clone(),
+        },
+        stop.clone(),
+    );
+    let reader = Reader {
+        conn,
+        stop,
+        source: list.key.as_str().into(),
+        block: list.options.block,
+        mover,
+    };
+    Ok(match list.mode {
+        Mode::Simple => RedisReceiver::new(SimpleList {
+            settler: RedisSettler::new(PushDeadLetters {
+                pool,
+                dead: keys.dead.clone(),
+            }),
+            key: keys.queue,
+            reader,
+        }),
+        Mode::Reliable => {
+            let recovery = keys.recovery.clone().map(|zset| Recovery {
+                zset,
+                min_idle_ms: millis(list.min_idle.unwrap_or_default()),
+                ttl_ms: list.recovery_ttl.map_or(0, millis),
+                reader_id: uuid::Uuid::now_v7().simple().to_string(),
+                seq: AtomicU64::new(0),
+            });
+            let clock = reader.mover.as_ref().map(Mover::clock);
+            RedisReceiver::new(ReliableList {
+                settler: RedisSettler::new(ReliableSettle::new(pool, &keys, clock)),
+                keys,
+                recovery,
+                reader,
+            })
+        }
+    })
+}
+
+/// What both modes read with.
+struct Reader {
+    conn: ReadConn,
+    stop: CancellationToken,
+    /// The key as the user named it: each delivery's source.
+    source: Arc<str>,
+    block: Duration,
+    mover: Option<Mover>,
+}
+
+impl Reader {
+    async fn move_due(&self) -> Result<()> {
+        match &self.mover {
+            Some(m) => m.move_due(self.conn.client()).await,
+            None => Ok(()),
+        }
+    }
+
+    /// How long the next blocking read may wait, at most `cap`.
+    fn wait(&self, cap: Duration) -> Duration {
+        read_wait(self.mover.as_ref(), self.block.min(cap))
+    }
+
+    /// Runs a blocking read, interrupted by a stop or a wake-up of the mover.
+    async fn blocking(
+        &self,
+        wait: Duration,
+        read: impl Future<Output = Result<Value, fred::error::Error>>,
+    ) -> Result<Value> {
+        let interrupt = async {
+            tokio::select! {
+                () = self.stop.cancelled() => {}
+                () = woken(self.mover.as_ref()) => {}
+            }
+        };
+        self.conn.blocking(wait, read, interrupt).await
+    }
+
+    fn deliveries(&self, values: Vec<Bytes>) -> Vec<Delivery<Token>> {
+        values
+            .into_iter()
+            .map(|raw| {
+                let frame = Frame::decode(raw.clone());
+                delivery(self.source.clone(), raw, frame)
+            })
+            .collect()
+    }
+}
+
+/// A simple list: popped, at most once.
+struct SimpleList {
+    key: String,
+    reader: Reader,
+    settler: RedisSettler,
+}
+
+impl SimpleList {
+    async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        let r = &self.reader;
+        r.move_due().await?;
+        let client = r.conn.client();
+        let popped: Value = client.rpop(&self.key, Some(max)).await.map_err(core)?;
+        let mut values = bytes_array(popped);
+        if values.is_empty() && !r.stop.is_cancelled() {
+            let wait = r.wait(Duration::MAX);
+            let got = r
+                .blocking(wait, client.brpop(&self.key, wait.as_secs_f64()))
+                .await?;
+            if let Value::Array(mut kv) = got
+                && kv.len() == 2
+                && let Some(v) = kv.pop().and_then(value_bytes)
+            {
+                values.push(v);
+            }
+        }
+        Ok(r.deliveries(values))
+    }
+}
+
+impl Receive for SimpleList {
+    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
+        Box::pin(SimpleList::receive(self, max))
+    }
+
+    fn settler(&self) -> RedisSettler {
+        self.settler.clone()
+    }
+}
+
+/// A reliable list's recovery set, and this reader's identity in it.
+struct Recovery {
+    zset: String,
+    min_idle_ms: u64,
+    ttl_ms: u64,
+    reader_id: String,
+    seq: AtomicU64,
+}
+
+/// A reliable list: claimed into the processing list, at least once.
+struct ReliableList {
+    keys: ListKeys,
+    recovery: Option<Recovery>,
+    reader: Reader,
+    settler: RedisSettler,
+}
+
+impl ReliableList {
+    async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        let r = &self.reader;
+        r.move_due().await?;
+        let claimed = self.claim(max).await?;
+        if !claimed.is_empty() || r.stop.is_cancelled() {
+            return Ok(claimed);
+        }
+        // With recovery, wake in time to sweep claims that go stale while the queue is empty.
+        let wait = r.wait(
+            self.recovery
+                .as_ref()
+                .map_or(Duration::MAX, |rec| Duration::from_millis(rec.min_idle_ms)),
+        );
+        let queue = &self.keys.queue;
+        let _: Value = r
+            .blocking(
+                wait,
+                r.conn.client().blmove(
+                    queue,
+                    queue,
+                    LMoveDirection::Right,
+                    LMoveDirection::Right,
+                    wait.as_secs_f64(),
+                ),
+            )
+            .await?;
+        r.move_due().await?;
+        self.claim(max).await
+    }
+
+    /// One `claim.lua` call: sweep stale claims (with recovery), then claim up to `max`.
+    async fn claim(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        let Some(processing) = &self.keys.processing else {
+            return Ok(Vec::new());
+        };
+        let mut keys = vec![self.keys.queue.clone(), processing.clone()];
+        let max_i = i64::try_from(max).unwrap_or(i64::MAX);
+        let (args, first_seq): (Vec<Value>, u64) = match &self.recovery {
+            None => (vec![Value::Integer(max_i), Value::from_static_str("")], 0),
+            Some(r) => {
+                keys.push(r.zset.clone());
+                let first = r.seq.fetch_add(max as u64, Ordering::Relaxed);
+                (
+                    vec![
+                        Value::Integer(max_i),
+                        Value::from(r.reader_id.as_str()),
+                        Value::from(first.to_string()),
+                        Value::from(r.min_idle_ms.to_string()),
+                        Value::from(r.ttl_ms.to_string()),
+                        Value::Integer(i64::from(RECOVER_BATCH)),
+                    ],
+                    first,
+                )
+            }
+        };
+        let reply: Value = CLAIM
+            .evalsha_with_reload(self.reader.conn.client(), keys, args)
+            .await
+            .map_err(core)?;
+        let Value::Array(mut items) = reply else {
+            return Ok(Vec::new());
+        };
+        if let Some(Value::Integer(recovered)) = items.first()
+            && *recovered > 0
+        {
+            metrics::counter!("ruststream_recovered_total", "queue" => self.keys.queue.clone())
+                .increment(u64::try_from(*recovered).unwrap_or(0));
+            tracing::warn!(source = %self.reader.source, recovered, "claims idle longer than min_idle went back to the queue");
+        }
+        let values: Vec<Bytes> = items.drain(1..).filter_map(value_bytes).collect();
+        let mut out = self.reader.deliveries(values);
+        if let Some(r) = &self.recovery {
+            for (i, d) in (first_seq..).zip(out.iter_mut()) {
+                let mut member = format!("{}:{i}:", r.reader_id).into_bytes();
+                member.extend_from_slice(&d.token.raw);
+                d.token.member = Some(Bytes::from(member));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Receive for ReliableList {
+    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
+        Box::pin(ReliableList::receive(self, max))
+    }
+
+    fn settler(&self) -> RedisSettler {
+        self.settler.clone()
+    }
+}
+
+fn bytes_array(v: Value) -> Vec<Bytes> {
+    match v {
+        Value::Array(items) => items.into_iter().filter_map(value_bytes).collect(),
+        other => value_bytes(other).into_iter().collect(),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

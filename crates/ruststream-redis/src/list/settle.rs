@@ -1,0 +1,100 @@
+//! Settling a reliable list: one `settle.lua` call per batch (ack `LREM`, retry `LPUSH`, retry
+//! later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`; with recovery, each only while
+//! the claim's member is still in the recovery set, which it leaves with `ZREM`).
+//!
+//! Acks as pipelined `LREM`s would cost the client (fred, per command) twice what the script
+//! costs Redis, so they stay in the script.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use futures::future::BoxFuture;
+use ruststream_core::{Result, Settlement};
+
+use super::ListKeys;
+use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
+use crate::error::core;
+use crate::transport::{Settle, Token};
+
+static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(format!("{SCHEDULE_RETRY}{}", include_str!("settle.lua"))));
+
+/// Settles the entries of one reliable list.
+pub(super) struct ReliableSettle {
+    pool: Pool,
+    /// `settle.lua`'s KEYS.
+    keys: Vec<String>,
+    has_dead: bool,
+    /// The reader's due clock, so a delayed retry is not slept through.
+    clock: Option<Arc<DueClock>>,
+}
+
+impl ReliableSettle {
+    pub(super) fn new(pool: Pool, keys: &ListKeys, clock: Option<Arc<DueClock>>) -> Self {
+        let processing = keys.processing.clone().unwrap_or_default();
+        let mut script_keys = vec![
+            keys.queue.clone(),
+            processing,
+            // Without a dead-letter list the script never writes this key: the queue stands in.
+            keys.dead.clone().unwrap_or_else(|| keys.queue.clone()),
+            keys.delayed.set.clone(),
+            keys.delayed.payloads.clone(),
+        ];
+        script_keys.extend(keys.recovery.clone());
+        Self {
+            pool,
+            keys: script_keys,
+            has_dead: keys.dead.is_some(),
+            clock,
+        }
+    }
+
+    async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
+        let mut args = Vec::with_capacity(batch.len() * 5);
+        let mut earliest: Option<Duration> = None;
+        for (t, s) in batch {
+            let (op, new, arg) = match s {
+                Settlement::Ack => ("a", Bytes::new(), Value::from_static_str("")),
+                Settlement::Dead { .. } if !self.has_dead => {
+                    ("a", Bytes::new(), Value::from_static_str(""))
+                }
+                Settlement::Dead { reason } => {
+                    ("x", t.dead_frame(reason), Value::from_static_str(""))
+                }
+                Settlement::Retry { delay: None } => {
+                    ("r", t.retry_frame(), Value::from_static_str(""))
+                }
+                Settlement::Retry { delay: Some(d) } => {
+                    earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
+                    ("d", t.retry_frame(), retry_arg(*d, &t.frame.id))
+                }
+            };
+            args.extend([
+                Value::from_static_str(op),
+                Value::Bytes(t.raw.clone()),
+                Value::Bytes(new),
+                arg,
+                t.member
+                    .clone()
+                    .map_or_else(|| Value::from_static_str(""), Value::Bytes),
+            ]);
+        }
+        let _: i64 = SETTLE
+            .evalsha_with_reload(self.pool.next(), self.keys.clone(), args)
+            .await
+            .map_err(core)?;
+        if let (Some(clock), Some(d)) = (&self.clock, earliest) {
+            clock.retry_in(d);
+        }
+        Ok(())
+    }
+}
+
+impl Settle for ReliableSettle {
+    fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(ReliableSettle::settle(self, batch))
+    }
+}

@@ -1,0 +1,125 @@
+//! The options every Redis subscription has, whatever its transport, and their setters: one
+//! [`SourceOptions`] that [`RedisList`](crate::RedisList), [`RedisStream`](crate::RedisStream)
+//! and [`RedisChannel`](crate::RedisChannel) each hold, and one macro that writes the setters on
+//! each of them (inherent methods, so no trait needs importing). Sends no command.
+
+use std::time::Duration;
+
+use ruststream_core::{Error, Result, SubscribeOptions};
+
+use crate::keys::DeadLetter;
+
+/// What every subscription can set.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SourceOptions {
+    pub(crate) dead_letter: DeadLetter,
+    /// How long one blocking read waits.
+    pub(crate) block: Duration,
+    /// Whether the subscription moves due entries of its delayed set.
+    pub(crate) scheduling: bool,
+    /// Concurrency, attempts, backoff: what the core's dispatch loop reads.
+    pub(crate) core: SubscribeOptions,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        Self {
+            dead_letter: DeadLetter::Default,
+            block: Duration::from_secs(5),
+            scheduling: true,
+            core: SubscribeOptions::default(),
+        }
+    }
+}
+
+impl SourceOptions {
+    /// Checks what every transport needs; `what` names the subscription (`list \`jobs\``).
+    pub(crate) fn validate(&self, what: &str) -> Result<()> {
+        if self.core.concurrency == 0 {
+            return Err(Error::config(format!(
+                "{what}: concurrency must be at least 1"
+            )));
+        }
+        if self.core.max_attempts == 0 {
+            return Err(Error::config(format!(
+                "{what}: max_attempts must be at least 1"
+            )));
+        }
+        if self.block.is_zero() {
+            return Err(Error::config(format!(
+                "{what}: block must be longer than zero (it would block forever)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Writes the setters of [`SourceOptions`] on a source type with a field `options`:
+/// `base` for every transport, `queue` for those that redeliver (lists, streams).
+macro_rules! source_setters {
+    (base: $ty:ty) => {
+        impl $ty {
+            /// Names the dead-letter list (default `<key>.dead`): dropped, undecodable and
+            /// exhausted messages land there with a `reason` header.
+            pub fn dead_letter(mut self, key: impl Into<String>) -> Self {
+                self.options.dead_letter = $crate::keys::DeadLetter::Named(key.into());
+                self
+            }
+
+            /// No dead-letter list: such messages are discarded, with an error log.
+            pub fn no_dead_letter(mut self) -> Self {
+                self.options.dead_letter = $crate::keys::DeadLetter::Off;
+                self
+            }
+
+            /// How long one blocking read waits before the reader looks around (default 5 s).
+            pub fn block(mut self, timeout: ::std::time::Duration) -> Self {
+                self.options.block = timeout;
+                self
+            }
+
+            /// Most handlers running at once (default 128); claims never run ahead of them.
+            pub fn concurrency(mut self, n: usize) -> Self {
+                self.options.core.concurrency = n;
+                self
+            }
+
+            /// The dead-letter list's key as configured (without the broker's prefix), if
+            /// there is one.
+            pub fn dead_letter_key(&self) -> Option<String> {
+                match &self.options.dead_letter {
+                    $crate::keys::DeadLetter::Default => Some(format!("{}.dead", $crate::transport::Transport::key(self))),
+                    $crate::keys::DeadLetter::Named(k) => Some(k.clone()),
+                    $crate::keys::DeadLetter::Off => None,
+                }
+            }
+        }
+    };
+    (queue: $ty:ty) => {
+        $crate::options::source_setters!(base: $ty);
+
+        impl $ty {
+            /// Deliveries a message gets before it goes to the dead-letter list (default 10).
+            pub fn max_attempts(mut self, n: u32) -> Self {
+                self.options.core.max_attempts = n;
+                self
+            }
+
+            /// Delay before each retry (default: exponential from 1 s, capped at 1024 s, ±20 %).
+            pub fn retry(mut self, backoff: ::ruststream_core::Backoff) -> Self {
+                self.options.core.retry = backoff;
+                self
+            }
+
+            /// Whether this subscription moves due entries of its delayed set (default on).
+            /// Off makes the node a pure handler: other nodes move them (the seed's
+            /// `enableScheduling(false)`).
+            pub fn scheduling(mut self, on: bool) -> Self {
+                self.options.scheduling = on;
+                self
+            }
+        }
+    };
+}
+
+pub(crate) use source_setters;

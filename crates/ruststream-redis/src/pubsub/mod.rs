@@ -1,0 +1,318 @@
+//! Redis Pub/Sub: the [`RedisChannel`] source, its receiver, and the [`Publish`] policy.
+//!
+//! Pub/Sub is **at-most-once fan-out**: every subscriber connected when a message is published
+//! gets it, once; nothing is stored, so a subscriber that is down, reconnecting or not yet
+//! subscribed never sees it, and a message cannot be delivered again. Use a list or a stream
+//! when a message must survive a crash or be retried.
+//!
+//! Commands sent:
+//! - `SUBSCRIBE channel` ([`RedisChannel::new`]) or `PSUBSCRIBE pattern`
+//!   ([`RedisChannel::pattern`]) on a connection of the subscription's own: a fred
+//!   `SubscriberClient`, which sends them again after every reconnect (`manage_subscriptions`).
+//!   The app starts once the server has confirmed the subscription.
+//! - `PUBLISH channel frame` for [`Publish`]: the same frame as a list value (message id,
+//!   headers, payload; see [`frame`](crate::frame)), so ids and headers reach the handler. A
+//!   batch goes out as one pipeline. A value without the frame prefix (`redis-cli PUBLISH events
+//!   '{"n":1}'`) is a raw payload with no headers.
+//! - `LPUSH dead-letter-list frame` for settlements that do not acknowledge.
+//!
+//! | handler outcome | what happens |
+//! |---|---|
+//! | ack | nothing to send |
+//! | drop, undecodable payload | `LPUSH` to the dead-letter list with a `reason` header (`dropped`, `decode: ...`) |
+//! | retry, retry_after | Pub/Sub cannot redeliver: `LPUSH` to the dead-letter list with reason [`NO_REDELIVERY`] |
+//!
+//! The dead-letter list is `<channel>.dead` by default (for a pattern, `<pattern>.dead`), in the
+//! channel name's hash slot on a cluster; `no_dead_letter()` discards such messages with an error
+//! log instead. Every message a subscription delivers has attempt 1.
+//!
+//! **Buffering and lag.** fred reads the connection continuously (so Redis never disconnects the
+//! subscriber for a full output buffer) and hands every message to a tokio broadcast channel of
+//! [`FRED_BUFFER`] slots. A small task of the subscription's own moves each message at once from
+//! there into the subscription's buffer, which the receiver drains as handlers free up. That
+//! buffer holds up to [`DEFAULT_BUFFER`] (16,384) messages unless [`RedisChannel::buffer`] says
+//! otherwise, and takes memory only for what is waiting in it. When handlers fall behind by more
+//! than that, new messages are dropped, and each drop is counted: the receiver logs a warning
+//! naming the subscription and the count and adds it to
+//! `ruststream_pubsub_lagged_total{subscription}` (the channel or pattern). Messages still
+//! buffered when the subscription stops are not handled (a warning gives their count).
+//!
+//! Why two buffers: fred allocates its broadcast capacity up front for each of its eight
+//! notification channels of the connection (measured: about 0.7 KB per slot in all), so a
+//! 16,384-message burst buffer there cost ~12 MB per subscription even when idle and put the
+//! benchmark's consumer at 27 MB. fred's channel only has to cover the moments the moving task is
+//! not scheduled, so it stays small (~2.8 MB); messages fred overwrites before the task reads
+//! them are counted as lagged too. Sizing, from the benchmark (100,000 messages published at
+//! ~190k/s on a 2-core machine also running the publisher and Redis): with 2,048 slots the task
+//! fell behind fred by more than that in most runs (150-1,900 messages overwritten); with 4,096,
+//! none in six runs, consumer peak RSS 13.6-15.1 MB; 8,192 cost 17-19 MB. Moving the task to a
+//! thread of its own was tried: slower (a cross-thread wake-up per message) and it still lagged
+//! when the machine's two cores were oversubscribed.
+//!
+//! **Channel names** get the broker's key prefix, like keys, so apps with different prefixes do
+//! not hear each other; in a pattern the prefix is escaped, so only the pattern part matches.
+//! The handler's `Context::source` is the channel the message was published on, without the
+//! prefix (for a pattern subscription, the matching channel).
+//!
+//! **Cluster.** Plain (not sharded) Pub/Sub works across a cluster: a `PUBLISH` on any node
+//! reaches subscribers on every node. fred sends a client's `SUBSCRIBE`/`PSUBSCRIBE` to one
+//! node (chosen by the client's id) and re-sends them after a reconnect or a topology change.
+//!
+//! **In memory** (`TestApp`), messages come from the model's `PUBLISH` through
+//! [`MemoryServer::subscribe`](crate::memory::MemoryServer::subscribe) and
+//! [`psubscribe`](crate::memory::MemoryServer::psubscribe) instead of a connection.
+
+mod receive;
+
+use fred::prelude::*;
+use futures::future::BoxFuture;
+use ruststream_core::{ChannelDoc, Error, Result, Source};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::RedisBroker;
+use crate::conn::Connections;
+use crate::error::core;
+use crate::keys::KeySpace;
+use crate::options::{SourceOptions, source_setters};
+pub use crate::policy::ChannelPublish as Publish;
+use crate::policy::PublishPolicy;
+use crate::transport::{RedisReceiver, RedisSource, Transport, same_as};
+
+/// The dead-letter reason of a message whose handler asked for a retry.
+pub const NO_REDELIVERY: &str =
+    "no-redelivery: pub/sub cannot redeliver (use a list or stream for retries)";
+
+/// Messages a subscription buffers for its handlers by default (see the [module docs](self)).
+pub const DEFAULT_BUFFER: usize = 16_384;
+
+/// The capacity of fred's broadcast channel of a subscription's connection: messages that
+/// arrive while the task moving them to the subscription's buffer is not scheduled.
+pub const FRED_BUFFER: usize = 4096;
+
+/// The largest buffer a subscription may ask for.
+pub const MAX_BUFFER: usize = 1 << 22;
+
+/// A Pub/Sub subscription: one channel (`SUBSCRIBE`) or a glob pattern of channels
+/// (`PSUBSCRIBE`). At most once; see the [module docs](self).
+///
+/// ```
+/// use ruststream_redis::RedisChannel;
+///
+/// let events = RedisChannel::new("events").concurrency(32);
+/// assert_eq!(events.dead_letter_key().as_deref(), Some("events.dead"));
+/// let all = RedisChannel::pattern("events.*").dead_letter("events.failed");
+/// assert!(all.is_pattern());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct RedisChannel {
+    name: String,
+    pattern: bool,
+    buffer: usize,
+    options: SourceOptions,
+}
+
+source_setters!(base: RedisChannel);
+
+impl RedisChannel {
+    /// A subscription to the channel `name`: `SUBSCRIBE name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            pattern: false,
+            buffer: DEFAULT_BUFFER,
+            options: SourceOptions::default(),
+        }
+    }
+
+    /// A subscription to every channel matching the glob `pattern` (`*`, `?`, `[a-z]`, `\x`):
+    /// `PSUBSCRIBE pattern`.
+    pub fn pattern(pattern: impl Into<String>) -> Self {
+        Self {
+            pattern: true,
+            ..Self::new(pattern)
+        }
+    }
+
+    /// Messages buffered for the handlers before new ones are dropped and counted as lagged
+    /// (default [`DEFAULT_BUFFER`], at most [`MAX_BUFFER`]). Memory is taken only for messages
+    /// actually waiting.
+    pub fn buffer(mut self, messages: usize) -> Self {
+        self.buffer = messages;
+        self
+    }
+
+    /// The channel, or the pattern.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this is a pattern subscription (`PSUBSCRIBE`).
+    pub fn is_pattern(&self) -> bool {
+        self.pattern
+    }
+}
+
+impl Transport for RedisChannel {
+    fn key(&self) -> &str {
+        &self.name
+    }
+
+    fn options(&self) -> &SourceOptions {
+        &self.options
+    }
+
+    /// Pub/Sub stores nothing, so a retry goes to the dead-letter list with [`NO_REDELIVERY`].
+    fn no_redelivery(&self) -> Option<&'static str> {
+        Some(NO_REDELIVERY)
+    }
+
+    fn describe(&self) -> ChannelDoc {
+        let mut bindings = json!({
+            "subscribe": if self.pattern { "pattern" } else { "channel" },
+            "delivery": "at-most-once",
+        });
+        if let Some(dead) = self.dead_letter_key() {
+            bindings["deadLetter"] = json!(dead);
+        }
+        ChannelDoc {
+            address: self.name.clone(),
+            transport: "pubsub",
+            bindings,
+        }
+    }
+
+    /// Its one key, the dead-letter list, is used alone (`LPUSH`): no slot rule applies.
+    fn validate(&self, _: &KeySpace) -> Result<()> {
+        let what = if self.pattern { "pattern" } else { "channel" };
+        let name = &self.name;
+        if name.is_empty() {
+            return Err(Error::config(format!(
+                "a RedisChannel has an empty {what}: name it"
+            )));
+        }
+        self.options.validate(&format!("{what} `{name}`"))?;
+        if self.buffer == 0 || self.buffer > MAX_BUFFER {
+            return Err(Error::config(format!(
+                "{what} `{name}`: buffer must be between 1 and {MAX_BUFFER} messages (it is {})",
+                self.buffer
+            )));
+        }
+        Ok(())
+    }
+
+    fn route(&self) -> Option<PublishPolicy> {
+        (!self.pattern).then_some(PublishPolicy::PubSub)
+    }
+
+    fn prepare<'a>(&'a self, _: &'a Connections) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn open<'a>(
+        &'a self,
+        conns: &'a Connections,
+        stop: CancellationToken,
+    ) -> BoxFuture<'a, Result<RedisReceiver>> {
+        Box::pin(receive::open(self, conns, stop))
+    }
+
+    fn same_as(&self, other: &dyn std::any::Any) -> bool {
+        same_as(self, other)
+    }
+}
+
+impl From<RedisChannel> for RedisSource {
+    fn from(channel: RedisChannel) -> Self {
+        Self::new(channel)
+    }
+}
+
+impl Source for RedisChannel {
+    type Broker = RedisBroker;
+    fn into_source(self) -> RedisSource {
+        self.into()
+    }
+}
+
+/// `\`-escapes the glob characters of `prefix`, so that a pattern behind it matches only channels
+/// that start with the prefix itself.
+pub(crate) fn escape_glob(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Publishes `frames` to the (prefixed) channel `channel` in one pipeline.
+pub(crate) async fn publish(client: &Client, channel: &str, frames: Vec<Value>) -> Result<()> {
+    let pipeline = client.pipeline();
+    for frame in frames {
+        let () = pipeline.publish(channel, frame).await.map_err(core)?;
+    }
+    let _: Vec<Value> = pipeline.all().await.map_err(core)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_need_a_name_and_a_usable_buffer() {
+        let cluster = KeySpace::new(String::new(), true);
+        let check = |c: RedisChannel| c.validate(&cluster);
+        assert!(check(RedisChannel::new("events")).is_ok());
+        assert!(check(RedisChannel::pattern("events.*")).is_ok());
+        let e = check(RedisChannel::new("")).unwrap_err().to_string();
+        assert!(e.contains("empty channel"), "{e}");
+        let e = check(RedisChannel::new("e").buffer(0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("buffer must be between 1 and"), "{e}");
+        assert!(check(RedisChannel::new("e").buffer(MAX_BUFFER + 1)).is_err());
+        assert!(check(RedisChannel::pattern("e.*").concurrency(0)).is_err());
+        assert!(check(RedisChannel::new("e").block(std::time::Duration::ZERO)).is_err());
+        assert!(check(RedisChannel::new("events").dead_letter("other")).is_ok());
+    }
+
+    #[test]
+    fn a_prefix_is_escaped_in_a_pattern() {
+        assert_eq!(escape_glob("app:"), "app:");
+        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn dead_letter_defaults_to_the_name_dot_dead() {
+        assert_eq!(
+            RedisChannel::new("events").dead_letter_key().as_deref(),
+            Some("events.dead")
+        );
+        assert_eq!(
+            RedisChannel::pattern("events.*")
+                .dead_letter_key()
+                .as_deref(),
+            Some("events.*.dead")
+        );
+        assert_eq!(
+            RedisChannel::new("e").no_dead_letter().dead_letter_key(),
+            None
+        );
+    }
+
+    #[test]
+    fn describe_says_channel_or_pattern() {
+        let d = RedisChannel::new("events").describe();
+        assert_eq!((d.transport, d.address.as_str()), ("pubsub", "events"));
+        assert_eq!(d.bindings["subscribe"], "channel");
+        assert_eq!(
+            RedisChannel::pattern("e.*").describe().bindings["subscribe"],
+            "pattern"
+        );
+    }
+}

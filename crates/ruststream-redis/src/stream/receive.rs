@@ -1,0 +1,207 @@
+//! Reading a stream subscription: `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >`
+//! on the subscription's own connection, after its [`Mover`] moved due delayed entries in.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::ClusterHash;
+use futures::future::BoxFuture;
+use ruststream_core::{Delivery, Headers, Result};
+use tokio_util::sync::CancellationToken;
+
+use super::settle::StreamSettle;
+use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
+use crate::conn::{Connections, ReadConn};
+use crate::delayed::{Destination, Mover, read_wait, woken};
+use crate::frame::Frame;
+use crate::gauges::{self, QueueKeys};
+use crate::memory::BlockingRead;
+use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, delivery, value_bytes};
+
+/// Opens the receiver of `stream`: its keys, mover, gauges and settler.
+pub(super) async fn open(
+    stream: &RedisStream,
+    conns: &Connections,
+    stop: CancellationToken,
+) -> Result<RedisReceiver> {
+    let keys = stream.keys(&conns.keys);
+    let group = stream.group_name().to_owned();
+    let pool = conns.pool()?;
+    let conn = conns
+        .reader(BlockingRead::Stream {
+            key: keys.stream.clone(),
+            group: group.clone(),
+        })
+        .await?;
+    let mover = if conns.settings.scheduling && stream.options.scheduling {
+        Some(Mover::open(conns, &keys.stream, &keys.delayed, Destination::Stream).await?)
+    } else {
+        None
+    };
+    gauges::spawn(
+        pool.clone(),
+        QueueKeys {
+            queue: keys.stream.clone(),
+            processing: None,
+            group: Some(group.clone()),
+            delayed: keys.delayed.set.clone(),
+            dead: keys.dead.clone(),
+        },
+        stop.clone(),
+    );
+    let settler = StreamSettle::new(pool, &keys, group.clone(), mover.as_ref().map(Mover::clock));
+    Ok(RedisReceiver::new(StreamReceiver {
+        conn,
+        stop,
+        source: stream.key.as_str().into(),
+        key: keys.stream,
+        group,
+        consumer: stream.consumer.clone().unwrap_or_else(consumer_name),
+        block: stream.options.block,
+        mover,
+        settler: RedisSettler::new(settler),
+    }))
+}
+
+struct StreamReceiver {
+    conn: ReadConn,
+    stop: CancellationToken,
+    /// The key as the user named it: each delivery's source.
+    source: Arc<str>,
+    key: String,
+    group: String,
+    consumer: String,
+    block: Duration,
+    mover: Option<Mover>,
+    settler: RedisSettler,
+}
+
+impl StreamReceiver {
+    async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        if let Some(m) = &self.mover {
+            m.move_due(self.conn.client()).await?;
+        }
+        let wait = if self.stop.is_cancelled() {
+            Duration::from_millis(1)
+        } else {
+            read_wait(self.mover.as_ref(), self.block)
+        };
+        let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        let args: Vec<Value> = vec![
+            "GROUP".into(),
+            self.group.as_str().into(),
+            self.consumer.as_str().into(),
+            "COUNT".into(),
+            Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
+            "BLOCK".into(),
+            Value::Integer(block_ms),
+            "STREAMS".into(),
+            self.key.as_str().into(),
+            ">".into(),
+        ];
+        let read = self.conn.client().custom(
+            fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
+            args,
+        );
+        let interrupt = async {
+            tokio::select! {
+                () = self.stop.cancelled() => {}
+                () = woken(self.mover.as_ref()) => {}
+            }
+        };
+        let reply = self.conn.blocking(wait, read, interrupt).await?;
+        Ok(entries(reply)
+            .into_iter()
+            .map(|(id, frame)| delivery(self.source.clone(), id, frame))
+            .collect())
+    }
+}
+
+impl Receive for StreamReceiver {
+    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
+        Box::pin(StreamReceiver::receive(self, max))
+    }
+
+    fn settler(&self) -> RedisSettler {
+        self.settler.clone()
+    }
+}
+
+/// `<host>-<pid>-<random>`: unique per process, readable in `XINFO CONSUMERS`.
+fn consumer_name() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".to_owned());
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &id[24..])
+}
+
+/// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`, in one
+/// pass over the entries, with no intermediate field vectors.
+fn entries(reply: Value) -> Vec<(Bytes, Frame)> {
+    let streams: Vec<Value> = match reply {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|s| match s {
+                Value::Array(mut kv) if kv.len() == 2 => kv.pop(),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(map) => map.inner().into_values().collect(),
+        _ => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for entries in streams {
+        let Value::Array(entries) = entries else {
+            continue;
+        };
+        out.reserve(entries.len());
+        for entry in entries {
+            let Value::Array(parts) = entry else {
+                continue;
+            };
+            let mut parts = parts.into_iter();
+            let Some(id) = parts.next().and_then(value_bytes) else {
+                continue;
+            };
+            // An entry deleted while pending has no fields: it is still delivered, with an
+            // empty payload, so that it is settled (dead-lettered as undecodable) and not stuck.
+            let fields = match parts.next() {
+                Some(Value::Array(fields)) => fields,
+                _ => Vec::new(),
+            };
+            out.push((id, frame(fields)));
+        }
+    }
+    out
+}
+
+/// The frame of a stream entry's fields: `payload`, `rs.id`, `rs.attempt`, the rest headers.
+fn frame(fields: Vec<Value>) -> Frame {
+    let mut frame = Frame {
+        id: String::new(),
+        attempt: 1,
+        headers: Headers::new(),
+        payload: Bytes::new(),
+    };
+    let mut fields = fields.into_iter().filter_map(value_bytes);
+    while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
+        match &k[..] {
+            f if f == PAYLOAD_FIELD.as_bytes() => frame.payload = v,
+            f if f == ID_FIELD.as_bytes() => frame.id = String::from_utf8_lossy(&v).into_owned(),
+            f if f == ATTEMPT_FIELD.as_bytes() => {
+                frame.attempt = std::str::from_utf8(&v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(1);
+            }
+            _ => {
+                frame.headers.insert(
+                    String::from_utf8_lossy(&k).into_owned(),
+                    String::from_utf8_lossy(&v).into_owned(),
+                );
+            }
+        }
+    }
+    frame
+}

@@ -1,0 +1,123 @@
+//! Settling a stream subscription, one round trip per batch: plain acks are one
+//! `XACK key group id..` (cheaper than the script on both sides); retries and dead letters go
+//! through `settle.lua` (`XACK`, then `XADD`, the delayed set, or `LPUSH` to the dead letters),
+//! sent at the same time.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use futures::future::BoxFuture;
+use ruststream_core::{Result, Settlement};
+
+use super::StreamKeys;
+use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
+use crate::error::core;
+use crate::transport::{Settle, Token};
+
+static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(format!("{SCHEDULE_RETRY}{}", include_str!("settle.lua"))));
+
+/// Settles the entries of one stream subscription.
+pub(super) struct StreamSettle {
+    pool: Pool,
+    /// `settle.lua`'s KEYS.
+    keys: Vec<String>,
+    group: String,
+    has_dead: bool,
+    /// The reader's due clock, so a delayed retry is not slept through.
+    clock: Option<Arc<DueClock>>,
+}
+
+impl StreamSettle {
+    pub(super) fn new(
+        pool: Pool,
+        keys: &StreamKeys,
+        group: String,
+        clock: Option<Arc<DueClock>>,
+    ) -> Self {
+        Self {
+            pool,
+            keys: vec![
+                keys.stream.clone(),
+                // Without a dead-letter list the script never writes this key: the stream
+                // stands in.
+                keys.dead.clone().unwrap_or_else(|| keys.stream.clone()),
+                keys.delayed.set.clone(),
+                keys.delayed.payloads.clone(),
+            ],
+            group,
+            has_dead: keys.dead.is_some(),
+            clock,
+        }
+    }
+
+    async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
+        let client = self.pool.next();
+        let mut args: Vec<Value> = vec![self.group.as_str().into()];
+        let mut acks: Vec<Value> = vec![self.keys[0].as_str().into(), self.group.as_str().into()];
+        let mut earliest: Option<Duration> = None;
+        for (t, s) in batch {
+            let id = Value::Bytes(t.raw.clone());
+            match s {
+                Settlement::Ack => acks.push(id),
+                Settlement::Dead { .. } if !self.has_dead => acks.push(id),
+                Settlement::Dead { reason } => {
+                    let frame = Value::Bytes(t.dead_frame(reason));
+                    args.extend([Value::from_static_str("x"), id, Value::Integer(1), frame]);
+                }
+                Settlement::Retry { delay: None } => {
+                    let f = &t.frame;
+                    let fields = super::fields(
+                        &f.id,
+                        f.attempt.saturating_add(1),
+                        &f.headers,
+                        f.payload.clone(),
+                    );
+                    let n = Value::Integer(i64::try_from(fields.len()).unwrap_or(0));
+                    args.extend([Value::from_static_str("r"), id, n]);
+                    args.extend(fields);
+                }
+                Settlement::Retry { delay: Some(d) } => {
+                    earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
+                    args.extend([
+                        Value::from_static_str("d"),
+                        id,
+                        Value::Integer(2),
+                        retry_arg(*d, &t.frame.id),
+                        Value::Bytes(t.retry_frame()),
+                    ]);
+                }
+            }
+        }
+        let script = async {
+            if args.len() == 1 {
+                return Ok(());
+            }
+            let _: i64 = SETTLE
+                .evalsha_with_reload(client, self.keys.clone(), args)
+                .await?;
+            Ok(())
+        };
+        let xack = async {
+            if acks.len() == 2 {
+                return Ok(());
+            }
+            let _: i64 = client.custom(fred::cmd!("XACK"), acks).await?;
+            Ok::<(), fred::error::Error>(())
+        };
+        let (script, xack) = tokio::join!(script, xack);
+        script.and(xack).map_err(core)?;
+        if let (Some(clock), Some(d)) = (&self.clock, earliest) {
+            clock.retry_in(d);
+        }
+        Ok(())
+    }
+}
+
+impl Settle for StreamSettle {
+    fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>> {
+        Box::pin(StreamSettle::settle(self, batch))
+    }
+}

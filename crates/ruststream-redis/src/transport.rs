@@ -1,0 +1,227 @@
+//! The contract each transport (`list`, `stream`, `pubsub`) fulfils, and the types the core's
+//! dispatch loop sees: [`RedisSource`] (a subscription's source, any transport),
+//! [`RedisReceiver`] (reads it), [`RedisSettler`] (settles what it read) and [`Token`] (what a
+//! settle needs of one delivery). Sends no command itself.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fred::types::Value;
+use futures::future::BoxFuture;
+use ruststream_core::{
+    BrokerSource, ChannelDoc, Delivery, DeliveryInfo, Receiver, Result, Settlement, Settler,
+    SubscribeOptions,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::conn::Connections;
+use crate::frame::{Frame, encode_parts};
+use crate::keys::KeySpace;
+use crate::options::SourceOptions;
+use crate::policy::PublishPolicy;
+
+/// What one transport does for a subscription: check it, prepare it, open its receiver.
+pub(crate) trait Transport: Any + fmt::Debug + Send + Sync {
+    /// The key (or channel) the user named.
+    fn key(&self) -> &str;
+    /// The options every transport has.
+    fn options(&self) -> &SourceOptions;
+    /// The channel, for the AsyncAPI document.
+    fn describe(&self) -> ChannelDoc;
+    /// The dead-letter reason of a retry when this transport cannot redeliver.
+    fn no_redelivery(&self) -> Option<&'static str> {
+        None
+    }
+    /// Checks the configuration, and on a cluster the slot rule of the keys it uses together;
+    /// the error says what to change.
+    fn validate(&self, keys: &KeySpace) -> Result<()>;
+    /// How the app's publisher sends to this key by default, when the transport says.
+    fn route(&self) -> Option<PublishPolicy> {
+        None
+    }
+    /// Prepares the server once the broker is connected (consumer groups, scripts).
+    fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>>;
+    /// Opens the receiver, on a connection of its own.
+    fn open<'a>(
+        &'a self,
+        conns: &'a Connections,
+        stop: CancellationToken,
+    ) -> BoxFuture<'a, Result<RedisReceiver>>;
+    /// `self == other` when `other` is the same transport type.
+    fn same_as(&self, other: &dyn Any) -> bool;
+}
+
+/// A subscription's source on Redis: a [`RedisList`](crate::RedisList),
+/// [`RedisStream`](crate::RedisStream) or [`RedisChannel`](crate::RedisChannel), made with
+/// `RedisSource::from(..)` or by the `#[subscriber]` macro.
+#[derive(Clone)]
+pub struct RedisSource(Arc<dyn Transport>);
+
+impl RedisSource {
+    pub(crate) fn new(transport: impl Transport) -> Self {
+        Self(Arc::new(transport))
+    }
+
+    pub(crate) fn transport(&self) -> &dyn Transport {
+        &*self.0
+    }
+}
+
+impl fmt::Debug for RedisSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for RedisSource {
+    fn eq(&self, other: &Self) -> bool {
+        let other: &dyn Any = &*other.0;
+        self.0.same_as(other)
+    }
+}
+
+impl BrokerSource for RedisSource {
+    fn key(&self) -> &str {
+        self.0.key()
+    }
+
+    fn options(&self) -> &SubscribeOptions {
+        &self.0.options().core
+    }
+
+    fn describe(&self) -> ChannelDoc {
+        self.0.describe()
+    }
+
+    fn no_redelivery(&self) -> Option<&'static str> {
+        self.0.no_redelivery()
+    }
+}
+
+/// `same_as` of a transport type that is `PartialEq`.
+pub(crate) fn same_as<T: PartialEq + 'static>(this: &T, other: &dyn Any) -> bool {
+    other.downcast_ref::<T>() == Some(this)
+}
+
+/// What a settle needs of one delivered entry.
+#[derive(Debug)]
+pub struct Token {
+    /// The list value as claimed (for `LREM`), the stream entry id, or the Pub/Sub message.
+    pub(crate) raw: Bytes,
+    /// The decoded entry, its id filled in.
+    pub(crate) frame: Frame,
+    /// The claim's member in the recovery set, when there is one.
+    pub(crate) member: Option<Bytes>,
+}
+
+impl Token {
+    /// The frame to store as a dead letter: the entry with a `reason` header.
+    pub(crate) fn dead_frame(&self, reason: &str) -> Bytes {
+        let mut headers = self.frame.headers.clone();
+        headers.insert(crate::frame::REASON_HEADER.to_owned(), reason.to_owned());
+        encode_parts(
+            &self.frame.id,
+            self.frame.attempt,
+            &headers,
+            &self.frame.payload,
+        )
+    }
+
+    /// The frame of the entry's next delivery: its attempt raised by one.
+    pub(crate) fn retry_frame(&self) -> Bytes {
+        encode_parts(
+            &self.frame.id,
+            self.frame.attempt.saturating_add(1),
+            &self.frame.headers,
+            &self.frame.payload,
+        )
+    }
+}
+
+/// A delivery of `frame` (a missing id is made up) from `source`; `raw` is what settling needs.
+pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delivery<Token> {
+    if frame.id.is_empty() {
+        frame.id = crate::frame::new_id();
+    }
+    Delivery {
+        info: DeliveryInfo::new(
+            frame.id.clone(),
+            frame.attempt,
+            source,
+            frame.headers.clone(),
+        ),
+        payload: frame.payload.clone(),
+        token: Token {
+            raw,
+            frame,
+            member: None,
+        },
+    }
+}
+
+/// The bytes of a reply value, when it has some.
+pub(crate) fn value_bytes(v: Value) -> Option<Bytes> {
+    match v {
+        Value::Bytes(b) => Some(b),
+        Value::String(s) => Some(s.into_inner()),
+        Value::Integer(i) => Some(Bytes::from(i.to_string())),
+        Value::Double(f) => Some(Bytes::from(f.to_string())),
+        _ => None,
+    }
+}
+
+/// One transport's reading of one subscription.
+pub(crate) trait Receive: Send + 'static {
+    /// Claims up to `max` deliveries (see [`Receiver::receive`]).
+    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>>;
+    /// The settler of what this receiver delivers.
+    fn settler(&self) -> RedisSettler;
+}
+
+/// One transport's settling of one subscription.
+pub(crate) trait Settle: Send + Sync + 'static {
+    /// Settles a batch in one round trip where the transport can.
+    fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>>;
+}
+
+/// The receiver of one Redis subscription, whatever its transport.
+pub struct RedisReceiver(Box<dyn Receive>);
+
+impl RedisReceiver {
+    pub(crate) fn new(receive: impl Receive) -> Self {
+        Self(Box::new(receive))
+    }
+}
+
+impl Receiver for RedisReceiver {
+    type Token = Token;
+    type Settler = RedisSettler;
+
+    async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
+        self.0.receive(max).await
+    }
+
+    fn settler(&self) -> RedisSettler {
+        self.0.settler()
+    }
+}
+
+/// Settles the entries of one subscription, whatever its transport.
+#[derive(Clone)]
+pub struct RedisSettler(Arc<dyn Settle>);
+
+impl RedisSettler {
+    pub(crate) fn new(settle: impl Settle) -> Self {
+        Self(Arc::new(settle))
+    }
+}
+
+impl Settler for RedisSettler {
+    type Token = Token;
+
+    async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
+        self.0.settle(batch).await
+    }
+}
