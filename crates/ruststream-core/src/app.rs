@@ -104,8 +104,14 @@ impl RustStream {
         self
     }
 
-    /// The brokers of this app, for documentation and tests.
-    pub fn brokers(&self) -> impl Iterator<Item = &dyn MountedBroker> {
+    /// The brokers of this app, each as `Any`, so a test harness can find a broker of a given
+    /// type (`downcast_ref::<RedisBroker>()`) and reconfigure it before the app starts.
+    pub fn brokers(&self) -> impl Iterator<Item = &dyn std::any::Any> {
+        self.brokers.iter().map(|b| b.broker_any())
+    }
+
+    /// The mounted brokers, for the AsyncAPI document.
+    pub(crate) fn mounted(&self) -> impl Iterator<Item = &dyn MountedBroker> {
         self.brokers.iter().map(AsRef::as_ref)
     }
 
@@ -192,7 +198,7 @@ impl RunningApp {
     }
 
     /// Stops one subscription gracefully (its in-flight handlers finish and are settled) while
-    /// the others go on: the seed's `removeHandler`.
+    /// the others go on.
     pub fn stop_subscription(&mut self, name: &str) -> Result<()> {
         match self.subscriptions.remove(name) {
             Some(token) => {
@@ -244,13 +250,13 @@ impl RunningApp {
 type SubscriptionTask = (String, CancellationToken, BoxFuture<'static, ()>);
 
 /// What starting one broker yields.
-pub struct Started {
+pub(crate) struct Started {
     subscriptions: Vec<SubscriptionTask>,
     close: BoxFuture<'static, ()>,
 }
 
 /// A broker with its subscribers, types erased so one app can hold several brokers.
-pub trait MountedBroker: Send + Sync + 'static {
+pub(crate) trait MountedBroker: Send + Sync + 'static {
     /// Validates every subscriber's configuration.
     fn validate(&self) -> Result<()>;
     /// Validates, connects, checks, disconnects.

@@ -1,6 +1,6 @@
 //! The AsyncAPI 3.0 document of an application: one channel per subscription and per reply
 //! destination, one `receive` operation per subscriber (with its reply), payload schemas from
-//! [`Outgoing`](crate::Outgoing).
+//! [`MessageType`](crate::MessageType).
 //!
 //! Payload schemas come from `schemars` in draft-07 (see
 //! [`schema_for`](crate::message::schema_for)); their `definitions` are lifted into
@@ -28,7 +28,7 @@ pub struct OperationDoc {
 
 /// Builds the AsyncAPI 3.0.0 document of an application.
 pub fn document(app: &RustStream) -> Value {
-    let ops: Vec<OperationDoc> = app.brokers().flat_map(|b| b.docs()).collect();
+    let ops: Vec<OperationDoc> = app.mounted().flat_map(|b| b.docs()).collect();
     build(app_info(app), &ops)
 }
 

@@ -2,14 +2,12 @@
 //!
 //! - The reader claims at most `concurrency - in_flight` messages; a permit is held from claim
 //!   until the settler takes the handled message into a batch, so prefetch never runs ahead of
-//!   handlers. The permit does not wait for the settle's round trip (it did until the benchmark
-//!   showed claim, handlers and settle running strictly one after the other): the next claim
-//!   overlaps it. So a subscription has at most `2 × concurrency` messages claimed and not yet
+//!   handlers. The permit does not wait for the settle's round trip, so the next claim overlaps
+//!   it. So a subscription has at most `2 × concurrency` messages claimed and not yet
 //!   settled: `concurrency` being handled or queued for the settler, and one batch being settled.
 //! - A claim takes at most half the permits, so one batch is claimed while another is handled.
 //! - The handlers of one claimed batch run concurrently in one task (`FuturesUnordered`), not a
-//!   task each: a spawned task per message cost a quarter to a third of the consumer's CPU in the
-//!   benchmark (see `docs/benchmarks.md`). Batches run on the runtime's workers in parallel. A
+//!   task each, which is cheaper (the figures are in `docs/decisions.md`). Batches run on the runtime's workers in parallel. A
 //!   panic is caught per message and the message retried.
 //! - Settlements go to one settler task that sends them to the broker in batches.
 //! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
@@ -120,8 +118,7 @@ impl<B: Broker> Subscription<B> {
                 () = stop.cancelled() => break,
             };
             // At most half the permits a claim: two batches in flight, one being handled while
-            // the next is claimed (a claim of everything free left the reader waiting for one
-            // whole batch to finish: reliable 170k/s against 267k/s in the benchmark).
+            // the next is claimed, so the reader never waits for a whole batch to finish.
             let most = (concurrency / 2).max(1);
             let free = permits.available_permits().min(most - 1);
             let free = u32::try_from(free).unwrap_or(u32::MAX);
@@ -160,6 +157,15 @@ impl<B: Broker> Subscription<B> {
         }
 
         drop(done_tx);
+        self.drain(batches, &permits, concurrency).await;
+        if settler.await.is_err() {
+            tracing::error!(subscription = %self.name, "settler task failed");
+        }
+    }
+
+    /// On stop: gives the running batches `shutdown_timeout` to finish, then aborts the rest,
+    /// whose messages stay claimed for the broker's recovery.
+    async fn drain(&self, mut batches: JoinSet<()>, permits: &Semaphore, concurrency: usize) {
         while batches.try_join_next().is_some() {}
         let in_flight = concurrency - permits.available_permits().min(concurrency);
         if in_flight > 0 {
@@ -178,9 +184,6 @@ impl<B: Broker> Subscription<B> {
             );
             batches.abort_all();
             while batches.join_next().await.is_some() {}
-        }
-        if settler.await.is_err() {
-            tracing::error!(subscription = %self.name, "settler task failed");
         }
     }
 
@@ -285,7 +288,7 @@ impl<B: Broker> Subscription<B> {
                         reason: "dropped".into(),
                     }
                 } else {
-                    retry(&d.info, outcome.retry_delay().flatten(), opts)
+                    retry(&d.info, outcome.retry_after_delay(), opts)
                 }
             }
             Ok(Handled::Failed(e)) => {

@@ -3,7 +3,7 @@
 use std::fmt::Display;
 use std::future::Future;
 
-use crate::{Context, HandlerOutcome, Outgoing};
+use crate::{Context, HandlerOutcome, MessageType};
 
 /// A message handler: takes a decoded `In`, returns `Ok(Out)` to acknowledge (and reply with
 /// `Out` when the subscription has a reply destination) or `Err(outcome)` to settle otherwise.
@@ -82,13 +82,13 @@ impl<E: Display> IntoHandlerResult<()> for Result<HandlerOutcome, E> {
     }
 }
 
-impl<T: Outgoing> IntoHandlerResult<T> for T {
+impl<T: MessageType> IntoHandlerResult<T> for T {
     fn into_handler_result(self) -> Result<T, HandlerOutcome> {
         Ok(self)
     }
 }
 
-impl<T: Outgoing, E: Display> IntoHandlerResult<T> for Result<T, E> {
+impl<T: MessageType, E: Display> IntoHandlerResult<T> for Result<T, E> {
     fn into_handler_result(self) -> Result<T, HandlerOutcome> {
         self.map_err(failed)
     }

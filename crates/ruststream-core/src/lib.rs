@@ -2,7 +2,7 @@
 //!
 //! Users depend on the `ruststream` crate; this crate holds what every broker shares: the
 //! [`Handle`] trait and [`HandlerOutcome`], the per-message [`Context`], message types
-//! ([`Outgoing`]), the [`Publisher`], the [`Broker`] contract, the dispatch loop (concurrency,
+//! ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the dispatch loop (concurrency,
 //! panics, retries, graceful shutdown), [`RustStream`] apps and the AsyncAPI document.
 //! It sends no command to any server itself.
 
@@ -20,16 +20,16 @@ pub mod publish;
 pub mod retry;
 pub mod subscriber;
 
-pub use app::{App, AppInfo, Mount, MountedBroker, RunningApp, RustStream};
+pub use app::{App, AppInfo, Mount, RunningApp, RustStream};
 pub use broker::{
     Broker, BrokerSource, ChannelDoc, Delivery, Receiver, Settler, Source, SubscribeOptions,
 };
 pub use context::{Context, DeliveryInfo};
 pub use error::{Error, Result};
 pub use handler::{Handle, IntoHandlerResult};
-pub use message::{Headers, Outgoing};
+pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
-pub use publish::{Due, OutMessage, Publish, PublishBackend, Publisher};
+pub use publish::{Due, OutMessage, PublishBackend, PublishBuilder, Publisher};
 pub use retry::Backoff;
 pub use subscriber::{
     IntoSubscriber, MessageDoc, ReplyBuilder, Subscriber, SubscriberBuilder, subscriber,

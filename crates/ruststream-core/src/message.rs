@@ -1,6 +1,6 @@
 //! Message types: how a Rust value becomes bytes on the wire, where it is published, and its schema.
 //!
-//! [`Outgoing`] is implemented by `#[derive(Outgoing)]` or `outgoing!(T, "name")` for serde types
+//! [`MessageType`] is implemented by `#[derive(Outgoing)]` or `outgoing!(T, "name")` for serde types
 //! (JSON on the wire), and here for `Vec<u8>` and [`Bytes`] (raw payloads, no codec).
 
 use std::borrow::Cow;
@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::Error;
 
-/// String headers carried with a message: the seed's "event context". Set at publish with
+/// String headers carried with a message: the event context of the message. Set at publish with
 /// `.header(k, v)`, read in a handler with [`Context::header`](crate::Context::header).
 pub type Headers = BTreeMap<String, String>;
 
@@ -25,7 +25,7 @@ pub type Headers = BTreeMap<String, String>;
     label = "not a message type",
     note = "add `#[derive(Outgoing)]` to `{Self}`, or `outgoing!({Self});` next to a type that derives `Serialize`, `Deserialize` and `JsonSchema`"
 )]
-pub trait Outgoing: Sized + Send + Sync + 'static {
+pub trait MessageType: Sized + Send + Sync + 'static {
     /// The name template this type is published to by default (`"orders.{tenant}"` reads the
     /// `tenant` field), or `None` when the mount site or the publisher names the destination.
     const NAME: Option<&'static str> = None;
@@ -109,7 +109,7 @@ fn binary_schema() -> schemars::Schema {
     schemars::json_schema!({ "type": "string", "format": "binary" })
 }
 
-impl Outgoing for Vec<u8> {
+impl MessageType for Vec<u8> {
     fn destination(&self) -> Result<Option<Cow<'static, str>>, Error> {
         Ok(None)
     }
@@ -127,7 +127,7 @@ impl Outgoing for Vec<u8> {
     }
 }
 
-impl Outgoing for Bytes {
+impl MessageType for Bytes {
     fn destination(&self) -> Result<Option<Cow<'static, str>>, Error> {
         Ok(None)
     }
@@ -145,7 +145,7 @@ impl Outgoing for Bytes {
     }
 }
 
-/// Implements [`Outgoing`] for a serde type that also derives `schemars::JsonSchema`, with JSON
+/// Implements [`MessageType`] for a serde type that also derives `schemars::JsonSchema`, with JSON
 /// on the wire: `outgoing!(Upload, "uploads")` names its default destination, `outgoing!(Job)`
 /// leaves it to the mount site or the publisher.
 #[macro_export]
@@ -157,7 +157,7 @@ macro_rules! outgoing {
         $crate::outgoing!(@impl $ty, ::core::option::Option::Some($name));
     };
     (@impl $ty:ty, $name:expr) => {
-        impl $crate::Outgoing for $ty {
+        impl $crate::MessageType for $ty {
             const NAME: ::core::option::Option<&'static str> = $name;
             fn destination(
                 &self,
@@ -165,7 +165,7 @@ macro_rules! outgoing {
                 ::core::option::Option<::std::borrow::Cow<'static, str>>,
                 $crate::Error,
             > {
-                match <Self as $crate::Outgoing>::NAME {
+                match <Self as $crate::MessageType>::NAME {
                     ::core::option::Option::Some(t) => {
                         $crate::message::fill_template(t, self).map(::core::option::Option::Some)
                     }

@@ -56,12 +56,19 @@ impl HandlerOutcome {
         matches!(self.0, Outcome::Ack)
     }
 
-    /// `Some(delay)` for a retry: `None` inside means "use the subscription's backoff".
+    /// Whether this outcome asks for another delivery ([`retry`](Self::retry) or
+    /// [`retry_after`](Self::retry_after)).
     #[must_use]
-    pub const fn retry_delay(&self) -> Option<Option<Duration>> {
+    pub const fn is_retry(&self) -> bool {
+        matches!(self.0, Outcome::Retry | Outcome::RetryAfter(_))
+    }
+
+    /// The delay [`retry_after`](Self::retry_after) asked for; `None` for every other outcome
+    /// (a plain [`retry`](Self::retry) waits the subscription's backoff).
+    #[must_use]
+    pub const fn retry_after_delay(&self) -> Option<Duration> {
         match self.0 {
-            Outcome::Retry => Some(None),
-            Outcome::RetryAfter(d) => Some(Some(d)),
+            Outcome::RetryAfter(d) => Some(d),
             _ => None,
         }
     }

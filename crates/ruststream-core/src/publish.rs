@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use crate::{Error, Headers, Outgoing, Result};
+use crate::{Error, Headers, MessageType, Result};
 
 /// When a delayed message becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +75,8 @@ impl Publisher {
     }
 
     /// Starts a publish of one value: `publisher.message(&v).to("jobs").publish().await?`.
-    pub fn message<'a, T: Outgoing>(&'a self, value: &'a T) -> Publish<'a, T> {
-        Publish {
+    pub fn message<'a, T: MessageType>(&'a self, value: &'a T) -> PublishBuilder<'a, T> {
+        PublishBuilder {
             publisher: self,
             values: std::slice::from_ref(value),
             opts: Options::default(),
@@ -84,8 +84,8 @@ impl Publisher {
     }
 
     /// Starts a publish of many values in one round trip: `publisher.messages(&jobs).to("jobs")`.
-    pub fn messages<'a, T: Outgoing>(&'a self, values: &'a [T]) -> Publish<'a, T> {
-        Publish {
+    pub fn messages<'a, T: MessageType>(&'a self, values: &'a [T]) -> PublishBuilder<'a, T> {
+        PublishBuilder {
             publisher: self,
             values,
             opts: Options::default(),
@@ -111,20 +111,20 @@ struct Options {
 
 /// A publish being built; finish it with [`publish`](Self::publish).
 #[must_use = "a publish does nothing until `.publish().await`"]
-pub struct Publish<'a, T> {
+pub struct PublishBuilder<'a, T> {
     publisher: &'a Publisher,
     values: &'a [T],
     opts: Options,
 }
 
-impl<T: Outgoing> Publish<'_, T> {
+impl<T: MessageType> PublishBuilder<'_, T> {
     /// The destination key; without it the type's outgoing name is used.
     pub fn to(mut self, destination: impl Into<String>) -> Self {
         self.opts.to = Some(destination.into());
         self
     }
 
-    /// Adds a header (the seed's event context); handlers read it from their `Context`.
+    /// Adds a header; handlers read it from their `Context`.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.opts.headers.insert(name.into(), value.into());
         self

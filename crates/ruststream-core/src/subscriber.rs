@@ -7,8 +7,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::{
-    Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, HandlerOutcome, OutMessage,
-    Outgoing, Publisher, Source,
+    Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, HandlerOutcome, MessageType,
+    OutMessage, Publisher, Source,
 };
 
 /// What running a handler on one payload came to.
@@ -38,7 +38,7 @@ struct Typed<H, In, Out> {
     _types: PhantomData<fn(In) -> Out>,
 }
 
-impl<H: Handle<In, ()>, In: Outgoing> ErasedHandler for Typed<H, In, ()> {
+impl<H: Handle<In, ()>, In: MessageType> ErasedHandler for Typed<H, In, ()> {
     fn call<'a>(
         &'a self,
         info: &'a DeliveryInfo,
@@ -62,7 +62,7 @@ impl<H: Handle<In, ()>, In: Outgoing> ErasedHandler for Typed<H, In, ()> {
 /// The reply flavour: `Out` is published to the reply destination before the input is acked.
 struct Replying<H, In, Out>(Typed<H, In, Out>);
 
-impl<H: Handle<In, Out>, In: Outgoing, Out: Outgoing> ErasedHandler for Replying<H, In, Out> {
+impl<H: Handle<In, Out>, In: MessageType, Out: MessageType> ErasedHandler for Replying<H, In, Out> {
     fn call<'a>(
         &'a self,
         info: &'a DeliveryInfo,
@@ -87,7 +87,7 @@ impl<H: Handle<In, Out>, In: Outgoing, Out: Outgoing> ErasedHandler for Replying
     }
 }
 
-fn encode_reply<Out: Outgoing>(out: &Out, to: Option<&str>) -> Result<OutMessage, Error> {
+fn encode_reply<Out: MessageType>(out: &Out, to: Option<&str>) -> Result<OutMessage, Error> {
     let destination = match to {
         Some(to) => to.to_owned(),
         None => out
@@ -114,7 +114,7 @@ pub struct MessageDoc {
 }
 
 impl MessageDoc {
-    fn of<T: Outgoing>() -> Self {
+    fn of<T: MessageType>() -> Self {
         Self {
             type_name: std::any::type_name::<T>(),
             schema: T::schema,
@@ -198,7 +198,7 @@ pub struct SubscriberBuilder<S, H> {
 
 impl<S: Source, H> SubscriberBuilder<S, H> {
     /// A subscriber whose handler acknowledges with no reply.
-    pub fn build<In: Outgoing>(self) -> Subscriber<S::Broker>
+    pub fn build<In: MessageType>(self) -> Subscriber<S::Broker>
     where
         H: Handle<In, ()>,
     {
@@ -239,7 +239,7 @@ impl<S: Source, H> ReplyBuilder<S, H> {
     }
 
     /// Builds the subscriber.
-    pub fn build<In: Outgoing, Out: Outgoing>(self) -> Subscriber<S::Broker>
+    pub fn build<In: MessageType, Out: MessageType>(self) -> Subscriber<S::Broker>
     where
         H: Handle<In, Out>,
     {

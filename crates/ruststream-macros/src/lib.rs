@@ -2,7 +2,7 @@
 //!
 //! Each entry point parses and expands; the behaviour lives in the runtime crates, so what a macro
 //! generates is what a user could write by hand (`Handle` impls, `subscriber(..).build()`,
-//! `Outgoing` impls, `run_main`). Errors are `syn::Error`s turned into `compile_error!`s that say
+//! `MessageType` impls, `run_main`). Errors are `syn::Error`s turned into `compile_error!`s that say
 //! how to fix the code.
 
 use proc_macro::TokenStream;
@@ -61,7 +61,7 @@ pub fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Implements `Outgoing` for a serde type: JSON on the wire, its default destination, and its JSON
+/// Implements `MessageType` for a serde type: JSON on the wire, its default destination, and its JSON
 /// schema (the type needs no `JsonSchema` derive).
 ///
 /// ```
@@ -76,7 +76,7 @@ pub fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
 /// let order = Order { tenant: "acme".into() };
 /// assert_eq!(order.destination().unwrap().as_deref(), Some("orders.acme"));
 /// assert_eq!(order.encode().unwrap(), r#"{"tenant":"acme"}"#);
-/// assert_eq!(<Order as Outgoing>::schema().get("title").unwrap(), "Order");
+/// assert_eq!(<Order as ruststream::MessageType>::schema().get("title").unwrap(), "Order");
 /// ```
 ///
 /// The schema comes from a hidden copy of the type with the same fields and the same `#[serde]`

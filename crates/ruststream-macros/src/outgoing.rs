@@ -56,7 +56,7 @@ pub(crate) fn expand(input: TokenStream) -> syn::Result<TokenStream> {
             #[allow(dead_code, non_camel_case_types, clippy::all, clippy::pedantic)]
             #mirror_item
 
-            impl ::ruststream::Outgoing for #ident {
+            impl ::ruststream::MessageType for #ident {
                 const NAME: ::core::option::Option<&'static str> = #name_const;
 
                 fn destination(

@@ -122,7 +122,6 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         ReturnType::Default => syn::parse_quote!(()),
         ReturnType::Type(_, ty) => (**ty).clone(),
     };
-    let ret_span = ret_ty.span();
     let ctx_ident = if sig.has_ctx {
         quote!(ctx)
     } else {
@@ -134,7 +133,50 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         quote!(#name::#name(msg))
     };
 
-    let (handle_impl, build) = match &args.reply {
+    let (handle_impl, build) = handle_impl(&args, name, in_ty, &ret_ty, &cfgs, &ctx_ident, &call);
+
+    let source = &args.source;
+    let broker = quote_spanned! {source_ty.span()=>
+        <#source_ty as ::ruststream::Source>::Broker
+    };
+    Ok(quote! {
+        #(#cfgs)*
+        #(#docs)*
+        #[allow(non_camel_case_types)]
+        #vis struct #name;
+
+        #(#cfgs)*
+        impl #name {
+            #(#attrs)*
+            #vis async fn #name(#inputs) #output #block
+        }
+
+        #handle_impl
+
+        #(#cfgs)*
+        impl ::ruststream::IntoSubscriber for #name {
+            type Broker = #broker;
+
+            fn into_subscriber(self) -> ::ruststream::Subscriber<Self::Broker> {
+                ::ruststream::subscriber(#source, self)#build
+            }
+        }
+    })
+}
+
+/// The `Handle` impl of the generated type, and the builder calls that finish its subscriber
+/// (`.build()`, or `.reply()[.to(..)].build()`).
+fn handle_impl(
+    args: &Args,
+    name: &syn::Ident,
+    in_ty: &Type,
+    ret_ty: &Type,
+    cfgs: &[&Attribute],
+    ctx_ident: &TokenStream,
+    call: &TokenStream,
+) -> (TokenStream, TokenStream) {
+    let ret_span = ret_ty.span();
+    match &args.reply {
         None => {
             let convert = quote_spanned! {ret_span=>
                 <#ret_ty as ::ruststream::__private::IntoHandlerResult<()>>::into_handler_result
@@ -187,35 +229,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             };
             (handle_impl, build)
         }
-    };
-
-    let source = &args.source;
-    let broker = quote_spanned! {source_ty.span()=>
-        <#source_ty as ::ruststream::Source>::Broker
-    };
-    Ok(quote! {
-        #(#cfgs)*
-        #(#docs)*
-        #[allow(non_camel_case_types)]
-        #vis struct #name;
-
-        #(#cfgs)*
-        impl #name {
-            #(#attrs)*
-            #vis async fn #name(#inputs) #output #block
-        }
-
-        #handle_impl
-
-        #(#cfgs)*
-        impl ::ruststream::IntoSubscriber for #name {
-            type Broker = #broker;
-
-            fn into_subscriber(self) -> ::ruststream::Subscriber<Self::Broker> {
-                ::ruststream::subscriber(#source, self)#build
-            }
-        }
-    })
+    }
 }
 
 /// What the function's signature says.
@@ -228,39 +242,7 @@ struct Signature<'a> {
 
 fn checked_signature(func: &ItemFn) -> syn::Result<Signature<'_>> {
     let sig = &func.sig;
-    if sig.asyncness.is_none() {
-        return Err(Error::new(
-            sig.fn_token.span(),
-            "#[subscriber] needs an `async fn`: write `async fn`",
-        ));
-    }
-    if let Some(c) = &sig.constness {
-        return Err(Error::new(
-            c.span(),
-            "a subscriber cannot be `const`: remove `const`",
-        ));
-    }
-    if let Some(u) = &sig.unsafety {
-        return Err(Error::new(
-            u.span(),
-            "a subscriber cannot be `unsafe`: remove `unsafe`",
-        ));
-    }
-    if let Some(abi) = &sig.abi {
-        return Err(Error::new(
-            abi.span(),
-            "a subscriber cannot have an ABI: remove `extern`",
-        ));
-    }
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        return Err(Error::new(
-            sig.generics.span(),
-            "a subscriber cannot be generic or name lifetimes: take `&T` for one concrete message type `T`, with elided lifetimes",
-        ));
-    }
-    if let Some(v) = &sig.variadic {
-        return Err(Error::new(v.span(), "a subscriber cannot be variadic"));
-    }
+    check_modifiers(sig)?;
     let mut inputs = sig.inputs.iter();
     let Some(first) = inputs.next() else {
         return Err(Error::new(
@@ -313,6 +295,44 @@ fn checked_signature(func: &ItemFn) -> syn::Result<Signature<'_>> {
         ));
     }
     Ok(Signature { message, has_ctx })
+}
+
+/// A subscriber is a plain `async fn`: no `const`, `unsafe`, ABI, generics or variadics.
+fn check_modifiers(sig: &syn::Signature) -> syn::Result<()> {
+    if sig.asyncness.is_none() {
+        return Err(Error::new(
+            sig.fn_token.span(),
+            "#[subscriber] needs an `async fn`: write `async fn`",
+        ));
+    }
+    if let Some(c) = &sig.constness {
+        return Err(Error::new(
+            c.span(),
+            "a subscriber cannot be `const`: remove `const`",
+        ));
+    }
+    if let Some(u) = &sig.unsafety {
+        return Err(Error::new(
+            u.span(),
+            "a subscriber cannot be `unsafe`: remove `unsafe`",
+        ));
+    }
+    if let Some(abi) = &sig.abi {
+        return Err(Error::new(
+            abi.span(),
+            "a subscriber cannot have an ABI: remove `extern`",
+        ));
+    }
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        return Err(Error::new(
+            sig.generics.span(),
+            "a subscriber cannot be generic or name lifetimes: take `&T` for one concrete message type `T`, with elided lifetimes",
+        ));
+    }
+    if let Some(v) = &sig.variadic {
+        return Err(Error::new(v.span(), "a subscriber cannot be variadic"));
+    }
+    Ok(())
 }
 
 /// With `reply`, the function returns what is published: catch the returns that publish nothing.

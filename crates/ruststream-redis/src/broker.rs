@@ -114,7 +114,7 @@ impl RedisBroker {
         self.with(|s| s.tls_ca = Some(path))
     }
 
-    /// A prefix put before every key this broker touches (the seed's `dataSetPrefix`).
+    /// A prefix put before every key this broker touches.
     pub fn prefix(self, prefix: impl Into<String>) -> Self {
         let prefix = prefix.into();
         self.with(|s| s.prefix = prefix)
@@ -126,7 +126,7 @@ impl RedisBroker {
     }
 
     /// Whether this broker's subscriptions move due delayed entries (default on). Off makes the
-    /// node a pure handler; some other node must schedule (the seed's `enableScheduling`).
+    /// node a pure handler; some other node must schedule.
     pub fn scheduling(self, on: bool) -> Self {
         self.with(|s| s.scheduling = on)
     }
@@ -150,7 +150,7 @@ impl RedisBroker {
         self.conns.keys.is_cluster()
     }
 
-    /// The prefix put before every key (the seed's `dataSetPrefix`; `""` when none).
+    /// The prefix put before every key (`""` when none).
     pub fn key_prefix(&self) -> &str {
         self.conns.keys.prefix()
     }

@@ -112,8 +112,7 @@ macro_rules! source_setters {
             }
 
             /// Whether this subscription moves due entries of its delayed set (default on).
-            /// Off makes the node a pure handler: other nodes move them (the seed's
-            /// `enableScheduling(false)`).
+            /// Off makes the node a pure handler: other nodes move them.
             pub fn scheduling(mut self, on: bool) -> Self {
                 self.options.scheduling = on;
                 self

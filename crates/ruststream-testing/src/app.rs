@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ruststream_core::{
-    App, Broker, Error, Outgoing, Publish, Publisher, Result, RunningApp, RustStream,
+    App, Broker, Error, MessageType, PublishBuilder, Publisher, Result, RunningApp, RustStream,
 };
 use ruststream_redis::RedisBroker;
 use ruststream_redis::frame::Frame;
@@ -86,7 +86,7 @@ impl TestApp {
         let mut app: RustStream = app.into_rust_stream();
         let mut brokers: Vec<(RedisBroker, MemoryRedis)> = Vec::new();
         for b in app.brokers() {
-            let Some(redis) = b.broker_any().downcast_ref::<RedisBroker>() else {
+            let Some(redis) = b.downcast_ref::<RedisBroker>() else {
                 continue;
             };
             if redis.is_in_memory() {
@@ -269,7 +269,7 @@ impl fmt::Debug for TestBroker<'_> {
 impl<'a> TestBroker<'a> {
     /// Starts a publish of `value`, to its type's outgoing name unless `.to("key")` says
     /// otherwise; `.publish().await` returns once the app has settled.
-    pub fn message<'b, T: Outgoing>(&'b self, value: &'b T) -> TestPublish<'b, T> {
+    pub fn message<'b, T: MessageType>(&'b self, value: &'b T) -> TestPublish<'b, T> {
         TestPublish {
             inner: self.publisher.message(value),
             app: self.app,
@@ -277,7 +277,7 @@ impl<'a> TestBroker<'a> {
     }
 
     /// Starts a publish of many values in one round trip.
-    pub fn messages<'b, T: Outgoing>(&'b self, values: &'b [T]) -> TestPublish<'b, T> {
+    pub fn messages<'b, T: MessageType>(&'b self, values: &'b [T]) -> TestPublish<'b, T> {
         TestPublish {
             inner: self.publisher.messages(values),
             app: self.app,
@@ -298,7 +298,7 @@ impl<'a> TestBroker<'a> {
     /// `T` on assertion. Entries that claims and settles move between keys (retries, recovery,
     /// dead letters of reliable lists) are not publishes; read those keys with
     /// [`client`](Self::client).
-    pub fn published<T: Outgoing + PartialEq + fmt::Debug>(&self, key: &str) -> Published<T> {
+    pub fn published<T: MessageType + PartialEq + fmt::Debug>(&self, key: &str) -> Published<T> {
         let full = format!("{}{key}", self.broker.key_prefix());
         let delayed = self.broker.delayed_set_key(key);
         let messages = self
@@ -379,11 +379,11 @@ fn stream_message(fields: Vec<(bytes::Bytes, bytes::Bytes)>) -> Message {
 /// A publish through a [`TestBroker`]; `.publish().await` returns once the app has settled.
 #[must_use = "a publish does nothing until `.publish().await`"]
 pub struct TestPublish<'a, T> {
-    inner: Publish<'a, T>,
+    inner: PublishBuilder<'a, T>,
     app: &'a TestApp,
 }
 
-impl<T: Outgoing> TestPublish<'_, T> {
+impl<T: MessageType> TestPublish<'_, T> {
     /// The destination key; without it the type's outgoing name is used.
     pub fn to(mut self, destination: impl Into<String>) -> Self {
         self.inner = self.inner.to(destination);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use ruststream_core::observe::{Call as ObservedCall, Observer};
-use ruststream_core::{HandlerOutcome, Headers, Outgoing, Settlement};
+use ruststream_core::{HandlerOutcome, Headers, MessageType, Settlement};
 
 /// One delivery handed to a handler, and what became of it.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,7 +43,7 @@ impl Call {
     ///
     /// # Errors
     /// When the payload is not a `T`.
-    pub fn decode<T: Outgoing>(&self) -> ruststream_core::Result<T> {
+    pub fn decode<T: MessageType>(&self) -> ruststream_core::Result<T> {
         T::decode(&self.payload)
     }
 }
@@ -290,7 +290,7 @@ impl Calls {
     /// # Panics
     /// When there was no call, or its payload is something else.
     #[track_caller]
-    pub fn with<T: Outgoing + PartialEq + fmt::Debug>(&self, expected: &T) -> &Self {
+    pub fn with<T: MessageType + PartialEq + fmt::Debug>(&self, expected: &T) -> &Self {
         let Some(last) = self.last() else {
             panic!(
                 "expected `{}` to be called with {expected:?}; {}",
@@ -367,7 +367,7 @@ pub struct Published<T> {
     _type: PhantomData<fn() -> T>,
 }
 
-impl<T: Outgoing + PartialEq + fmt::Debug> Published<T> {
+impl<T: MessageType + PartialEq + fmt::Debug> Published<T> {
     pub(crate) fn new(key: &str, messages: Vec<Message>) -> Self {
         Self {
             key: key.to_owned(),

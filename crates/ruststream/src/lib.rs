@@ -5,8 +5,8 @@ pub mod cli;
 pub use cli::run_main;
 pub use ruststream_core::{
     App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
-    IntoHandlerResult, IntoSubscriber, Mount, OutMessage, Outgoing, Publisher, Result, RunningApp,
-    RustStream, Settlement, Source, Subscriber, asyncapi, outgoing, subscriber,
+    IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
+    RunningApp, RustStream, Settlement, Source, Subscriber, asyncapi, outgoing, subscriber,
 };
 pub use ruststream_macros::{Outgoing, app, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
@@ -27,9 +27,9 @@ pub mod testing {
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        App, AppInfo, Backoff, Context, Handle, HandlerOutcome, Outgoing, Publisher, RedisBroker,
-        RedisChannel, RedisList, RedisStream, RustStream, list, outgoing, pubsub, run_main, stream,
-        subscriber,
+        App, AppInfo, Backoff, Context, Handle, HandlerOutcome, MessageType, Outgoing, Publisher,
+        RedisBroker, RedisChannel, RedisList, RedisStream, RustStream, list, outgoing, pubsub,
+        run_main, stream, subscriber,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

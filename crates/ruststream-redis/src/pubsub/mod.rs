@@ -37,17 +37,10 @@
 //! `ruststream_pubsub_lagged_total{subscription}` (the channel or pattern). Messages still
 //! buffered when the subscription stops are not handled (a warning gives their count).
 //!
-//! Why two buffers: fred allocates its broadcast capacity up front for each of its eight
-//! notification channels of the connection (measured: about 0.7 KB per slot in all), so a
-//! 16,384-message burst buffer there cost ~12 MB per subscription even when idle and put the
-//! benchmark's consumer at 27 MB. fred's channel only has to cover the moments the moving task is
-//! not scheduled, so it stays small (~2.8 MB); messages fred overwrites before the task reads
-//! them are counted as lagged too. Sizing, from the benchmark (100,000 messages published at
-//! ~190k/s on a 2-core machine also running the publisher and Redis): with 2,048 slots the task
-//! fell behind fred by more than that in most runs (150-1,900 messages overwritten); with 4,096,
-//! none in six runs, consumer peak RSS 13.6-15.1 MB; 8,192 cost 17-19 MB. Moving the task to a
-//! thread of its own was tried: slower (a cross-thread wake-up per message) and it still lagged
-//! when the machine's two cores were oversubscribed.
+//! Why two buffers: fred allocates its broadcast capacity up front, for every connection, so a
+//! large buffer there costs memory even when idle; fred's channel only has to cover the moments
+//! the moving task is not scheduled, so it stays small. Messages fred overwrites before the task
+//! reads them are counted as lagged too. The sizing and its figures are in `docs/decisions.md`.
 //!
 //! **Channel names** get the broker's key prefix, like keys, so apps with different prefixes do
 //! not hear each other; in a pattern the prefix is escaped, so only the pattern part matches.
