@@ -83,16 +83,6 @@ macro_rules! source_setters {
                 self.options.core.concurrency = n;
                 self
             }
-
-            /// The dead-letter list's key as configured (without the broker's prefix), if
-            /// there is one.
-            pub fn dead_letter_key(&self) -> Option<String> {
-                match &self.options.dead_letter {
-                    $crate::keys::DeadLetter::Default => Some(format!("{}.dead", $crate::transport::Transport::key(self))),
-                    $crate::keys::DeadLetter::Named(k) => Some(k.clone()),
-                    $crate::keys::DeadLetter::Off => None,
-                }
-            }
         }
     };
     (queue: $ty:ty) => {

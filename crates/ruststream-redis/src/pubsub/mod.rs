@@ -93,7 +93,7 @@ pub const MAX_BUFFER: usize = 1 << 22;
 /// use ruststream_redis::RedisChannel;
 ///
 /// let events = RedisChannel::new("events").concurrency(32);
-/// assert_eq!(events.dead_letter_key().as_deref(), Some("events.dead"));
+/// assert_eq!(events.name(), "events");
 /// let all = RedisChannel::pattern("events.*").dead_letter("events.failed");
 /// assert!(all.is_pattern());
 /// ```
@@ -166,7 +166,7 @@ impl Transport for RedisChannel {
             "subscribe": if self.pattern { "pattern" } else { "channel" },
             "delivery": "at-most-once",
         });
-        if let Some(dead) = self.dead_letter_key() {
+        if let Some(dead) = KeySpace::default().dead(&self.name, &self.options.dead_letter) {
             bindings["deadLetter"] = json!(dead);
         }
         ChannelDoc {
@@ -282,20 +282,20 @@ mod tests {
 
     #[test]
     fn dead_letter_defaults_to_the_name_dot_dead() {
+        let dead = |c: &RedisChannel| {
+            c.describe().bindings["deadLetter"]
+                .as_str()
+                .map(str::to_owned)
+        };
         assert_eq!(
-            RedisChannel::new("events").dead_letter_key().as_deref(),
+            dead(&RedisChannel::new("events")).as_deref(),
             Some("events.dead")
         );
         assert_eq!(
-            RedisChannel::pattern("events.*")
-                .dead_letter_key()
-                .as_deref(),
+            dead(&RedisChannel::pattern("events.*")).as_deref(),
             Some("events.*.dead")
         );
-        assert_eq!(
-            RedisChannel::new("e").no_dead_letter().dead_letter_key(),
-            None
-        );
+        assert_eq!(dead(&RedisChannel::new("e").no_dead_letter()), None);
     }
 
     #[test]
