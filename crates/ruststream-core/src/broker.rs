@@ -83,6 +83,10 @@ pub struct Delivery<T> {
     pub payload: Bytes,
     /// What the broker needs to settle this message.
     pub token: T,
+    /// Why the broker could not read the message's envelope (its headers or id), when it could
+    /// not: the core then dead-letters it with reason `decode: <this>` without running the
+    /// handler.
+    pub unreadable: Option<String>,
 }
 
 /// Reads one subscription. It owns the connection it blocks on.

@@ -255,6 +255,13 @@ impl<B: Broker> Subscription<B> {
         opts: &SubscribeOptions,
         outcome: &mut Option<HandlerOutcome>,
     ) -> Settlement {
+        if let Some(why) = &d.unreadable {
+            tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %why,
+                "message cannot be read: to the dead-letter list");
+            return Settlement::Dead {
+                reason: format!("decode: {why}"),
+            };
+        }
         if d.info.attempt > opts.max_attempts {
             // Recovered after a crash on its last attempt: do not run it again.
             tracing::warn!(subscription = %self.name, message_id = %d.info.message_id, attempt = d.info.attempt,

@@ -11,7 +11,9 @@
 //!
 //! The scripts read frames with the Lua in `frame.lua`, which follows the same layout.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::ops::{Range, RangeFrom};
+
+use bytes::{BufMut, Bytes, BytesMut};
 use ruststream_core::Headers;
 
 /// The first bytes of every frame.
@@ -47,19 +49,165 @@ impl Frame {
         encode_parts(&self.id, self.attempt, &self.headers, &self.payload)
     }
 
-    /// Decodes a list value; a value that is not a well-formed frame is a raw payload.
+    /// Decodes a list value: a value with the frame's layout is a frame, anything else a raw
+    /// payload (attempt 1, no id, no headers). Text that is not UTF-8 in a frame's id or headers
+    /// is replaced lossily; [`try_decode`](Self::try_decode) reports it instead.
     pub fn decode(value: Bytes) -> Self {
-        if value.starts_with(MAGIC)
-            && let Some(frame) = parse(value.clone())
-        {
-            return frame;
+        let Some(layout) = Layout::read(&value) else {
+            return Self::raw(value);
+        };
+        let lossy = |r: &Range<usize>| String::from_utf8_lossy(&value[r.clone()]).into_owned();
+        Self {
+            id: lossy(&layout.id),
+            attempt: layout.attempt,
+            headers: layout
+                .headers
+                .iter()
+                .map(|(k, v)| (lossy(k), lossy(v)))
+                .collect(),
+            payload: value.slice(layout.payload),
         }
+    }
+
+    /// Decodes a list value like [`decode`](Self::decode), but a frame whose id or a header is
+    /// not UTF-8 is an error that names the part.
+    ///
+    /// # Errors
+    /// [`FrameError`] when the value has the frame's layout and some of its text is not UTF-8.
+    pub fn try_decode(value: Bytes) -> Result<Self, FrameError> {
+        let Some(layout) = Layout::read(&value) else {
+            return Ok(Self::raw(value));
+        };
+        let text = |r: &Range<usize>, part: FramePart| {
+            std::str::from_utf8(&value[r.clone()])
+                .map(str::to_owned)
+                .map_err(|_| FrameError::NotUtf8(part))
+        };
+        let id = text(&layout.id, FramePart::Id)?;
+        let mut headers = Headers::new();
+        for (i, (k, v)) in layout.headers.iter().enumerate() {
+            let key = text(k, FramePart::HeaderKey(i + 1))?;
+            let value = text(v, FramePart::HeaderValue(key.clone()))?;
+            headers.insert(key, value);
+        }
+        Ok(Self {
+            id,
+            attempt: layout.attempt,
+            headers,
+            payload: value.slice(layout.payload),
+        })
+    }
+
+    /// A raw payload: attempt 1, no id, no headers.
+    fn raw(payload: Bytes) -> Self {
         Self {
             id: String::new(),
             attempt: 1,
             headers: Headers::new(),
-            payload: value,
+            payload,
         }
+    }
+
+    /// The attempt of a value with the frame's layout; 1 for anything else.
+    pub(crate) fn attempt_of(value: &[u8]) -> u32 {
+        Layout::read(value).map_or(1, |l| l.attempt)
+    }
+}
+
+/// The part of a frame whose text is not UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FramePart {
+    /// The message id.
+    Id,
+    /// The key of the n-th header (from 1).
+    HeaderKey(usize),
+    /// The value of the header with this key.
+    HeaderValue(String),
+}
+
+/// A value with the frame's layout that cannot be read as one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// Text of the frame that is not UTF-8.
+    #[error("frame: {} is not UTF-8", describe(.0))]
+    NotUtf8(FramePart),
+}
+
+fn describe(part: &FramePart) -> String {
+    match part {
+        FramePart::Id => "the message id".to_owned(),
+        FramePart::HeaderKey(n) => format!("the key of header #{n}"),
+        FramePart::HeaderValue(key) => format!("the value of header `{key}`"),
+    }
+}
+
+/// Where the parts of a frame are in a value, read by the layout alone. The one definition of
+/// "is a frame": `MAGIC`, then every length fits in the value; `frame.lua`'s `frame_layout` reads
+/// exactly the same.
+struct Layout {
+    attempt: u32,
+    id: Range<usize>,
+    headers: Vec<(Range<usize>, Range<usize>)>,
+    payload: RangeFrom<usize>,
+}
+
+impl Layout {
+    fn read(value: &[u8]) -> Option<Self> {
+        if !value.starts_with(MAGIC) {
+            return None;
+        }
+        let mut r = Reader {
+            value,
+            pos: MAGIC.len(),
+        };
+        let attempt = r.u32()?;
+        let id_len = usize::from(r.u16()?);
+        let id = r.take(id_len)?;
+        let n = r.u16()?;
+        let mut headers = Vec::with_capacity(usize::from(n));
+        for _ in 0..n {
+            let kl = usize::from(r.u16()?);
+            let k = r.take(kl)?;
+            let vl = usize::try_from(r.u32()?).ok()?;
+            let v = r.take(vl)?;
+            headers.push((k, v));
+        }
+        Some(Self {
+            attempt,
+            id,
+            headers,
+            payload: r.pos..,
+        })
+    }
+}
+
+/// Reads big-endian lengths and ranges off a value, `None` past its end.
+struct Reader<'a> {
+    value: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<Range<usize>> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.value.len())?;
+        let r = self.pos..end;
+        self.pos = end;
+        Some(r)
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        let r = self.take(2)?;
+        Some(u16::from_be_bytes([
+            self.value[r.start],
+            self.value[r.start + 1],
+        ]))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        let r = self.take(4)?;
+        let b = &self.value[r];
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 
@@ -88,43 +236,6 @@ fn put_short(b: &mut BytesMut, s: &[u8]) {
     b.put_slice(s);
 }
 
-fn parse(mut value: Bytes) -> Option<Frame> {
-    value.advance(MAGIC.len());
-    let attempt = take_u32(&mut value)?;
-    let id_len = usize::from(take_u16(&mut value)?);
-    let id = take_str(&mut value, id_len)?;
-    let n = take_u16(&mut value)?;
-    let mut headers = Headers::new();
-    for _ in 0..n {
-        let kl = usize::from(take_u16(&mut value)?);
-        let k = take_str(&mut value, kl)?;
-        let vl = usize::try_from(take_u32(&mut value)?).ok()?;
-        let v = take_str(&mut value, vl)?;
-        headers.insert(k, v);
-    }
-    Some(Frame {
-        id,
-        attempt,
-        headers,
-        payload: value,
-    })
-}
-
-fn take_u16(b: &mut Bytes) -> Option<u16> {
-    (b.remaining() >= 2).then(|| b.get_u16())
-}
-
-fn take_u32(b: &mut Bytes) -> Option<u32> {
-    (b.remaining() >= 4).then(|| b.get_u32())
-}
-
-fn take_str(b: &mut Bytes, n: usize) -> Option<String> {
-    if b.remaining() < n {
-        return None;
-    }
-    String::from_utf8(b.split_to(n).to_vec()).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +261,38 @@ mod tests {
         assert_eq!((f.attempt, f.id.as_str(), f.payload), (1, "", raw));
         let broken = Bytes::from_static(b"\0rs1\0\0");
         assert_eq!(Frame::decode(broken.clone()).payload, broken);
+    }
+
+    #[test]
+    fn only_the_layout_makes_a_frame() {
+        // MAGIC and 8+ bytes, but the lengths do not fit: a raw value, kept whole.
+        let magic_raw = Bytes::from_static(b"\0rs1\0\0\0\x05\xff\xffpayload");
+        let f = Frame::try_decode(magic_raw.clone()).unwrap();
+        assert_eq!((f.attempt, f.id.as_str(), &f.payload), (1, "", &magic_raw));
+        assert_eq!(Frame::attempt_of(&magic_raw), 1);
+        let framed = encode_parts("m", 7, &Headers::new(), b"p");
+        assert_eq!(Frame::attempt_of(&framed), 7);
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_is_named() {
+        let mut v = BytesMut::new();
+        v.put_slice(MAGIC);
+        v.put_u32(2);
+        v.put_u16(1);
+        v.put_slice(b"m");
+        v.put_u16(2);
+        for (k, val) in [(&b"ok"[..], &b"fine"[..]), (&b"\xff"[..], &b"x"[..])] {
+            v.put_u16(u16::try_from(k.len()).unwrap());
+            v.put_slice(k);
+            v.put_u32(u32::try_from(val.len()).unwrap());
+            v.put_slice(val);
+        }
+        v.put_slice(b"{}");
+        let v = v.freeze();
+        let e = Frame::try_decode(v.clone()).unwrap_err();
+        assert_eq!(e.to_string(), "frame: the key of header #2 is not UTF-8");
+        let lossy = Frame::decode(v);
+        assert_eq!((lossy.attempt, &lossy.payload[..]), (2, &b"{}"[..]));
     }
 }

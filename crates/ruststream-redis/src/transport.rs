@@ -158,7 +158,31 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
             frame,
             member: None,
         },
+        unreadable: None,
     }
+}
+
+/// A delivery of the list value `raw`: its frame, or when the frame cannot be read, a delivery
+/// the core dead-letters with the reason, whose dead letter keeps all of `raw` as its payload.
+pub(crate) fn list_delivery(source: Arc<str>, raw: Bytes) -> Delivery<Token> {
+    match Frame::try_decode(raw.clone()) {
+        Ok(frame) => delivery(source, raw, frame),
+        Err(e) => {
+            let whole = Frame {
+                id: String::new(),
+                attempt: Frame::attempt_of(&raw),
+                headers: ruststream_core::Headers::new(),
+                payload: raw.clone(),
+            };
+            unreadable(delivery(source, raw, whole), &e)
+        }
+    }
+}
+
+/// `d`, marked for the core to dead-letter with reason `decode: <why>`.
+pub(crate) fn unreadable(mut d: Delivery<Token>, why: &impl ToString) -> Delivery<Token> {
+    d.unreadable = Some(why.to_string());
+    d
 }
 
 /// The bytes of a reply value, when it has some.

@@ -26,10 +26,9 @@ use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::error::core;
-use crate::frame::Frame;
 use crate::gauges::{self, QueueKeys};
 use crate::memory::BlockingRead;
-use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, delivery, value_bytes};
+use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes};
 
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
@@ -147,10 +146,7 @@ impl Reader {
     fn deliveries(&self, values: Vec<Bytes>) -> Vec<Delivery<Token>> {
         values
             .into_iter()
-            .map(|raw| {
-                let frame = Frame::decode(raw.clone());
-                delivery(self.source.clone(), raw, frame)
-            })
+            .map(|raw| list_delivery(self.source.clone(), raw))
             .collect()
     }
 }

@@ -20,10 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::{FRED_BUFFER, RedisChannel, escape_glob};
 use crate::conn::Connections;
 use crate::dead::PushDeadLetters;
-use crate::frame::Frame;
 use crate::gauges;
 use crate::memory::MemoryFeed;
-use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, delivery, value_bytes};
+use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes};
 
 /// The receiver of one Pub/Sub subscription.
 struct ChannelReceiver {
@@ -207,9 +206,6 @@ impl ChannelReceiver {
     }
 
     fn delivery(&self, channel: &[u8], raw: Bytes) -> Delivery<Token> {
-        let mut frame = Frame::decode(raw.clone());
-        // Each message is delivered once: its first and only attempt.
-        frame.attempt = 1;
         let source = if self.pattern {
             let channel = channel
                 .strip_prefix(self.prefix.as_bytes())
@@ -218,7 +214,11 @@ impl ChannelReceiver {
         } else {
             self.source.clone()
         };
-        delivery(source, raw, frame)
+        let mut d = list_delivery(source, raw);
+        // Each message is delivered once: its first and only attempt.
+        d.info.attempt = 1;
+        d.token.frame.attempt = 1;
+        d
     }
 
     /// Up to `max` buffered messages; waits for one up to the block time, or until stopped.

@@ -15,10 +15,12 @@ use super::settle::StreamSettle;
 use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
 use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Destination, Mover, read_wait, woken};
-use crate::frame::Frame;
+use crate::frame::{Frame, FrameError, FramePart};
 use crate::gauges::{self, QueueKeys};
 use crate::memory::BlockingRead;
-use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, delivery, value_bytes};
+use crate::transport::{
+    Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes,
+};
 
 /// Opens the receiver of `stream`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -114,7 +116,13 @@ impl StreamReceiver {
         let reply = self.conn.blocking(wait, read, interrupt).await?;
         Ok(entries(reply)
             .into_iter()
-            .map(|(id, frame)| delivery(self.source.clone(), id, frame))
+            .map(|(id, (frame, error))| {
+                let d = delivery(self.source.clone(), id, frame);
+                match error {
+                    Some(e) => unreadable(d, &e),
+                    None => d,
+                }
+            })
             .collect())
     }
 }
@@ -138,7 +146,7 @@ fn consumer_name() -> String {
 
 /// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`, in one
 /// pass over the entries, with no intermediate field vectors.
-fn entries(reply: Value) -> Vec<(Bytes, Frame)> {
+fn entries(reply: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
     let streams: Vec<Value> = match reply {
         Value::Array(items) => items
             .into_iter()
@@ -177,18 +185,28 @@ fn entries(reply: Value) -> Vec<(Bytes, Frame)> {
 }
 
 /// The frame of a stream entry's fields: `payload`, `rs.id`, `rs.attempt`, the rest headers.
-fn frame(fields: Vec<Value>) -> Frame {
+/// Text that is not UTF-8 is read lossily, and the first such part is returned with the frame.
+fn frame(fields: Vec<Value>) -> (Frame, Option<FrameError>) {
     let mut frame = Frame {
         id: String::new(),
         attempt: 1,
         headers: Headers::new(),
         payload: Bytes::new(),
     };
+    let mut error = None;
+    let mut text = |b: &[u8], part: FramePart| match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => {
+            error.get_or_insert(FrameError::NotUtf8(part));
+            String::from_utf8_lossy(b).into_owned()
+        }
+    };
     let mut fields = fields.into_iter().filter_map(value_bytes);
+    let mut n = 0;
     while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
         match &k[..] {
             f if f == PAYLOAD_FIELD.as_bytes() => frame.payload = v,
-            f if f == ID_FIELD.as_bytes() => frame.id = String::from_utf8_lossy(&v).into_owned(),
+            f if f == ID_FIELD.as_bytes() => frame.id = text(&v, FramePart::Id),
             f if f == ATTEMPT_FIELD.as_bytes() => {
                 frame.attempt = std::str::from_utf8(&v)
                     .ok()
@@ -196,12 +214,12 @@ fn frame(fields: Vec<Value>) -> Frame {
                     .unwrap_or(1);
             }
             _ => {
-                frame.headers.insert(
-                    String::from_utf8_lossy(&k).into_owned(),
-                    String::from_utf8_lossy(&v).into_owned(),
-                );
+                n += 1;
+                let key = text(&k, FramePart::HeaderKey(n));
+                let value = text(&v, FramePart::HeaderValue(key.clone()));
+                frame.headers.insert(key, value);
             }
         }
     }
-    frame
+    (frame, error)
 }
