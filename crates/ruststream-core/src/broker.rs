@@ -55,11 +55,25 @@ pub trait BrokerSource: Send + Sync + 'static {
     fn options(&self) -> &SubscribeOptions;
     /// The channel, for the AsyncAPI document.
     fn describe(&self) -> ChannelDoc;
-    /// The dead-letter reason a retry gets when this source cannot deliver a message again
-    /// (Pub/Sub); `None` (the default): retries are redelivered.
-    fn no_redelivery(&self) -> Option<&'static str> {
-        None
+    /// What becomes of a retry (a handler's retry, retry_after, or a panic) of this source's
+    /// messages; [`Retries::Redeliver`] by default.
+    fn retries(&self) -> Retries {
+        Retries::Redeliver
     }
+}
+
+/// What becomes of a retry of a source's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retries {
+    /// The message is delivered again, attempt + 1 (lists that claim, streams).
+    Redeliver,
+    /// The source cannot deliver a message again: the retry goes to the dead-letter list with
+    /// this reason (Pub/Sub).
+    DeadLetter(&'static str),
+    /// The message left the source before its handler ran, so a retry settles nothing: it is
+    /// logged and counted as `ignored` (a simple list).
+    Ignored,
 }
 
 /// A source expression a user writes (`RedisList::new("jobs").reliable()`), tied to its broker.

@@ -28,7 +28,7 @@ use tracing::Instrument;
 use crate::subscriber::{ErasedHandler, Handled};
 use crate::{
     Broker, BrokerSource, Delivery, DeliveryInfo, HandlerOutcome, OutMessage, Publisher, Receiver,
-    Settlement, Settler, SubscribeOptions,
+    Retries, Settlement, Settler, SubscribeOptions,
 };
 
 /// Most settlements sent to the broker in one call.
@@ -53,6 +53,7 @@ type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
 struct Meters {
     acked: Counter,
     retried: Counter,
+    ignored: Counter,
     dead: Counter,
     duration: Histogram,
     in_flight: Gauge,
@@ -64,14 +65,16 @@ impl Meters {
         Self {
             acked: handled("ack"),
             retried: handled("retry"),
+            ignored: handled("ignored"),
             dead: handled("dead"),
             duration: metrics::histogram!("ruststream_handler_duration_seconds", "subscription" => subscription.to_owned()),
             in_flight: metrics::gauge!("ruststream_in_flight", "subscription" => subscription.to_owned()),
         }
     }
 
-    fn record(&self, settlement: &Settlement) {
+    fn record(&self, settlement: &Settlement, retries: Retries) {
         match settlement {
+            Settlement::Retry { .. } if retries == Retries::Ignored => {}
             Settlement::Ack => self.acked.increment(1),
             Settlement::Retry { .. } => self.retried.increment(1),
             Settlement::Dead { reason } => {
@@ -230,18 +233,28 @@ impl<B: Broker> Subscription<B> {
             .handle(&delivery, opts, &mut outcome)
             .instrument(span)
             .await;
-        if let (Settlement::Retry { .. }, Some(reason)) = (&settlement, self.source.no_redelivery())
-        {
-            tracing::warn!(subscription = %self.name, message_id = %delivery.info.message_id,
-                reason, "this source cannot redeliver: the retry goes to the dead-letter list");
-            settlement = Settlement::Dead {
-                reason: reason.into(),
-            };
+        if let Settlement::Retry { .. } = settlement {
+            match self.source.retries() {
+                Retries::Redeliver => {}
+                Retries::DeadLetter(reason) => {
+                    tracing::warn!(subscription = %self.name, message_id = %delivery.info.message_id,
+                        reason, "this source cannot redeliver: the retry goes to the dead-letter list");
+                    settlement = Settlement::Dead {
+                        reason: reason.into(),
+                    };
+                }
+                Retries::Ignored => {
+                    tracing::warn!(subscription = %self.name, message_id = %delivery.info.message_id,
+                        outcome = %outcome.map_or_else(|| "retry (panic)".to_owned(), |o| o.to_string()),
+                        "this source popped the message before its handler ran: the retry is ignored and the message is gone (use a reliable list to retry)");
+                    meters.ignored.increment(1);
+                }
+            }
         }
         self.observe_settled(&delivery, outcome, &settlement);
         meters.duration.record(started.elapsed().as_secs_f64());
         meters.in_flight.decrement(1.0);
-        meters.record(&settlement);
+        meters.record(&settlement, self.source.retries());
         // The settler outlives every batch task; a closed channel means it is gone and the
         // message stays claimed, to be recovered.
         let _ = done.send((delivery.token, settlement, permit));

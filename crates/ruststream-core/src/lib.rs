@@ -22,7 +22,8 @@ pub mod subscriber;
 
 pub use app::{App, AppInfo, Mount, RunningApp, RustStream};
 pub use broker::{
-    Broker, BrokerSource, ChannelDoc, Delivery, Receiver, Settler, Source, SubscribeOptions,
+    Broker, BrokerSource, ChannelDoc, Delivery, Receiver, Retries, Settler, Source,
+    SubscribeOptions,
 };
 pub use context::{Context, DeliveryInfo};
 pub use error::{Error, Result};

@@ -37,12 +37,21 @@ impl Settle for PushDeadLetters {
                         .await
                         .map_err(core)?;
                 }
-                None => tracing::error!(
-                    messages = dead_letters.len(),
-                    "no dead-letter list: unacknowledged messages discarded"
-                ),
+                None => {
+                    for (t, s) in batch {
+                        if let Settlement::Dead { reason } = s {
+                            discarded(t, reason);
+                        }
+                    }
+                }
             }
             Ok(())
         })
     }
+}
+
+/// Logs a dead letter that a subscription without a dead-letter list discards.
+pub(crate) fn discarded(t: &Token, reason: &str) {
+    tracing::warn!(message_id = %t.frame.id, attempt = t.frame.attempt, reason,
+        "no dead-letter list (no_dead_letter): the message is discarded");
 }

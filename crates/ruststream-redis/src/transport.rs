@@ -11,8 +11,8 @@ use bytes::Bytes;
 use fred::types::Value;
 use futures::future::BoxFuture;
 use ruststream_core::{
-    BrokerSource, ChannelDoc, Delivery, DeliveryInfo, Receiver, Result, Settlement, Settler,
-    SubscribeOptions,
+    BrokerSource, ChannelDoc, Delivery, DeliveryInfo, Receiver, Result, Retries, Settlement,
+    Settler, SubscribeOptions,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -30,9 +30,9 @@ pub(crate) trait Transport: Any + fmt::Debug + Send + Sync {
     fn options(&self) -> &SourceOptions;
     /// The channel, for the AsyncAPI document.
     fn describe(&self) -> ChannelDoc;
-    /// The dead-letter reason of a retry when this transport cannot redeliver.
-    fn no_redelivery(&self) -> Option<&'static str> {
-        None
+    /// What becomes of a retry of this transport's messages.
+    fn retries(&self) -> Retries {
+        Retries::Redeliver
     }
     /// Checks the configuration, and on a cluster the slot rule of the keys it uses together;
     /// the error says what to change.
@@ -95,8 +95,8 @@ impl BrokerSource for RedisSource {
         self.0.describe()
     }
 
-    fn no_redelivery(&self) -> Option<&'static str> {
-        self.0.no_redelivery()
+    fn retries(&self) -> Retries {
+        self.0.retries()
     }
 }
 

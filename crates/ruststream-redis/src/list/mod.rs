@@ -20,7 +20,7 @@ mod settle;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Source};
+use ruststream_core::{ChannelDoc, Error, Result, Retries, Source};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -210,6 +210,14 @@ impl Transport for RedisList {
             address: self.key.clone(),
             transport: "list",
             bindings,
+        }
+    }
+
+    /// A simple list popped the entry before its handler ran: a retry settles nothing.
+    fn retries(&self) -> Retries {
+        match self.mode {
+            Mode::Simple => Retries::Ignored,
+            Mode::Reliable => Retries::Redeliver,
         }
     }
 

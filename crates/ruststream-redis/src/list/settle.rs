@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
 use super::ListKeys;
+use crate::dead::discarded;
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
 use crate::transport::{Settle, Token};
@@ -58,7 +59,8 @@ impl ReliableSettle {
         for (t, s) in batch {
             let (op, new, arg) = match s {
                 Settlement::Ack => ("a", Bytes::new(), Value::from_static_str("")),
-                Settlement::Dead { .. } if !self.has_dead => {
+                Settlement::Dead { reason } if !self.has_dead => {
+                    discarded(t, reason);
                     ("a", Bytes::new(), Value::from_static_str(""))
                 }
                 Settlement::Dead { reason } => {

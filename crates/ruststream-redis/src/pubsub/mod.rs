@@ -59,7 +59,7 @@ mod receive;
 
 use fred::prelude::*;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Source};
+use ruststream_core::{ChannelDoc, Error, Result, Retries, Source};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -157,8 +157,8 @@ impl Transport for RedisChannel {
     }
 
     /// Pub/Sub stores nothing, so a retry goes to the dead-letter list with [`NO_REDELIVERY`].
-    fn no_redelivery(&self) -> Option<&'static str> {
-        Some(NO_REDELIVERY)
+    fn retries(&self) -> Retries {
+        Retries::DeadLetter(NO_REDELIVERY)
     }
 
     fn describe(&self) -> ChannelDoc {

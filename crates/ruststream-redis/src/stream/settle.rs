@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
 use super::StreamKeys;
+use crate::dead::discarded;
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
 use crate::transport::{Settle, Token};
@@ -62,7 +63,10 @@ impl StreamSettle {
             let id = Value::Bytes(t.raw.clone());
             match s {
                 Settlement::Ack => acks.push(id),
-                Settlement::Dead { .. } if !self.has_dead => acks.push(id),
+                Settlement::Dead { reason } if !self.has_dead => {
+                    discarded(t, reason);
+                    acks.push(id);
+                }
                 Settlement::Dead { reason } => {
                     let frame = Value::Bytes(t.dead_frame(reason));
                     args.extend([Value::from_static_str("x"), id, Value::Integer(1), frame]);
