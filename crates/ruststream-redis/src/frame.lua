@@ -46,6 +46,25 @@ local function u32_bytes(n)
     math.floor(n / 256) % 256, n % 256)
 end
 
+-- `n` as 2 big-endian bytes.
+local function u16_bytes(n)
+  return string.char(math.floor(n / 256) % 256, n % 256)
+end
+
+-- `v` with the header `key: value` added (a raw value becomes the payload of a frame with
+-- attempt 1 and that one header); `v` itself when it holds the most headers a frame can.
+local function with_header(v, key, value)
+  local h = u16_bytes(#key) .. key .. u32_bytes(#value) .. value
+  local layout = frame_layout(v)
+  if not layout then
+    return '\0rs1' .. u32_bytes(1) .. u16_bytes(0) .. u16_bytes(1) .. h .. v
+  end
+  local n = #layout.headers
+  if n >= 65535 then return v end
+  return string.sub(v, 1, layout.id[2]) .. u16_bytes(n + 1) ..
+    string.sub(v, layout.id[2] + 3, layout.payload - 1) .. h .. string.sub(v, layout.payload)
+end
+
 -- `v` delivered once more: a frame with its attempt raised by one (up to the u32 maximum), a raw
 -- value as the payload of a frame with attempt 2 (its bytes unchanged inside).
 local function bump(v)

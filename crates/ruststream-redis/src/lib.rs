@@ -53,6 +53,7 @@ pub mod frame;
 mod gauges;
 mod keys;
 pub mod list;
+mod lua;
 #[cfg(feature = "testing")]
 pub mod memory;
 #[cfg(not(feature = "testing"))]

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use crate::conn::Connections;
 use crate::error::core;
 use crate::keys::Delayed;
+use crate::lua;
 
 /// Most due entries moved per read.
 const MOVE_BATCH: u32 = 128;
@@ -48,15 +49,14 @@ pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
 }
 
 static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(format!(
-        "{}{}",
-        crate::frame::LUA,
-        include_str!("move_due.lua")
-    ))
+    lua::script(
+        include_str!("move_due.lua"),
+        &[lua::GUARD, crate::frame::LUA],
+    )
 });
 
 static SCHEDULE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("schedule.lua")));
+    LazyLock::new(|| lua::script(include_str!("schedule.lua"), &[lua::GUARD]));
 
 /// When the next due entry of a delayed set may be, shared by a subscription's reader (which
 /// waits for it) and its settler (which schedules retries into it).
@@ -100,12 +100,13 @@ pub(crate) struct Mover {
 }
 
 impl Mover {
-    /// The mover of the full key `queue` whose delayed set is `delayed`, subscribed to its
-    /// wake-ups.
+    /// The mover of the full key `queue` whose delayed set is `delayed` and dead-letter list
+    /// `dead`, subscribed to its wake-ups.
     pub(crate) async fn open(
         conns: &Connections,
         queue: &str,
         delayed: &Delayed,
+        dead: Option<&str>,
         dest: Destination,
     ) -> Result<Self> {
         Ok(Self {
@@ -113,6 +114,8 @@ impl Mover {
                 delayed.set.clone(),
                 delayed.payloads.clone(),
                 queue.to_owned(),
+                // Without a dead-letter list the destination stands in; nothing is pushed there.
+                dead.unwrap_or(queue).to_owned(),
             ],
             dest,
             clock: Arc::new(DueClock {
@@ -134,11 +137,30 @@ impl Mover {
         *lock(&self.clock.next) = Instant::now();
     }
 
-    /// Moves due entries to the destination when one may be due.
-    pub(crate) async fn move_due(&self, client: &Client) -> Result<()> {
+    /// Moves due entries to the destination when one may be due. A failure is logged and
+    /// tried again after [`DUE_POLL`]: it never stops the subscription from reading what is
+    /// already in its queue.
+    pub(crate) async fn move_due(&self, client: &Client) {
         if self.clock.get() > Instant::now() {
-            return Ok(());
+            return;
         }
+        let next = match self.move_batch(client).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::warn!(queue = %self.keys[2], error = %e,
+                    "delayed entries not moved; trying again later");
+                Instant::now() + DUE_POLL
+            }
+        };
+        let mut next_due = lock(&self.clock.next);
+        // A retry scheduled by the settler meanwhile may be earlier.
+        if next < *next_due || *next_due <= Instant::now() {
+            *next_due = next;
+        }
+    }
+
+    /// One `move_due.lua` call; returns when the next entry may be due.
+    async fn move_batch(&self, client: &Client) -> Result<Instant> {
         let dest = match self.dest {
             Destination::List => "list",
             Destination::Stream => "stream",
@@ -151,29 +173,24 @@ impl Mover {
             )
             .await
             .map_err(core)?;
-        let (moved, now, due) = (
-            r.first().copied().unwrap_or(0),
-            r.get(1).copied().unwrap_or(0),
-            r.get(2).copied().unwrap_or(-1),
-        );
-        for late in r.iter().skip(3) {
+        let at = |i: usize, or: i64| r.get(i).copied().unwrap_or(or);
+        let (moved, now, due, dead) = (at(0, 0), at(1, 0), at(2, -1), at(3, 0));
+        if dead > 0 {
+            tracing::warn!(queue = %self.keys[2], dead, dead_letters = %self.keys[3],
+                "due entries that cannot be moved went to the dead-letter list (reason too-many-headers)");
+        }
+        for late in r.iter().skip(4) {
             #[allow(clippy::cast_precision_loss)]
             self.lateness.record(*late as f64 / 1000.0);
         }
-        let next = if moved >= i64::from(MOVE_BATCH) {
+        Ok(if moved + dead >= i64::from(MOVE_BATCH) {
             Instant::now()
         } else if due >= 0 {
             let wait = Duration::from_millis(u64::try_from(due - now).unwrap_or(0));
             Instant::now() + wait.min(DUE_POLL)
         } else {
             Instant::now() + DUE_POLL
-        };
-        let mut next_due = lock(&self.clock.next);
-        // A retry scheduled by the settler meanwhile may be earlier.
-        if next < *next_due || *next_due <= Instant::now() {
-            *next_due = next;
-        }
-        Ok(())
+        })
     }
 }
 

@@ -1,36 +1,55 @@
+#!lua flags=allow-oom
 -- MOVE_DUE: moves due entries of a delayed set to their destination, earliest due first in line.
--- Prepended with frame.lua.
+-- Runs under maxmemory (allow-oom): it moves entries, freeing as much as it adds. Prepended with
+-- guard.lua and frame.lua.
 --
--- KEYS: delayed set, delayed payload hash, destination (list or stream).
+-- KEYS: delayed set, delayed payload hash, destination (list or stream), dead-letter list (the
+--       destination stands in when there is none).
 -- ARGV: most entries to move, `list` or `stream`.
 -- A list gets the frames with RPUSH (the consuming end, since they are due), latest first so the
 -- earliest is taken first; a stream gets an XADD of each frame's fields, earliest first. One
 -- HMGET, one variadic RPUSH, HDEL and ZREM per call.
--- Returns {moved, now_ms, next_due_ms or -1, lateness_ms...} on the server's clock.
+-- An entry that cannot be moved (a frame with more headers than one XADD can take) goes to the
+-- dead-letter list with a `reason` header (or is dropped without one) and never blocks the rest.
+-- Returns {moved, now_ms, next_due_ms or -1, dead, lateness_ms...} on the server's clock.
+local stream = ARGV[2] == 'stream'
+local checks = {{KEYS[1], 'zset'}, {KEYS[2], 'hash'}, {KEYS[3], stream and 'stream' or 'list'}}
+if KEYS[4] ~= KEYS[3] then checks[#checks + 1] = {KEYS[4], 'list'} end
+local bad = wrong_types(checks)
+if bad then return redis.error_reply(bad) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {0, now, -1}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+  math.min(tonumber(ARGV[1]), 1000))
+local out = {0, now, -1, 0}
 if #due > 0 then
   local ids = {}
   for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
   local vals = redis.call('HMGET', KEYS[2], unpack(ids))
-  local stream = ARGV[2] == 'stream'
   local from, to, step = #ids, 1, -1
   if stream then from, to, step = 1, #ids, 1 end
   local push = {}
   for j = from, to, step do
     local v = vals[j]
     if v then
-      if stream then
-        redis.call('XADD', KEYS[3], '*', unpack(frame_fields(v)))
+      local fields = stream and frame_fields(v)
+      if fields and #fields > MAX_UNPACK - 2 then
+        if KEYS[4] ~= KEYS[3] then
+          redis.call('LPUSH', KEYS[4], with_header(v, 'reason',
+            'too-many-headers: ' .. #fields .. ' stream fields, more than one XADD can take'))
+        end
+        out[4] = out[4] + 1
       else
-        push[#push + 1] = v
+        if stream then
+          redis.call('XADD', KEYS[3], '*', unpack(fields))
+        else
+          push[#push + 1] = v
+        end
+        out[#out + 1] = now - tonumber(due[2 * j])
       end
-      out[#out + 1] = now - tonumber(due[2 * j])
     end
   end
-  out[1] = #out - 3
+  out[1] = #out - 4
   if #push > 0 then redis.call('RPUSH', KEYS[3], unpack(push)) end
   redis.call('HDEL', KEYS[2], unpack(ids))
   redis.call('ZREM', KEYS[1], unpack(ids))

@@ -1,6 +1,9 @@
+#!lua flags=allow-oom
 -- CLAIM: claims up to ARGV[1] entries from the consuming (right) end of the queue into the
 -- processing list: the same as that many `LMOVE queue processing RIGHT LEFT`, done as one
--- LRANGE + LTRIM + LPUSH (and one ZADD for their claims). Prepended with frame.lua.
+-- LRANGE + LPUSH + LTRIM (and one ZADD for their claims). Runs under maxmemory (allow-oom): it
+-- moves entries, so a full Redis can still drain its queues. Prepended with guard.lua and
+-- frame.lua.
 --
 -- KEYS: queue, processing, and with recovery the recovery set.
 -- ARGV: most entries to claim, reader id ('' = no recovery), first claim sequence number,
@@ -9,23 +12,38 @@
 -- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
 -- and its entry goes from the processing list back to the queue with its attempt raised by one.
 -- Then every claim is recorded in the set as `<reader id>:<seq>:<value>` scored by the server's
--- clock, so two claims of identical bytes are two members.
+-- clock, so two claims of identical bytes are two members. When the recovery set does not exist
+-- (it expired with recovery_ttl, or the queue ran without recovery before) while the processing
+-- list holds entries, nobody holds a claim on them: they go back to the queue as well.
 -- Returns {recovered, value...}, oldest first.
+local checks = {{KEYS[1], 'list'}, {KEYS[2], 'list'}}
+if KEYS[3] then checks[#checks + 1] = {KEYS[3], 'zset'} end
+local bad = wrong_types(checks)
+if bad then return redis.error_reply(bad) end
 local out = {0}
 local rid = ARGV[2]
 local now = 0
 if rid ~= '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local most = tonumber(ARGV[6])
+  if redis.call('EXISTS', KEYS[3]) == 0 then
+    local orphans = redis.call('RPOP', KEYS[2], most)
+    if orphans then
+      for _, v in ipairs(orphans) do
+        redis.call('LPUSH', KEYS[1], bump(v))
+        out[1] = out[1] + 1
+      end
+    end
+  end
   local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]),
-    'LIMIT', 0, tonumber(ARGV[6]))
+    'LIMIT', 0, most)
   for _, m in ipairs(stale) do
     redis.call('ZREM', KEYS[3], m)
     local p = string.find(m, ':', 1, true)
-    local q = string.find(m, ':', p + 1, true)
-    local v = string.sub(m, q + 1)
-    if redis.call('LREM', KEYS[2], '-1', v) > 0 then
-      redis.call('LPUSH', KEYS[1], bump(v))
+    local q = p and string.find(m, ':', p + 1, true)
+    if q and redis.call('LREM', KEYS[2], '-1', string.sub(m, q + 1)) > 0 then
+      redis.call('LPUSH', KEYS[1], bump(string.sub(m, q + 1)))
       out[1] = out[1] + 1
     end
   end
@@ -35,11 +53,11 @@ if n < 1 then return out end
 local taken = redis.call('LRANGE', KEYS[1], -n, -1)
 local m = #taken
 if m == 0 then return out end
-redis.call('LTRIM', KEYS[1], 0, -m - 1)
 for i = m, 1, -1 do out[#out + 1] = taken[i] end
 for i = 2, m + 1, 1000 do
   redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, m + 1)))
 end
+redis.call('LTRIM', KEYS[1], 0, -m - 1)
 if rid ~= '' then
   local seq = tonumber(ARGV[3])
   local members = {}

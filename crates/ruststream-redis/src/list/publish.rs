@@ -8,10 +8,11 @@ use fred::types::scripts::Script;
 use ruststream_core::Result;
 
 use crate::error::core;
+use crate::lua;
 use crate::policy::ListPublish;
 
 static PUSH_TTL: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("push_ttl.lua")));
+    LazyLock::new(|| lua::script(include_str!("push_ttl.lua"), &[lua::GUARD]));
 
 /// Pushes `frames` onto the full key `key` as `policy` says.
 pub(crate) async fn push(

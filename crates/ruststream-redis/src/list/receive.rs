@@ -27,19 +27,15 @@ use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::error::core;
 use crate::gauges::{self, QueueKeys};
+use crate::lua;
 use crate::memory::BlockingRead;
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes};
 
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
 
-static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::from_lua(format!(
-        "{}{}",
-        crate::frame::LUA,
-        include_str!("claim.lua")
-    ))
-});
+static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("claim.lua"), &[lua::GUARD, crate::frame::LUA]));
 
 /// Opens the receiver of `list`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -55,7 +51,16 @@ pub(super) async fn open(
         })
         .await?;
     let mover = if conns.settings.scheduling && list.options.scheduling {
-        Some(Mover::open(conns, &keys.queue, &keys.delayed, Destination::List).await?)
+        Some(
+            Mover::open(
+                conns,
+                &keys.queue,
+                &keys.delayed,
+                keys.dead.as_deref(),
+                Destination::List,
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -116,10 +121,9 @@ struct Reader {
 }
 
 impl Reader {
-    async fn move_due(&self) -> Result<()> {
-        match &self.mover {
-            Some(m) => m.move_due(self.conn.client()).await,
-            None => Ok(()),
+    async fn move_due(&self) {
+        if let Some(m) = &self.mover {
+            m.move_due(self.conn.client()).await;
         }
     }
 
@@ -161,7 +165,7 @@ struct SimpleList {
 impl SimpleList {
     async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
         let r = &self.reader;
-        r.move_due().await?;
+        r.move_due().await;
         let client = r.conn.client();
         let popped: Value = client.rpop(&self.key, Some(max)).await.map_err(core)?;
         let mut values = bytes_array(popped);
@@ -211,7 +215,7 @@ struct ReliableList {
 impl ReliableList {
     async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
         let r = &self.reader;
-        r.move_due().await?;
+        r.move_due().await;
         let claimed = self.claim(max).await?;
         if !claimed.is_empty() || r.stop.is_cancelled() {
             return Ok(claimed);
@@ -235,7 +239,7 @@ impl ReliableList {
                 ),
             )
             .await?;
-        r.move_due().await?;
+        r.move_due().await;
         self.claim(max).await
     }
 

@@ -1,4 +1,6 @@
--- SETTLE_LIST: settles a batch of claimed list entries. Prepended with
+#!lua flags=allow-oom
+-- SETTLE_LIST: settles a batch of claimed list entries. Runs under maxmemory (allow-oom): it
+-- removes as much as it adds, and acks free memory. Prepended with guard.lua and
 -- delayed/schedule_retry.lua.
 --
 -- KEYS: queue, processing, dead-letter list, delayed set, delayed payload hash, and with
@@ -13,6 +15,14 @@
 -- another worker); then the entry is removed from the processing list, and only when that finds
 -- it do the follow-up writes happen, so nothing is duplicated.
 -- Returns how many claims were still owned.
+if #ARGV % 5 ~= 0 then
+  return redis.error_reply('ERR settle.lua takes groups of five arguments, got ' .. #ARGV)
+end
+local checks = {{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'}, {KEYS[4], 'zset'},
+  {KEYS[5], 'hash'}}
+if KEYS[6] then checks[#checks + 1] = {KEYS[6], 'zset'} end
+local bad = wrong_types(checks)
+if bad then return redis.error_reply(bad) end
 local found = 0
 for i = 1, #ARGV, 5 do
   local op = ARGV[i]

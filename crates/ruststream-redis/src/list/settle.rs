@@ -18,10 +18,11 @@ use super::ListKeys;
 use crate::dead::discarded;
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
+use crate::lua;
 use crate::transport::{Settle, Token};
 
 static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(format!("{SCHEDULE_RETRY}{}", include_str!("settle.lua"))));
+    LazyLock::new(|| lua::script(include_str!("settle.lua"), &[lua::GUARD, SCHEDULE_RETRY]));
 
 /// Settles the entries of one reliable list.
 pub(super) struct ReliableSettle {

@@ -38,7 +38,16 @@ pub(super) async fn open(
         })
         .await?;
     let mover = if conns.settings.scheduling && stream.options.scheduling {
-        Some(Mover::open(conns, &keys.stream, &keys.delayed, Destination::Stream).await?)
+        Some(
+            Mover::open(
+                conns,
+                &keys.stream,
+                &keys.delayed,
+                keys.dead.as_deref(),
+                Destination::Stream,
+            )
+            .await?,
+        )
     } else {
         None
     };
@@ -83,7 +92,7 @@ struct StreamReceiver {
 impl StreamReceiver {
     async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
         if let Some(m) = &self.mover {
-            m.move_due(self.conn.client()).await?;
+            m.move_due(self.conn.client()).await;
         }
         let wait = if self.stop.is_cancelled() {
             Duration::from_millis(1)

@@ -1,4 +1,6 @@
--- SETTLE_STREAM: settles a batch of stream entries of one consumer group. Prepended with
+#!lua flags=allow-oom
+-- SETTLE_STREAM: settles a batch of stream entries of one consumer group. Runs under maxmemory
+-- (allow-oom). Every argument is checked before the first write. Prepended with guard.lua and
 -- delayed/schedule_retry.lua.
 --
 -- KEYS: stream, dead-letter list, delayed set, delayed payload hash.
@@ -8,8 +10,22 @@
 --   d  retry later: XACK, then schedule frame v2 after v1 = `delay_ms:id` (n = 2)
 --   x  dead: XACK, then LPUSH dead v1 (n = 1)
 -- Follow-up writes happen only when XACK found the entry pending. Returns how many were found.
-local found = 0
 local i = 2
+while i <= #ARGV do
+  local op, n = ARGV[i], tonumber(ARGV[i + 2])
+  if not n or n < 0 or n > MAX_UNPACK - 3 or i + 2 + n > #ARGV
+    or not ((op == 'a' and n == 0) or op == 'r' or (op == 'd' and n == 2) or (op == 'x' and n == 1)) then
+    return redis.error_reply('ERR settle.lua: malformed entry at argument ' .. i)
+  end
+  i = i + 3 + n
+end
+local checks = {{KEYS[1], 'stream'}, {KEYS[3], 'zset'}, {KEYS[4], 'hash'}}
+-- Without a dead-letter list the stream stands in for it, and nothing is pushed there.
+if KEYS[2] ~= KEYS[1] then checks[#checks + 1] = {KEYS[2], 'list'} end
+local bad = wrong_types(checks)
+if bad then return redis.error_reply(bad) end
+local found = 0
+i = 2
 while i <= #ARGV do
   local op = ARGV[i]
   local n = tonumber(ARGV[i + 2])

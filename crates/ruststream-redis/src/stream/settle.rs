@@ -15,10 +15,15 @@ use super::StreamKeys;
 use crate::dead::discarded;
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
+use crate::lua;
 use crate::transport::{Settle, Token};
 
+/// Most field/value items a retried entry may have: `settle.lua` hands them to one `XADD` with
+/// `unpack`, which Lua bounds (see `guard.lua`'s `MAX_UNPACK`).
+const MAX_XADD_FIELDS: usize = 7800;
+
 static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(format!("{SCHEDULE_RETRY}{}", include_str!("settle.lua"))));
+    LazyLock::new(|| lua::script(include_str!("settle.lua"), &[lua::GUARD, SCHEDULE_RETRY]));
 
 /// Settles the entries of one stream subscription.
 pub(super) struct StreamSettle {
@@ -79,6 +84,27 @@ impl StreamSettle {
                         &f.headers,
                         f.payload.clone(),
                     );
+                    if fields.len() > MAX_XADD_FIELDS {
+                        // A script cannot pass that many values to one XADD.
+                        let reason = format!(
+                            "too-many-headers: {} stream fields, more than one XADD can take ({MAX_XADD_FIELDS})",
+                            fields.len()
+                        );
+                        tracing::warn!(message_id = %f.id, %reason, "retry not possible: to the dead-letter list");
+                        if self.has_dead {
+                            let frame = Value::Bytes(t.dead_frame(&reason));
+                            args.extend([
+                                Value::from_static_str("x"),
+                                id,
+                                Value::Integer(1),
+                                frame,
+                            ]);
+                        } else {
+                            discarded(t, &reason);
+                            acks.push(id);
+                        }
+                        continue;
+                    }
                     let n = Value::Integer(i64::try_from(fields.len()).unwrap_or(0));
                     args.extend([Value::from_static_str("r"), id, n]);
                     args.extend(fields);
