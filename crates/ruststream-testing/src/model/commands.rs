@@ -56,10 +56,18 @@ fn wrong_args(cmd: &str) -> fred::error::Error {
     ))
 }
 
+/// An integer argument, read as strictly as Redis reads one: an optional `-`, then `0` or digits
+/// without a leading zero (`+1`, `01`, `-0` and ` 1` are not integers).
 pub(crate) fn parse_i64(b: &[u8]) -> R<i64> {
-    std::str::from_utf8(b)
-        .ok()
-        .and_then(|s| s.parse().ok())
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let canonical = match digits {
+        [b'0'] => digits.len() == b.len(),
+        [b'1'..=b'9', rest @ ..] => rest.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    canonical
+        .then(|| std::str::from_utf8(b).ok()?.parse().ok())
+        .flatten()
         .ok_or_else(|| err("ERR value is not an integer or out of range"))
 }
 
