@@ -10,7 +10,7 @@ use fred::types::Value;
 
 use super::State;
 use super::data::{Bound, Pending, R, StreamId, err, glob, rank_range};
-use super::scripts;
+use super::publishes::Change;
 
 /// A reply of simple-string `OK`.
 fn ok() -> Value {
@@ -185,60 +185,13 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
                 _ => Ok(ok()),
             }
         }
-        "SCRIPT" => {
-            need(1)?;
-            match upper(&args[0]).as_str() {
-                "LOAD" => {
-                    need(2)?;
-                    let lua = String::from_utf8_lossy(&args[1]);
-                    let sha = fred::util::sha1_hash(&lua);
-                    st.loaded.insert(sha.clone());
-                    Ok(bulk(Bytes::from(sha)))
-                }
-                "EXISTS" => Ok(Value::Array(
-                    args[1..]
-                        .iter()
-                        .map(|s| {
-                            Value::Integer(i64::from(
-                                st.loaded.contains(&*String::from_utf8_lossy(s)),
-                            ))
-                        })
-                        .collect(),
-                )),
-                "FLUSH" => {
-                    st.loaded.clear();
-                    Ok(ok())
-                }
-                other => Err(err(format!("ERR unknown subcommand 'SCRIPT {other}'"))),
-            }
-        }
-        "EVALSHA" | "EVAL" => {
-            need(2)?;
-            let numkeys = parse_usize(&args[1])?;
-            if n < 2 + numkeys {
-                return Err(err(
-                    "ERR Number of keys can't be greater than number of args",
-                ));
-            }
-            let keys = &args[2..2 + numkeys];
-            let argv = &args[2 + numkeys..];
-            let sha = if name == "EVAL" {
-                let sha = fred::util::sha1_hash(&String::from_utf8_lossy(&args[0]));
-                st.loaded.insert(sha.clone());
-                sha
-            } else {
-                String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
-            };
-            if !st.loaded.contains(&sha) {
-                return Err(err("NOSCRIPT No matching script. Please use EVAL."));
-            }
-            let key_refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-            check_slot(st, &key_refs)?;
-            scripts::run(st, now, &sha, keys, argv)
-        }
+        "SCRIPT" | "EVAL" | "EVALSHA" => super::lua::command(st, now, name, args),
         "PUBLISH" => {
             need(2)?;
-            st.record(&args[0], super::Pushed::Channel(args[1].clone()));
+            st.journal.push(Change::Channel {
+                channel: args[0].clone(),
+                message: args[1].clone(),
+            });
             Ok(int(st.publish(&args[0], &args[1])))
         }
         "PUBSUB" => {
@@ -405,7 +358,10 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         "LPUSH" | "RPUSH" => {
             need(2)?;
             let len = st.db.push(&args[0], &args[1..], name == "LPUSH")?;
-            st.record_list_push(&args[0], &args[1..]);
+            st.journal.push(Change::List {
+                key: args[0].clone(),
+                values: args[1..].to_vec(),
+            });
             Ok(int(len))
         }
         "LPOP" | "RPOP" => {
@@ -452,6 +408,12 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
             need(3)?;
             Ok(int(st.db.lrem(&args[0], parse_i64(&args[1])?, &args[2])?))
         }
+        "LTRIM" => {
+            need(3)?;
+            st.db
+                .ltrim(&args[0], parse_i64(&args[1])?, parse_i64(&args[2])?)?;
+            Ok(ok())
+        }
         "LLEN" => {
             need(1)?;
             Ok(int(st.db.list(&args[0])?.map_or(0, |l| l.len())))
@@ -488,14 +450,23 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
             let mut added = 0;
             for pair in args[1..].chunks_exact(2) {
                 added += usize::from(st.db.hset(&args[0], &pair[0], &pair[1])?);
+                st.journal.push(Change::HashField {
+                    field: pair[0].clone(),
+                    value: pair[1].clone(),
+                });
             }
             Ok(if name == "HMSET" { ok() } else { int(added) })
         }
         "HSETNX" => {
             need(3)?;
-            Ok(Value::Integer(i64::from(
-                st.db.hsetnx(&args[0], &args[1], &args[2])?,
-            )))
+            let set = st.db.hsetnx(&args[0], &args[1], &args[2])?;
+            if set {
+                st.journal.push(Change::HashField {
+                    field: args[1].clone(),
+                    value: args[2].clone(),
+                });
+            }
+            Ok(Value::Integer(i64::from(set)))
         }
         "HGET" => {
             need(2)?;
@@ -747,6 +718,10 @@ fn zadd(st: &mut State, args: &[Bytes]) -> R<Value> {
         if new || (ch && old != Some(score)) {
             changed += 1;
         }
+        st.journal.push(Change::Scored {
+            key: args[0].clone(),
+            member,
+        });
     }
     Ok(int(changed))
 }
@@ -798,7 +773,10 @@ fn xadd(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
             s.entries.pop_first();
         }
     }
-    st.record(key, super::Pushed::Stream(pairs));
+    st.journal.push(Change::Stream {
+        key: key.clone(),
+        fields: pairs,
+    });
     Ok(bulk(id.bytes()))
 }
 

@@ -1,9 +1,8 @@
 //! The keyspace of the model: values, expiry, and the type rules Redis enforces on them.
 //!
 //! Each operation here mirrors one Redis command's effect on the data (no argument parsing: see
-//! `commands`), so the Rust versions of the Lua scripts (`scripts`) can call them the way the
-//! Lua calls `redis.call`. Like Redis, a list, hash, sorted set or string that becomes empty is
-//! deleted (and its expiry with it); a stream is not.
+//! `commands`). Like Redis, a list, hash, sorted set or string that becomes empty is deleted (and
+//! its expiry with it); a stream is not.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -381,6 +380,21 @@ impl Keyspace {
         Ok(Some(v))
     }
 
+    /// `LTRIM key start stop`: keeps only the elements of that index range.
+    pub(crate) fn ltrim(&mut self, key: &[u8], start: i64, stop: i64) -> R<()> {
+        if let Some(list) = self.list_mut(key)? {
+            match rank_range(list.len(), start, stop) {
+                Some((from, to)) => {
+                    list.truncate(to + 1);
+                    list.drain(..from);
+                }
+                None => list.clear(),
+            }
+        }
+        self.tidy(key);
+        Ok(())
+    }
+
     /// `LREM key count value`: how many were removed.
     pub(crate) fn lrem(&mut self, key: &[u8], count: i64, value: &[u8]) -> R<usize> {
         let removed = match self.list_mut(key)? {
@@ -682,6 +696,29 @@ mod tests {
         assert_eq!(left, [&b"a"[..], b"b"]);
         assert_eq!(k.lrem(&key, 0, b"a").unwrap(), 1);
         assert_eq!(k.lrem(&key, 0, b"b").unwrap(), 1);
+        assert!(k.get(b"l").is_none(), "an emptied list is deleted");
+    }
+
+    #[test]
+    fn ltrim_keeps_a_range_and_deletes_an_emptied_list() {
+        let mut k = Keyspace::default();
+        let key = Bytes::from_static(b"l");
+        let vals: Vec<Bytes> = [b"a", b"b", b"c", b"d"]
+            .map(|s: &'static [u8; 1]| Bytes::from_static(s))
+            .into();
+        k.push(&key, &vals, false).unwrap();
+        k.ltrim(&key, 0, -2).unwrap();
+        let left: Vec<&[u8]> = k
+            .list(&key)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|b| &b[..])
+            .collect();
+        assert_eq!(left, [&b"a"[..], b"b", b"c"]);
+        k.ltrim(&key, 1, 1).unwrap();
+        assert_eq!(k.list(&key).unwrap().unwrap().len(), 1);
+        k.ltrim(&key, 0, -2).unwrap();
         assert!(k.get(b"l").is_none(), "an emptied list is deleted");
     }
 
