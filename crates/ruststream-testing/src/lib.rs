@@ -8,8 +8,8 @@
 //!   model of the Redis behaviour the broker relies on (lists and processing lists, recovery and
 //!   delayed sets, streams with groups and pending entries, pub/sub, key expiry, the cluster slot
 //!   rule). The broker code above the connection is the production code: fred's mocking layer
-//!   hands every command to the model, and the broker's Lua scripts run as Rust versions of
-//!   themselves.
+//!   hands every command to the model, and the broker's real Lua scripts, as fred sends them,
+//!   run on an embedded Lua 5.1 (the version Redis embeds) with Redis's scripting environment.
 //! - Under `#[tokio::test(start_paused = true)]`, [`TestApp::advance`] moves the clock that claim
 //!   scores, `min_idle`, delays, retry backoff and TTLs read, then lets the app settle.
 //! - `tb.broker::<RedisBroker>()` publishes ([`TestBroker::message`]) and asserts on subscribers
@@ -23,5 +23,5 @@ mod model;
 mod record;
 
 pub use app::{InMemoryBroker, TestApp, TestBroker, TestPublish};
-pub use model::{MemoryRedis, Pushed, scripts};
+pub use model::{MemoryRedis, Pushed};
 pub use record::{Call, Calls, Expected, Message, Published};

@@ -1,15 +1,19 @@
 //! The keyspace of the model: values, expiry, and the type rules Redis enforces on them.
 //!
 //! Each operation here mirrors one Redis command's effect on the data (no argument parsing: see
-//! `commands`), so the Rust versions of the Lua scripts (`scripts`) can call them the way the
-//! Lua calls `redis.call`. Like Redis, a list, hash, sorted set or string that becomes empty is
-//! deleted (and its expiry with it); a stream is not.
+//! `commands`). Like Redis, a list, hash, sorted set or string that becomes empty is deleted (and
+//! its expiry with it); a stream is not.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::fmt;
+use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
 use fred::error::{Error, ErrorKind};
+
+mod glob;
+mod values;
+
+pub(crate) use glob::glob;
+pub(crate) use values::{Bound, Group, Pending, Stream, StreamId, ZSet};
 
 /// The result of a model operation; errors carry Redis's own error text.
 pub(crate) type R<T> = Result<T, Error>;
@@ -66,203 +70,6 @@ impl Val {
 pub(crate) struct Entry {
     pub(crate) val: Val,
     pub(crate) expires: Option<u64>,
-}
-
-/// A score with the total order Redis uses.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Score(pub(crate) f64);
-
-impl Eq for Score {}
-
-impl PartialOrd for Score {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Score {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
-/// A sorted set: members ordered by score, then bytewise.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ZSet {
-    pub(crate) by_member: HashMap<Bytes, f64>,
-    pub(crate) ordered: BTreeSet<(Score, Bytes)>,
-}
-
-impl ZSet {
-    /// Adds or updates; returns whether the member is new.
-    pub(crate) fn insert(&mut self, member: Bytes, score: f64) -> bool {
-        let new = match self.by_member.insert(member.clone(), score) {
-            Some(old) => {
-                self.ordered.remove(&(Score(old), member.clone()));
-                false
-            }
-            None => true,
-        };
-        self.ordered.insert((Score(score), member));
-        new
-    }
-
-    pub(crate) fn remove(&mut self, member: &[u8]) -> bool {
-        match self.by_member.remove(member) {
-            Some(score) => {
-                self.ordered
-                    .remove(&(Score(score), Bytes::copy_from_slice(member)));
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Members with `min <= score <= max` (bounds exclusive when flagged), in order.
-    pub(crate) fn range_by_score(&self, min: Bound, max: Bound) -> Vec<(Bytes, f64)> {
-        self.ordered
-            .iter()
-            .filter(|(s, _)| min.below(s.0) && max.above(s.0))
-            .map(|(s, m)| (m.clone(), s.0))
-            .collect()
-    }
-}
-
-/// One end of a score range: `5`, `(5`, `-inf`, `+inf`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Bound {
-    pub(crate) value: f64,
-    pub(crate) exclusive: bool,
-}
-
-impl Bound {
-    fn below(self, score: f64) -> bool {
-        if self.exclusive {
-            self.value < score
-        } else {
-            self.value <= score
-        }
-    }
-
-    fn above(self, score: f64) -> bool {
-        if self.exclusive {
-            score < self.value
-        } else {
-            score <= self.value
-        }
-    }
-}
-
-/// A stream entry id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub(crate) struct StreamId {
-    pub(crate) ms: u64,
-    pub(crate) seq: u64,
-}
-
-impl StreamId {
-    pub(crate) const MAX: StreamId = StreamId {
-        ms: u64::MAX,
-        seq: u64::MAX,
-    };
-
-    /// Parses `ms-seq`, or `ms` with `seq` as given.
-    pub(crate) fn parse(s: &[u8], default_seq: u64) -> Option<StreamId> {
-        let s = std::str::from_utf8(s).ok()?;
-        match s.split_once('-') {
-            Some((ms, seq)) => Some(StreamId {
-                ms: ms.parse().ok()?,
-                seq: seq.parse().ok()?,
-            }),
-            None => Some(StreamId {
-                ms: s.parse().ok()?,
-                seq: default_seq,
-            }),
-        }
-    }
-
-    pub(crate) fn next(self) -> Option<StreamId> {
-        if self.seq == u64::MAX {
-            self.ms.checked_add(1).map(|ms| StreamId { ms, seq: 0 })
-        } else {
-            Some(StreamId {
-                ms: self.ms,
-                seq: self.seq + 1,
-            })
-        }
-    }
-
-    pub(crate) fn bytes(self) -> Bytes {
-        Bytes::from(self.to_string())
-    }
-}
-
-impl fmt::Display for StreamId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.ms, self.seq)
-    }
-}
-
-/// A stream with its consumer groups.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Stream {
-    pub(crate) entries: BTreeMap<StreamId, Vec<(Bytes, Bytes)>>,
-    pub(crate) last_id: StreamId,
-    pub(crate) groups: BTreeMap<Bytes, Group>,
-}
-
-/// A consumer group: what it was delivered and what is pending.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Group {
-    pub(crate) last_delivered: StreamId,
-    pub(crate) pending: BTreeMap<StreamId, Pending>,
-    /// Consumer name to the time it was last seen (ms).
-    pub(crate) consumers: BTreeMap<Bytes, u64>,
-}
-
-/// A pending entry: delivered, not acknowledged.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
-    pub(crate) consumer: Bytes,
-    pub(crate) delivered_ms: u64,
-    pub(crate) count: u64,
-}
-
-impl Stream {
-    /// Whether `group` has entries it was not delivered yet.
-    pub(crate) fn has_new_for(&self, group: &[u8]) -> bool {
-        self.groups.get(group).is_some_and(|g| {
-            self.entries
-                .range(g.last_delivered..)
-                .any(|(id, _)| *id > g.last_delivered)
-        })
-    }
-
-    /// Appends an entry with an id made from `now` (`*`), or the given id.
-    pub(crate) fn add(
-        &mut self,
-        id: Option<StreamId>,
-        now: u64,
-        fields: Vec<(Bytes, Bytes)>,
-    ) -> R<StreamId> {
-        let id = match id {
-            Some(id) => {
-                if id <= self.last_id || id == StreamId::default() {
-                    return Err(err(
-                        "ERR The ID specified in XADD is equal or smaller than the target stream top item",
-                    ));
-                }
-                id
-            }
-            None if now > self.last_id.ms => StreamId { ms: now, seq: 0 },
-            None => self.last_id.next().ok_or_else(|| {
-                err("ERR The stream has exhausted the last possible ID, unable to add more items")
-            })?,
-        };
-        self.entries.insert(id, fields);
-        self.last_id = id;
-        Ok(id)
-    }
 }
 
 /// Every key of the model.
@@ -379,6 +186,21 @@ impl Keyspace {
         };
         self.push(dst, std::slice::from_ref(&v), to_left)?;
         Ok(Some(v))
+    }
+
+    /// `LTRIM key start stop`: keeps only the elements of that index range.
+    pub(crate) fn ltrim(&mut self, key: &[u8], start: i64, stop: i64) -> R<()> {
+        if let Some(list) = self.list_mut(key)? {
+            match rank_range(list.len(), start, stop) {
+                Some((from, to)) => {
+                    list.truncate(to + 1);
+                    list.drain(..from);
+                }
+                None => list.clear(),
+            }
+        }
+        self.tidy(key);
+        Ok(())
     }
 
     /// `LREM key count value`: how many were removed.
@@ -605,63 +427,9 @@ pub(crate) fn rank_range(len: usize, start: i64, stop: i64) -> Option<(usize, us
     Some((usize::try_from(start).ok()?, usize::try_from(stop).ok()?))
 }
 
-/// Redis's glob match for `KEYS` patterns: `*`, `?`, `[abc]`, `[^a]`, `[a-z]`, `\x`.
-pub(crate) fn glob(pattern: &[u8], s: &[u8]) -> bool {
-    match pattern.split_first() {
-        None => s.is_empty(),
-        Some((b'*', rest)) => (0..=s.len()).any(|i| glob(rest, &s[i..])),
-        Some((b'?', rest)) => !s.is_empty() && glob(rest, &s[1..]),
-        Some((b'[', rest)) => {
-            let Some((&c, tail)) = s.split_first() else {
-                return false;
-            };
-            let (negate, mut p) = match rest.split_first() {
-                Some((b'^', r)) => (true, r),
-                _ => (false, rest),
-            };
-            let mut matched = false;
-            loop {
-                match p {
-                    [] => return false,
-                    [b']', r @ ..] => {
-                        p = r;
-                        break;
-                    }
-                    [b'\\', x, r @ ..] => {
-                        matched |= *x == c;
-                        p = r;
-                    }
-                    [a, b'-', b, r @ ..] if *b != b']' => {
-                        matched |= (*a.min(b)..=*a.max(b)).contains(&c);
-                        p = r;
-                    }
-                    [x, r @ ..] => {
-                        matched |= *x == c;
-                        p = r;
-                    }
-                }
-            }
-            matched != negate && glob(p, tail)
-        }
-        Some((b'\\', [x, rest @ ..])) => s.first() == Some(x) && glob(rest, &s[1..]),
-        Some((x, rest)) => s.first() == Some(x) && glob(rest, &s[1..]),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn glob_matches_like_redis() {
-        assert!(glob(b"rs:*", b"rs:jobs"));
-        assert!(glob(b"h?llo", b"hello"));
-        assert!(!glob(b"h?llo", b"hllo"));
-        assert!(glob(b"h[ae]llo", b"hallo"));
-        assert!(!glob(b"h[^e]llo", b"hello"));
-        assert!(glob(b"h[a-c]llo", b"hbllo"));
-        assert!(glob(b"\\{t\\}*", b"{t}.processing"));
-    }
 
     #[test]
     fn lrem_from_the_tail_removes_the_last_match() {
@@ -682,6 +450,29 @@ mod tests {
         assert_eq!(left, [&b"a"[..], b"b"]);
         assert_eq!(k.lrem(&key, 0, b"a").unwrap(), 1);
         assert_eq!(k.lrem(&key, 0, b"b").unwrap(), 1);
+        assert!(k.get(b"l").is_none(), "an emptied list is deleted");
+    }
+
+    #[test]
+    fn ltrim_keeps_a_range_and_deletes_an_emptied_list() {
+        let mut k = Keyspace::default();
+        let key = Bytes::from_static(b"l");
+        let vals: Vec<Bytes> = [b"a", b"b", b"c", b"d"]
+            .map(|s: &'static [u8; 1]| Bytes::from_static(s))
+            .into();
+        k.push(&key, &vals, false).unwrap();
+        k.ltrim(&key, 0, -2).unwrap();
+        let left: Vec<&[u8]> = k
+            .list(&key)
+            .unwrap()
+            .unwrap()
+            .iter()
+            .map(|b| &b[..])
+            .collect();
+        assert_eq!(left, [&b"a"[..], b"b", b"c"]);
+        k.ltrim(&key, 1, 1).unwrap();
+        assert_eq!(k.list(&key).unwrap().unwrap().len(), 1);
+        k.ltrim(&key, 0, -2).unwrap();
         assert!(k.get(b"l").is_none(), "an emptied list is deleted");
     }
 

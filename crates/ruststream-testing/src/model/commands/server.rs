@@ -1,0 +1,87 @@
+//! Connection, server, scripting and pub/sub commands.
+
+use super::*;
+
+/// Runs the command `name` (upper case) of this module.
+pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R<Value> {
+    let n = args.len();
+    let need = |k: usize| if n < k { Err(wrong_args(name)) } else { Ok(()) };
+    match name {
+        "PING" => Ok(match args.first() {
+            Some(m) => bulk(m.clone()),
+            None => Value::String("PONG".into()),
+        }),
+        "ECHO" => {
+            need(1)?;
+            Ok(bulk(args[0].clone()))
+        }
+        "QUIT" | "SELECT" | "READONLY" | "READWRITE" | "ASKING" | "RESET" | "AUTH" => Ok(ok()),
+        "TIME" => Ok(array([
+            Bytes::from((now / 1000).to_string()),
+            Bytes::from(((now % 1000) * 1000).to_string()),
+        ])),
+        "DBSIZE" => Ok(int(st.db.keys.len())),
+        "FLUSHALL" | "FLUSHDB" => {
+            st.db.keys.clear();
+            Ok(ok())
+        }
+        "INFO" => Ok(bulk(Bytes::from_static(
+            b"# Server\r\nredis_version:7.2.0\r\nredis_mode:standalone\r\nruststream_model:1\r\n",
+        ))),
+        "WAIT" => Ok(Value::Integer(0)),
+        "CLIENT" => {
+            need(1)?;
+            match upper(&args[0]).as_str() {
+                "ID" => {
+                    st.next_client_id += 1;
+                    Ok(Value::Integer(st.next_client_id))
+                }
+                "UNBLOCK" => Ok(Value::Integer(0)),
+                "GETNAME" => Ok(Value::Null),
+                "LIST" | "INFO" => Ok(bulk(Bytes::new())),
+                _ => Ok(ok()),
+            }
+        }
+        "SCRIPT" | "EVAL" | "EVALSHA" => super::lua::command(st, now, name, args),
+        "PUBLISH" => {
+            need(2)?;
+            st.journal.push(Change::Channel {
+                channel: args[0].clone(),
+                message: args[1].clone(),
+            });
+            Ok(int(st.publish(&args[0], &args[1])))
+        }
+        "PUBSUB" => {
+            need(1)?;
+            match upper(&args[0]).as_str() {
+                "NUMSUB" => Ok(Value::Array(
+                    args[1..]
+                        .iter()
+                        .flat_map(|c| {
+                            let n = st.channels.get(c).map_or(0, |tx| tx.receiver_count());
+                            [bulk(c.clone()), int(n)]
+                        })
+                        .collect(),
+                )),
+                "NUMPAT" => Ok(int(st
+                    .patterns
+                    .iter()
+                    .filter(|(_, tx)| tx.receiver_count() > 0)
+                    .count())),
+                "CHANNELS" => Ok(array(
+                    st.channels
+                        .iter()
+                        .filter(|(c, tx)| {
+                            tx.receiver_count() > 0 && args.get(1).is_none_or(|p| glob(p, c))
+                        })
+                        .map(|(c, _)| c.clone())
+                        .collect::<Vec<_>>(),
+                )),
+                other => Err(err(format!(
+                    "ERR the in-memory model does not implement 'PUBSUB {other}'"
+                ))),
+            }
+        }
+        _ => Err(unknown(name)),
+    }
+}
