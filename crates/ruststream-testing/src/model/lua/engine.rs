@@ -119,9 +119,10 @@ impl Engine {
         if self.compiled.contains_key(sha) {
             return Ok(());
         }
+        let body = shebang_body(text)?;
         let f = self
             .lua
-            .load(text)
+            .load(&*body)
             .set_name(CHUNK)
             .into_function()
             .map_err(|e| {
@@ -379,4 +380,38 @@ fn number_arg(lua: &Lua, v: LuaValue) -> Arg {
         Ok(Some(n)) => Arg::Number(n),
         _ => Arg::Other(type_name),
     }
+}
+
+/// The code of a script: Redis 7 reads a first line `#!lua [flags=a,b]` as the script's engine
+/// and flags and does not run it; it becomes an empty line here, so line numbers stay. The
+/// model accepts the flags Redis knows and does not act on them (it has no maxmemory, replicas
+/// or cluster nodes).
+fn shebang_body(text: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    const FLAGS: [&str; 5] = [
+        "no-writes",
+        "allow-oom",
+        "allow-stale",
+        "no-cluster",
+        "allow-cross-slot-keys",
+    ];
+    if !text.starts_with(b"#!") {
+        return Ok(std::borrow::Cow::Borrowed(text));
+    }
+    let end = text.iter().position(|&b| b == b'\n').unwrap_or(text.len());
+    let line = String::from_utf8_lossy(&text[2..end]);
+    let mut words = line.split_whitespace();
+    if words.next() != Some("lua") {
+        return Err("ERR Could not find engine in script shebang".to_owned());
+    }
+    for word in words {
+        let flags = word
+            .strip_prefix("flags=")
+            .ok_or_else(|| "ERR Unknown lua shebang option".to_owned())?;
+        for flag in flags.split(',').filter(|f| !f.is_empty()) {
+            if !FLAGS.contains(&flag) {
+                return Err("ERR Unexpected flag in script shebang".to_owned());
+            }
+        }
+    }
+    Ok(std::borrow::Cow::Owned(text[end..].to_vec()))
 }
