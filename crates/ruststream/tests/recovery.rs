@@ -1,7 +1,7 @@
-//! Crash recovery of reliable lists on a real Redis (seed 000, issue 6): claims recorded in the
+//! Crash recovery of reliable lists (seed 000, issue 6): claims recorded in the
 //! recovery set, stale claims swept back to the queue, concurrent sweepers, the ttl. Each test
-//! runs on the standalone server and on the cluster (`name::standalone`, `name::cluster`, see
-//! `harness`).
+//! runs on the in-memory model, the standalone server and the cluster (`name::memory`,
+//! `name::standalone`, `name::cluster`, see `harness`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,7 +16,7 @@ mod harness;
 use harness::{Env, WAIT, on, start, stop, try_start, wait_until};
 
 on!(
-    [standalone, cluster]
+    [memory, standalone, cluster]
     claims_are_recorded_and_acks_remove_them,
     a_claim_is_not_recovered_before_min_idle,
     concurrent_sweepers_never_duplicate,
@@ -207,7 +207,7 @@ async fn a_claim_is_not_recovered_before_min_idle(env: &Env) {
     stop(running).await;
 
     // min_idle 1.5 s: the second worker must not see it for at least ~1.5 s after the claim.
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let second = Record::default();
     let running = start(app(env, queue(Duration::from_millis(1500)), second.clone())).await;
     wait_until("recovered", Duration::from_secs(10), || async {
