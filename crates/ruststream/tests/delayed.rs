@@ -1,18 +1,20 @@
 //! Delayed delivery and retries at growing intervals on a real Redis (seed 001, issue 7). Each
-//! test runs on the standalone server and on the cluster (`name::standalone`, `name::cluster`).
+//! test runs on the standalone server and on the cluster (`name::standalone`, `name::cluster`,
+//! see `harness`).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fred::prelude::*;
 use ruststream::prelude::*;
 
-mod topo;
-use topo::{Topo, on_both, prefix, wait_until};
+mod harness;
+use harness::{Env, on, start, stop, wait_until};
 
-on_both!(
+on!(
+    [standalone, cluster]
     an_idle_consumer_is_woken_for_a_delayed_publish,
     competing_movers_deliver_each_entry_once_and_never_early,
     retries_follow_the_backoff_then_land_in_dead_letters,
@@ -72,12 +74,10 @@ impl Handle<Check> for Record {
 }
 
 fn app(
-    prefix: &str,
     broker: RedisBroker,
-    source: impl ruststream::__private::Source<Broker = RedisBroker>,
+    source: impl ruststream::Source<Broker = RedisBroker>,
     h: Record,
 ) -> RustStream {
-    let _ = prefix;
     RustStream::new(AppInfo::new("delayed", "0"))
         .shutdown_timeout(Duration::from_millis(200))
         .with_broker(broker, |b| {
@@ -85,24 +85,21 @@ fn app(
         })
 }
 
-async fn publisher(t: &Topo, prefix: &str) -> Publisher {
-    let b = t.broker().prefix(prefix);
+/// A publisher on a broker of its own, as another service would have.
+async fn publisher(env: &Env) -> Publisher {
+    let b = env.broker_with(|b| b);
     b.connect().await.unwrap();
     b.publisher()
 }
 
-async fn an_idle_consumer_is_woken_for_a_delayed_publish(t: Topo) {
-    let p = prefix("dt");
+async fn an_idle_consumer_is_woken_for_a_delayed_publish(env: &Env) {
     let h = Record::default();
     // A 5 s block: without the wake-up the entry would wait for the next poll.
     let source = RedisList::new("{pay}")
         .reliable()
         .block(Duration::from_secs(5));
-    let running = app(&p, t.broker().prefix(&p), source, h.clone())
-        .start()
-        .await
-        .unwrap();
-    let publisher = publisher(&t, &p).await;
+    let running = start(app(env.broker_with(|b| b), source, h.clone())).await;
+    let publisher = publisher(env).await;
     let due = now_ms() + 300;
     publisher
         .message(&Check { n: 1, due_ms: due })
@@ -115,7 +112,7 @@ async fn an_idle_consumer_is_woken_for_a_delayed_publish(t: Topo) {
         !h.seen().is_empty()
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let (_, attempt, at, due) = h.seen()[0];
     assert_eq!(attempt, 1);
     assert!(
@@ -130,23 +127,18 @@ async fn an_idle_consumer_is_woken_for_a_delayed_publish(t: Topo) {
     );
 }
 
-async fn competing_movers_deliver_each_entry_once_and_never_early(t: Topo) {
+async fn competing_movers_deliver_each_entry_once_and_never_early(env: &Env) {
     const N: u32 = 400;
-    let p = prefix("dt");
+    let p = &env.prefix;
     let handlers: Vec<Record> = (0..3).map(|_| Record::default()).collect();
     let mut apps = Vec::new();
     for h in &handlers {
         let source = RedisList::new("{pay}")
             .reliable()
             .block(Duration::from_millis(500));
-        apps.push(
-            app(&p, t.broker().prefix(&p), source, h.clone())
-                .start()
-                .await
-                .unwrap(),
-        );
+        apps.push(start(app(env.broker_with(|b| b), source, h.clone())).await);
     }
-    let publisher = publisher(&t, &p).await;
+    let publisher = publisher(env).await;
     let base = now_ms();
     let checks: Vec<Check> = (0..N)
         .map(|n| Check {
@@ -168,7 +160,7 @@ async fn competing_movers_deliver_each_entry_once_and_never_early(t: Topo) {
         total() >= N as usize
     })
     .await;
-    let r = t.client().await;
+    let r = &env.client;
     wait_until("delayed set empty", Duration::from_secs(5), || async {
         let z: i64 = r.zcard(format!("{p}{{pay}}.delayed")).await.unwrap();
         let h: i64 = r
@@ -179,7 +171,7 @@ async fn competing_movers_deliver_each_entry_once_and_never_early(t: Topo) {
     })
     .await;
     for a in apps {
-        a.shutdown().await.unwrap();
+        stop(a).await;
     }
     let mut count: HashMap<u32, usize> = HashMap::new();
     for h in &handlers {
@@ -197,8 +189,8 @@ async fn competing_movers_deliver_each_entry_once_and_never_early(t: Topo) {
     );
 }
 
-async fn retries_follow_the_backoff_then_land_in_dead_letters(t: Topo) {
-    let p = prefix("dt");
+async fn retries_follow_the_backoff_then_land_in_dead_letters(env: &Env) {
+    let p = &env.prefix;
     let h = Record {
         fail: true,
         ..Record::default()
@@ -207,25 +199,22 @@ async fn retries_follow_the_backoff_then_land_in_dead_letters(t: Topo) {
         .reliable()
         .retry(Backoff::exponential(Duration::from_millis(150)).jitter(0.0))
         .max_attempts(4);
-    let running = app(&p, t.broker().prefix(&p), source, h.clone())
-        .start()
-        .await
-        .unwrap();
-    publisher(&t, &p)
+    let running = start(app(env.broker_with(|b| b), source, h.clone())).await;
+    publisher(env)
         .await
         .message(&Check { n: 9, due_ms: 0 })
         .to("{pay}")
         .publish()
         .await
         .unwrap();
-    let r = t.client().await;
+    let r = &env.client;
     let dead = format!("{p}{{pay}}.dead");
     wait_until("dead-lettered", Duration::from_secs(10), || async {
         let n: i64 = r.llen(&dead).await.unwrap();
         n == 1
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let seen = h.seen();
     assert_eq!(
         seen.iter().map(|s| s.1).collect::<Vec<_>>(),
@@ -251,8 +240,8 @@ async fn retries_follow_the_backoff_then_land_in_dead_letters(t: Topo) {
     assert_eq!(frame.attempt, 4);
 }
 
-async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
-    let p = prefix("dt");
+async fn streams_get_delayed_publishes_and_delayed_retries(env: &Env) {
+    let p = &env.prefix;
     #[derive(Clone, Default)]
     struct FailOnce(Arc<Mutex<Vec<(u32, u32, u64)>>>);
     impl Handle<Check> for FailOnce {
@@ -271,15 +260,13 @@ async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
         }
     }
     let h = FailOnce::default();
-    let running = RustStream::new(AppInfo::new("s", "0"))
-        .with_broker(t.broker().prefix(&p), |b| {
+    let running =
+        RustStream::new(AppInfo::new("s", "0")).with_broker(env.broker_with(|b| b), |b| {
             b.include(subscriber(RedisStream::new("events").group("g"), h.clone()).build());
-        })
-        .start()
-        .await
-        .unwrap();
+        });
+    let running = start(running).await;
     let due = now_ms() + 200;
-    publisher(&t, &p)
+    publisher(env)
         .await
         .message(&Check { n: 3, due_ms: due })
         .to("events")
@@ -291,7 +278,7 @@ async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
         h.0.lock().unwrap().len() == 2
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let seen = h.0.lock().unwrap().clone();
     assert_eq!((seen[0].0, seen[0].1), (3, 1));
     assert!(seen[0].2 + 5 >= due, "delivered before due");
@@ -301,7 +288,7 @@ async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
         "retry_after(250ms) came after {} ms",
         seen[1].2 - seen[0].2
     );
-    let r = t.client().await;
+    let r = &env.client;
     let pending: Vec<Value> = r.xpending(format!("{p}events"), "g", ()).await.unwrap();
     assert_eq!(
         pending.first().cloned().and_then(|v| v.as_i64()),
@@ -310,15 +297,15 @@ async fn streams_get_delayed_publishes_and_delayed_retries(t: Topo) {
     );
 }
 
-async fn a_pure_handler_node_does_not_schedule(t: Topo) {
-    let p = prefix("dt");
+async fn a_pure_handler_node_does_not_schedule(env: &Env) {
+    let p = &env.prefix;
     let h = Record::default();
-    let pure = t.broker().prefix(&p).scheduling(false);
+    let pure = env.broker_with(|b| b.scheduling(false));
     let source = RedisList::new("{pay}")
         .reliable()
         .block(Duration::from_millis(100));
-    let running = app(&p, pure, source, h.clone()).start().await.unwrap();
-    publisher(&t, &p)
+    let running = start(app(pure, source, h.clone())).await;
+    publisher(env)
         .await
         .message(&Check { n: 1, due_ms: 0 })
         .to("{pay}")
@@ -326,12 +313,9 @@ async fn a_pure_handler_node_does_not_schedule(t: Topo) {
         .publish()
         .await
         .unwrap();
-    let r = t.client().await;
-    let started = Instant::now();
+    let r = &env.client;
     // Well past due, the entry is still waiting: nobody schedules.
-    while started.elapsed() < Duration::from_millis(600) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    env.advance(Duration::from_millis(600)).await;
     let waiting: i64 = r.zcard(format!("{p}{{pay}}.delayed")).await.unwrap();
     assert_eq!(waiting, 1);
     assert!(h.seen().is_empty());
@@ -340,23 +324,20 @@ async fn a_pure_handler_node_does_not_schedule(t: Topo) {
     let source = RedisList::new("{pay}")
         .reliable()
         .block(Duration::from_millis(100));
-    let second = app(&p, t.broker().prefix(&p), source, mover.clone())
-        .start()
-        .await
-        .unwrap();
+    let second = start(app(env.broker_with(|b| b), source, mover.clone())).await;
     wait_until("delivered", Duration::from_secs(5), || async {
         h.seen().len() + mover.seen().len() == 1
     })
     .await;
-    running.shutdown().await.unwrap();
-    second.shutdown().await.unwrap();
+    stop(running).await;
+    stop(second).await;
 }
 
-async fn stop_subscription_stops_one_and_the_others_go_on(t: Topo) {
-    let p = prefix("dt");
+async fn stop_subscription_stops_one_and_the_others_go_on(env: &Env) {
+    let p = &env.prefix;
     let (a, b) = (Record::default(), Record::default());
-    let mut running = RustStream::new(AppInfo::new("two", "0"))
-        .with_broker(t.broker().prefix(&p), |m| {
+    let running =
+        RustStream::new(AppInfo::new("two", "0")).with_broker(env.broker_with(|b| b), |m| {
             m.include(
                 subscriber(
                     RedisList::new("{a}")
@@ -375,10 +356,8 @@ async fn stop_subscription_stops_one_and_the_others_go_on(t: Topo) {
                 )
                 .build(),
             );
-        })
-        .start()
-        .await
-        .unwrap();
+        });
+    let mut running = start(running).await;
     running.stop_subscription("{a}").unwrap();
     assert!(
         running
@@ -387,7 +366,7 @@ async fn stop_subscription_stops_one_and_the_others_go_on(t: Topo) {
             .to_string()
             .contains("{b}")
     );
-    let publisher = publisher(&t, &p).await;
+    let publisher = publisher(env).await;
     publisher
         .message(&Check { n: 1, due_ms: 0 })
         .to("{a}")
@@ -404,9 +383,9 @@ async fn stop_subscription_stops_one_and_the_others_go_on(t: Topo) {
         b.seen().len() == 1
     })
     .await;
-    let r = t.client().await;
+    let r = &env.client;
     let left: i64 = r.llen(format!("{p}{{a}}")).await.unwrap();
     assert_eq!(left, 1, "the stopped subscription does not read");
     assert!(a.seen().is_empty());
-    running.shutdown().await.unwrap();
+    stop(running).await;
 }

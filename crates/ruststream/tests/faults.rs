@@ -15,7 +15,7 @@
 //!
 //! Every wait is bounded; each test prints its counts.
 
-mod topo;
+mod harness;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -27,9 +27,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
+use harness::stand::{OwnRedis, Stand, kill9, node_client, server_pid};
+use harness::{Env, bounded, on, unique, wait_until};
 use ruststream::prelude::*;
 use ruststream::redis::frame::Frame;
-use topo::{Stand, bounded, kill9, node_client, redis_url, server_pid, unique, wait_until};
+
+// On the shared standalone server, under a prefix of its own; the other fault tests start
+// servers of their own.
+on!([standalone] workers_killed_mid_handler_lose_nothing);
 
 /// The queue every fault test uses (hash-tagged: it runs on a cluster too).
 const QUEUE: &str = "{faults}";
@@ -284,16 +289,15 @@ async fn handled_counts(client: &Client, prefix: &str) -> (u64, u64) {
 // ---------------------------------------------------------------------------------------------
 // Workers killed mid-handler.
 
-#[tokio::test]
-async fn workers_killed_mid_handler_lose_nothing() {
+async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
     const JOBS: u32 = 2000;
     const KILLS: usize = 5;
     const CONCURRENCY: usize = 4;
     let started = Instant::now();
-    let url = redis_url();
-    let prefix = format!("{}:", unique("kills"));
+    let url = env.url().expect("the standalone server").to_owned();
+    let prefix = env.prefix.clone();
     let dir = temp_dir("kills");
-    let r = node_client(&url).await;
+    let r = env.client.clone();
     publish_jobs(&url, &prefix, 0..JOBS).await;
     let spawn = || Worker::spawn(&url, &prefix, &dir, 1000, CONCURRENCY, 40);
     let mut workers: Vec<Worker> = (0..3).map(|_| spawn()).collect();
@@ -381,94 +385,6 @@ async fn workers_killed_mid_handler_lose_nothing() {
 
 // ---------------------------------------------------------------------------------------------
 // The Redis server restarted.
-
-/// A redis-server of the test's own, persistent (`appendfsync always`), on a fixed port.
-struct OwnRedis {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl OwnRedis {
-    fn free_port() -> u16 {
-        loop {
-            let port = 15000 + fastrand::u16(..7000);
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
-                && std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
-            {
-                return port;
-            }
-        }
-    }
-
-    async fn start(dir: PathBuf, port: u16) -> Self {
-        let log = dir.join("redis.log");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args([
-                "--dir",
-                dir.to_str().unwrap(),
-                "--logfile",
-                log.to_str().unwrap(),
-            ])
-            .args([
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--save",
-                "",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (scripts/stand installs it)");
-        let mut me = Self {
-            child: Some(child),
-            port,
-            dir,
-        };
-        let url = me.url();
-        let exited = me.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-        assert!(
-            exited.is_none(),
-            "redis-server exited: {exited:?}, see {log:?}"
-        );
-        wait_until(
-            "the server answers PING",
-            Duration::from_secs(20),
-            || async {
-                let Ok(c) = Builder::from_config(Config::from_url(&url).unwrap()).build() else {
-                    return false;
-                };
-                let ok = tokio::time::timeout(Duration::from_secs(1), c.init()).await;
-                let pong = matches!(ok, Ok(Ok(_))) && c.ping::<String>(None).await.is_ok();
-                let _ = c.quit().await;
-                pong
-            },
-        )
-        .await;
-        me
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[tokio::test]
 async fn workers_ride_out_a_redis_restart() {

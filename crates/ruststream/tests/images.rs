@@ -3,19 +3,22 @@
 //!
 //! The examples hard-code `redis://localhost:6379` and unprefixed keys, so the tests include each
 //! example's file into a module (its subscribers, message types and `app()` as written) and mount
-//! the same subscribers on `RedisBroker::standalone($RUSTSTREAM_REDIS_URL).prefix(unique)`: runs
-//! never share keys. That the mount matches the example's `app()` is checked by comparing their
+//! the same subscribers on the stand's standalone server with the test's own prefix (see
+//! `harness`): runs never share keys. That the mount matches the example's `app()` is checked by comparing their
 //! AsyncAPI documents.
 //!
 //! A job that the render subscriber claims the instant it lands cannot be seen on its queue, so the
 //! upload is handled in two steps: first an app without the render subscriber (the queue's expiry
 //! can be read while the job waits), then the full app, which renders and acknowledges it.
 
+mod harness;
+
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use fred::prelude::*;
+use harness::{Env, on, wait_until};
 use ruststream::prelude::*;
 use ruststream::{RustStream, asyncapi};
 use serde_json::{Value, json};
@@ -120,19 +123,10 @@ const MANUAL: Form = Form {
     example_app: images_manual::example_app,
 };
 
-/// Waits for a condition, polling, for at most `WAIT`.
+/// The longest a condition may take: the service's steps under a loaded machine.
 const WAIT: Duration = Duration::from_secs(20);
 
-fn redis_url() -> String {
-    std::env::var("RUSTSTREAM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
-
-fn unique_prefix(form: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("rs-test:images:{form}:{}-{nanos}:", std::process::id())
-}
+on!([standalone] multi_thread: macro_form_end_to_end, manual_form_end_to_end);
 
 // ---------------------------------------------------------------------------------------------
 // What the handlers log: the examples' handlers only log, so the tests read their events.
@@ -209,59 +203,14 @@ fn count_logged(message: &str, field: &str, value: &str) -> usize {
         .count()
 }
 
-/// Polls `check` until it returns `Some`, for at most [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let polled = tokio::time::timeout(WAIT, async {
-        loop {
-            if let Some(v) = check().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    match polled {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {WAIT:?} waiting until {what}"),
-    }
-}
-
-async fn redis() -> Client {
-    let client = Client::new(
-        Config::from_url(&redis_url()).expect("RUSTSTREAM_REDIS_URL is a redis:// URL"),
-        None,
-        None,
-        None,
-    );
-    client
-        .init()
-        .await
-        .expect("Redis answers at RUSTSTREAM_REDIS_URL");
-    client
-}
-
-async fn cleanup(redis: &Client, prefix: &str) {
-    let keys: Vec<String> = redis
-        .custom(fred::cmd!("KEYS"), vec![format!("{prefix}*")])
-        .await
-        .unwrap_or_default();
-    if !keys.is_empty() {
-        let _: Result<i64, _> = redis.del(keys).await;
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 
-async fn service_end_to_end(form: &Form) {
+async fn service_end_to_end(env: &Env, form: &Form) {
     capture_events();
-    let redis = &redis().await;
-    let prefix = &unique_prefix(form.name);
-    let k = &|key: &str| format!("{prefix}{key}");
-    let broker = || RedisBroker::standalone(redis_url()).prefix(prefix.clone());
+    let redis = &env.client;
+    let k = &|key: &str| env.key(key);
+    // A broker of its own for each app, as separate deployments would have.
+    let broker = || env.broker_with(|b| b);
 
     // The mount under test is the example's: same subscribers, sources and replies.
     assert_eq!(
@@ -274,10 +223,7 @@ async fn service_end_to_end(form: &Form) {
     // Step 1: everything but the render subscriber.
     let producers = broker();
     let publisher = producers.publisher();
-    let running = (form.producers_on)(producers)
-        .start()
-        .await
-        .expect("the producer side starts");
+    let running = env.start((form.producers_on)(producers)).await;
 
     // A warmup published to `cache.warmups` (the type's outgoing name) is handled.
     let page = &format!("/pages/{}-warm", form.name);
@@ -286,12 +232,15 @@ async fn service_end_to_end(form: &Form) {
         _ => images_manual::publish_warmup(&publisher, page).await,
     };
     publish.expect("warmup published");
-    eventually("the warmup is handled", || async move {
-        logged("page cached", "warmup.page", page).then_some(())
+    wait_until("the warmup is handled", WAIT, async || {
+        logged("page cached", "warmup.page", page)
     })
     .await;
-    let queued: i64 = redis.llen(k("cache.warmups")).await.expect("LLEN");
-    assert_eq!(queued, 0, "the simple queue popped the warmup");
+    assert_eq!(
+        env.llen("cache.warmups").await,
+        0,
+        "the simple queue popped the warmup"
+    );
 
     // An upload added to the stream becomes a thumbnail job on `{thumbnails}`, which expires
     // in 24 hours unless fed.
@@ -308,66 +257,64 @@ async fn service_end_to_end(form: &Form) {
         )
         .await
         .expect("XADD uploads");
-    let queue = &k("{thumbnails}");
-    let entries: Vec<fred::bytes::Bytes> =
-        eventually("the thumbnail job is queued", || async move {
-            let entries: Vec<fred::bytes::Bytes> = redis.lrange(queue, 0, -1).await.ok()?;
-            (!entries.is_empty()).then_some(entries)
-        })
-        .await;
+    // Nothing takes the job off its queue while the render subscriber is not running.
+    wait_until("the thumbnail job is queued", WAIT, async || {
+        env.llen("{thumbnails}").await > 0
+    })
+    .await;
+    let entries = env.lrange("{thumbnails}").await;
     assert_eq!(entries.len(), 1, "one upload, one job: {entries:?}");
     let frame = ruststream_redis::frame::Frame::decode(entries[0].clone());
     let job: Value = serde_json::from_slice(&frame.payload).expect("the job is JSON");
     assert_eq!(job, json!({ "image": image }));
-    let pttl: i64 = redis.pttl(queue).await.expect("PTTL");
+    let pttl = env.pttl("{thumbnails}").await;
     let day = 24 * 60 * 60 * 1000;
     assert!(
         (day - 60 * 1000..=day).contains(&pttl),
         "the queue expires in ~24 h: PTTL = {pttl} ms"
     );
     // The upload itself was acknowledged once the reply was out.
-    eventually("the upload is acknowledged", || async move {
+    wait_until("the upload is acknowledged", WAIT, async || {
         let summary: fred::types::Value = redis
             .custom(
                 fred::cmd!("XPENDING"),
                 vec![k("uploads"), "thumbnailer".to_owned()],
             )
             .await
-            .ok()?;
-        let pending = summary.into_array().first().and_then(|v| v.as_i64())?;
-        (pending == 0).then_some(())
+            .expect("XPENDING");
+        summary
+            .into_array()
+            .first()
+            .and_then(fred::types::Value::as_i64)
+            == Some(0)
     })
     .await;
-    running.shutdown().await.expect("the producer side stops");
+    env.stop(running).await;
     assert!(
         !logged("thumbnail rendered", "job.image", image),
         "nothing rendered before the render subscriber runs"
     );
 
     // Step 2: the whole service renders the job and acknowledges it.
-    let running = (form.app_on)(broker())
-        .start()
-        .await
-        .expect("the service starts");
-    eventually("the job is rendered", || async move {
-        logged("thumbnail rendered", "job.image", image).then_some(())
+    let running = env.start((form.app_on)(broker())).await;
+    wait_until("the job is rendered", WAIT, async || {
+        logged("thumbnail rendered", "job.image", image)
     })
     .await;
     // Acknowledged: not queued, claimed, waiting for a retry, nor dead.
-    eventually(
+    wait_until(
         "the job is acknowledged: queue, processing list, claims, delayed set and dead letters are empty",
-        || async move {
-            let queued: i64 = redis.llen(queue).await.ok()?;
-            let processing: i64 = redis.llen(k("{thumbnails}.processing")).await.ok()?;
-            let claims: i64 = redis.zcard(k("{thumbnails}.claims")).await.ok()?;
-            let delayed: i64 = redis.zcard(k("{thumbnails}.delayed")).await.ok()?;
-            let dead: i64 = redis.llen(k("{thumbnails}.dead")).await.ok()?;
-            (queued == 0 && processing == 0 && claims == 0 && delayed == 0 && dead == 0)
-                .then_some(())
+        WAIT,
+        async || {
+            env.llen("{thumbnails}").await == 0
+                && env.llen("{thumbnails}.processing").await == 0
+                && env.zcard("{thumbnails}.claims").await == 0
+                && env.zcard("{thumbnails}.delayed").await == 0
+                && env.llen("{thumbnails}.dead").await == 0
         },
     )
     .await;
-    running.shutdown().await.expect("the service stops");
+    env.stop(running).await;
     assert_eq!(
         count_logged("thumbnail rendered", "job.image", image),
         1,
@@ -378,17 +325,14 @@ async fn service_end_to_end(form: &Form) {
         1,
         "warmed once"
     );
-    cleanup(redis, prefix).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn macro_form_end_to_end() {
-    service_end_to_end(&MACRO).await;
+async fn macro_form_end_to_end(env: &Env) {
+    service_end_to_end(env, &MACRO).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn manual_form_end_to_end() {
-    service_end_to_end(&MANUAL).await;
+async fn manual_form_end_to_end(env: &Env) {
+    service_end_to_end(env, &MANUAL).await;
 }
 
 // ---------------------------------------------------------------------------------------------

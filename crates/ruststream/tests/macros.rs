@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use ruststream::prelude::*;
-use ruststream::{DeliveryInfo, Headers, IntoSubscriber, OutMessage};
+use ruststream::{DeliveryInfo, Headers, IntoSubscriber, OutMessage, Source as _};
 use ruststream_core::PublishBackend;
 use ruststream_core::message::schema_for;
 use serde_json::json;
@@ -301,14 +301,17 @@ fn subscribers_are_built_like_hand_written_ones() {
     let s = render.into_subscriber();
     assert_eq!(
         s.source(),
-        &ruststream::RedisSource::List(RedisList::new("jobs").reliable().concurrency(4))
+        &RedisList::new("jobs")
+            .reliable()
+            .concurrency(4)
+            .into_source()
     );
     assert_eq!(s.reply_to(), None);
 
     let s = announce.into_subscriber();
     assert_eq!(
         s.source(),
-        &ruststream::RedisSource::Stream(RedisStream::new("uploads").group("g"))
+        &RedisStream::new("uploads").group("g").into_source()
     );
     assert_eq!(s.reply_to(), None, "replies go to Rendered's outgoing name");
 

@@ -1,13 +1,17 @@
 //! The metrics RustStream records (issue 7), read back through a Prometheus recorder while an
 //! app handles messages on a real Redis. One test per binary: the recorder is process-global.
 
-mod common;
+mod harness;
 
 use std::future::{Future, ready};
 use std::time::Duration;
 
-use common::{Redis, start, stop, wait_until};
+use harness::{Env, on, start, stop, wait_until};
 use ruststream::prelude::*;
+
+// Standalone only: the labels name the subscription, not its prefixed key, so two topologies in
+// one process would count into the same series.
+on!([standalone] handled_dead_lettered_and_lateness_are_recorded);
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -40,17 +44,15 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .find_map(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
-#[tokio::test]
-async fn handled_dead_lettered_and_lateness_are_recorded() {
+async fn handled_dead_lettered_and_lateness_are_recorded(env: &Env) {
     let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .expect("the only recorder of this test binary");
-    let redis = Redis::connect("metrics").await;
-    let app = RustStream::new(AppInfo::new("metrics", "0")).with_broker(redis.broker(), |b| {
+    let app = RustStream::new(AppInfo::new("metrics", "0")).with_broker(env.broker(), |b| {
         b.include(subscriber(RedisList::new("{jobs}").reliable(), EvenOnly).build());
     });
     let running = start(app).await;
-    let publisher = redis.broker().publisher();
+    let publisher = env.broker().publisher();
     let jobs: Vec<Job> = (0..6).map(|n| Job { n }).collect();
     publisher
         .messages(&jobs)

@@ -5,10 +5,11 @@
 #[path = "../examples/payments.rs"]
 mod payments;
 
-mod common;
+mod harness;
 
 use std::time::Duration;
 
+use harness::{Env, on, wait_until};
 use payments::{
     CHECKS, CREATED, CheckPayment, NOTIFICATIONS, Notification, PaymentCreated, Timing,
 };
@@ -17,6 +18,8 @@ use ruststream::prelude::*;
 use ruststream::testing::TestApp;
 
 const MIN: Duration = Duration::from_secs(60);
+
+on!([standalone] the_short_version_runs_on_redis);
 
 fn created(id: &str, user: &str) -> PaymentCreated {
     PaymentCreated {
@@ -170,18 +173,16 @@ async fn an_unreachable_user_is_notified_again_45_minutes_later() -> ruststream:
 }
 
 /// The same service on a real Redis, with milliseconds for hours.
-#[tokio::test]
-async fn the_short_version_runs_on_redis() {
-    let redis = common::Redis::connect("payments").await;
+async fn the_short_version_runs_on_redis(env: &Env) {
     let timing = Timing {
         check_after: Duration::from_millis(300),
         recheck_after: Duration::from_millis(100),
         max_checks: 3,
         resend_after: Duration::from_millis(200),
     };
-    let running = common::start(payments::service(redis.broker(), timing)).await;
+    let running = env.start(payments::service(env.broker(), timing)).await;
     let started = std::time::Instant::now();
-    let publisher = redis.broker().publisher();
+    let publisher = env.broker().publisher();
     let payments = [
         created("p-9", "eve"),
         created("slow-9", "offline"),
@@ -194,10 +195,10 @@ async fn the_short_version_runs_on_redis() {
         .await
         .unwrap();
     let dead = format!("{CHECKS}.dead");
-    common::wait_until(
+    wait_until(
         "the never-settling payment is dead-lettered",
         Duration::from_secs(10),
-        async || redis.llen(&dead).await == 1,
+        async || env.llen(&dead).await == 1,
     )
     .await;
     // 300 ms, then retries after 100 and 200 ms: not before 600 ms.
@@ -206,21 +207,21 @@ async fn the_short_version_runs_on_redis() {
         "{:?}",
         started.elapsed()
     );
-    common::wait_until("every queue drained", Duration::from_secs(10), async || {
+    wait_until("every queue drained", Duration::from_secs(10), async || {
         let mut left = 0;
         for key in [CREATED, CHECKS, NOTIFICATIONS] {
-            left += redis.llen(key).await + redis.llen(&format!("{key}.processing")).await;
-            left += redis.zcard(&format!("{key}.delayed")).await;
+            left += env.llen(key).await + env.llen(&format!("{key}.processing")).await;
+            left += env.zcard(&format!("{key}.delayed")).await;
         }
         left == 0
     })
     .await;
-    common::stop(running).await;
-    let frames = redis.frames(&dead).await;
+    env.stop(running).await;
+    let frames = env.frames(&dead).await;
     assert_eq!(
         frames[0].headers.get("reason").map(String::as_str),
         Some("max-attempts")
     );
     assert_eq!(frames[0].attempt, 3);
-    assert_eq!(redis.llen(&format!("{NOTIFICATIONS}.dead")).await, 0);
+    assert_eq!(env.llen(&format!("{NOTIFICATIONS}.dead")).await, 0);
 }

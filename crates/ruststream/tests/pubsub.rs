@@ -1,43 +1,47 @@
-//! Pub/Sub subscriptions (`RedisChannel`) against a real Redis, and under `TestApp`.
+//! Pub/Sub subscriptions (`RedisChannel`) on the in-memory model and a real Redis, and under
+//! `TestApp`.
 //!
-//! The real-Redis tests run on the standalone server (`RUSTSTREAM_REDIS_URL`, default
-//! `redis://127.0.0.1:6379`) and on the cluster (`RUSTSTREAM_CLUSTER_URLS`): `name::standalone`,
-//! `name::cluster`. Each has a key prefix of its own, which channel names get too, so they run in
-//! parallel. Pub/Sub stores nothing: a test publishes only once the subscription is known to be
-//! active (`PUBSUB NUMSUB` summed over every node, or a probe message seen for a pattern), and
-//! every wait is bounded.
+//! The behaviour tests run on the model, the standalone server and the cluster (`name::memory`,
+//! `name::standalone`, `name::cluster`, see `harness`). Each has a key prefix of its own, which
+//! channel names get too, so they run in parallel. Pub/Sub stores nothing: a test publishes only
+//! once the subscription is known to be active (`PUBSUB NUMSUB` summed over every node, or a
+//! probe message seen for a pattern), and every wait is bounded.
 
-mod common;
-mod topo;
+mod harness;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Redis, bounded, start, stop, unique, wait_until};
 use fred::bytes::Bytes;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
+use harness::{Env, WAIT, bounded, on, stand, start, stop, unique, wait_until};
 use ruststream::Headers;
 use ruststream::prelude::*;
 use ruststream::pubsub::NO_REDELIVERY;
 use ruststream::testing::TestApp;
 use ruststream_redis::frame::Frame;
 use tokio::sync::Semaphore;
-use topo::{Topo, on_both};
+use tokio::time::Instant;
 
-on_both!(
-    multi_thread:
+on!(
+    [memory, standalone, cluster] multi_thread:
     every_subscribed_app_gets_every_message,
     ids_and_headers_survive_and_raw_publishes_are_payloads,
     a_pattern_gets_matching_channels_only,
     retry_drop_and_garbage_end_on_the_dead_letter_list,
-    replies_are_published_with_pubsub_publish,
     shutdown_closes_the_subscription,
 );
 
-/// How long any single condition may take before the test fails.
-const WAIT: Duration = Duration::from_secs(10);
+// Not on the model: a raw fred subscriber client listens for the reply, and the model takes
+// commands, not subscriber connections.
+on!([standalone, cluster] multi_thread: replies_are_published_with_pubsub_publish);
+
+on!([memory, standalone, cluster] a_delayed_publish_to_a_channel_is_refused);
+
+// Standalone only: the lag counter is per subscription name, and one node suffices.
+on!([standalone] multi_thread: messages_beyond_the_buffer_are_counted_as_lagged);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 struct Event {
@@ -59,30 +63,6 @@ fn info() -> AppInfo {
 
 fn event_json(n: u32) -> Bytes {
     Bytes::from(serde_json::to_vec(&Event { n }).expect("json"))
-}
-
-/// A raw client on `t` and a fresh prefix named after `tag`.
-async fn redis(t: &Topo, tag: &str) -> Redis {
-    let cluster = match t {
-        Topo::Standalone => None,
-        Topo::Cluster(urls) => Some(urls.clone()),
-    };
-    Redis::with_client(t.client().await, format!("{}:", unique(tag)), cluster)
-}
-
-/// One client per node of `t`, to ask each about its subscribers (on a cluster, `PUBSUB NUMSUB`
-/// counts the subscribers of the node it is sent to).
-async fn nodes(t: &Topo) -> Vec<Client> {
-    match t {
-        Topo::Standalone => vec![topo::node_client(&topo::redis_url()).await],
-        Topo::Cluster(urls) => {
-            let mut clients = Vec::new();
-            for url in urls {
-                clients.push(topo::node_client(url).await);
-            }
-            clients
-        }
-    }
 }
 
 /// Subscribers of the (full) channel `channel`, over every node.
@@ -107,8 +87,8 @@ async fn await_subscribers(nodes: &[Client], channel: &str, n: i64) {
 }
 
 /// A raw `PUBLISH` of `value` on the (full) channel, as `redis-cli` would.
-async fn publish_raw(r: &Redis, channel: &str, value: &'static str) {
-    let _: i64 = r.client.publish(channel, value).await.expect("PUBLISH");
+async fn publish_raw(env: &Env, channel: &str, value: &'static str) {
+    let _: i64 = env.client.publish(channel, value).await.expect("PUBLISH");
 }
 
 /// One delivery as a handler saw it.
@@ -186,16 +166,15 @@ fn app_with(broker: &RedisBroker, source: RedisChannel, probe: &Probe) -> RustSt
 
 // 1 ------------------------------------------------------------------------------------------
 
-async fn every_subscribed_app_gets_every_message(t: Topo) {
-    let r = redis(&t, "fanout").await;
-    let nodes = nodes(&t).await;
+async fn every_subscribed_app_gets_every_message(env: &Env) {
+    let nodes = env.node_clients().await;
     let (one, two) = (Probe::acking(), Probe::acking());
-    let app_one = start(app_with(&r.broker(), RedisChannel::new("{ev}"), &one)).await;
-    let app_two = start(app_with(&r.broker(), RedisChannel::new("{ev}"), &two)).await;
-    await_subscribers(&nodes, &r.key("{ev}"), 2).await;
+    let app_one = start(app_with(&env.broker(), RedisChannel::new("{ev}"), &one)).await;
+    let app_two = start(app_with(&env.broker(), RedisChannel::new("{ev}"), &two)).await;
+    await_subscribers(&nodes, &env.key("{ev}"), 2).await;
 
     // A producer-only process: the route makes `{ev}` a channel (a list by default).
-    let producer = r.broker().route("{ev}", pubsub::Publish::new());
+    let producer = env.broker().route("{ev}", pubsub::Publish::new());
     let batch: Vec<Event> = (0..50).map(|n| Event { n }).collect();
     producer
         .publisher()
@@ -233,22 +212,20 @@ async fn every_subscribed_app_gets_every_message(t: Topo) {
             .all(|s| s.attempt == 1 && s.source == "{ev}")
     );
     assert!(
-        r.keys().await.is_empty(),
+        env.keys().await.is_empty(),
         "pub/sub stores nothing: {:?}",
-        r.keys().await
+        env.keys().await
     );
-    r.cleanup().await;
 }
 
 // 2 ------------------------------------------------------------------------------------------
 
-async fn ids_and_headers_survive_and_raw_publishes_are_payloads(t: Topo) {
-    let r = redis(&t, "headers").await;
-    let nodes = nodes(&t).await;
-    let broker = r.broker();
+async fn ids_and_headers_survive_and_raw_publishes_are_payloads(env: &Env) {
+    let nodes = env.node_clients().await;
+    let broker = env.broker();
     let probe = Probe::acking();
     let app = start(app_with(&broker, RedisChannel::new("{ev}"), &probe)).await;
-    await_subscribers(&nodes, &r.key("{ev}"), 1).await;
+    await_subscribers(&nodes, &env.key("{ev}"), 1).await;
 
     // The app reads `{ev}` as a channel, so its own publisher PUBLISHes there.
     broker
@@ -261,7 +238,7 @@ async fn ids_and_headers_survive_and_raw_publishes_are_payloads(t: Topo) {
         .publish()
         .await
         .expect("publish");
-    publish_raw(&r, &r.key("{ev}"), r#"{"n":2}"#).await;
+    publish_raw(env, &env.key("{ev}"), r#"{"n":2}"#).await;
     wait_until("two deliveries", WAIT, async || probe.count() == 2).await;
     stop(app).await;
 
@@ -280,30 +257,33 @@ async fn ids_and_headers_survive_and_raw_publishes_are_payloads(t: Topo) {
         !raw.id.is_empty() && raw.id != "m-1",
         "a raw message gets an id"
     );
-    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
-    r.cleanup().await;
+    assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
 }
 
 // 3 ------------------------------------------------------------------------------------------
 
-async fn a_pattern_gets_matching_channels_only(t: Topo) {
-    let r = redis(&t, "pattern").await;
+async fn a_pattern_gets_matching_channels_only(env: &Env) {
     let probe = Probe::acking();
-    let app = start(app_with(&r.broker(), RedisChannel::pattern("ev.*"), &probe)).await;
+    let app = start(app_with(
+        &env.broker(),
+        RedisChannel::pattern("ev.*"),
+        &probe,
+    ))
+    .await;
 
     // Subscribed once a matching probe comes through (`PUBSUB NUMPAT` counts every test's
     // patterns, not this one's).
     let n_probe = 999;
     let probe_json = r#"{"n":999}"#;
     wait_until("the pattern subscription", WAIT, async || {
-        publish_raw(&r, &r.key("ev.probe"), probe_json).await;
+        publish_raw(env, &env.key("ev.probe"), probe_json).await;
         probe.seen().iter().any(|s| s.n == n_probe)
     })
     .await;
 
     let producer = ["ev.a", "ev.b", "ev", "other.a", "xev.a", "ev.c"]
         .iter()
-        .fold(r.broker(), |b, ch| b.route(*ch, pubsub::Publish::new()));
+        .fold(env.broker(), |b, ch| b.route(*ch, pubsub::Publish::new()));
     // Non-matching channels first: by the time the matching ones arrive, they would have too.
     for (n, ch) in [(10, "ev"), (11, "other.a"), (12, "xev.a")] {
         producer
@@ -315,7 +295,7 @@ async fn a_pattern_gets_matching_channels_only(t: Topo) {
             .expect("publish");
     }
     // Another prefix's channel that the pattern would match without the prefix.
-    publish_raw(&r, "ev.z", r#"{"n":13}"#).await;
+    publish_raw(env, "ev.z", r#"{"n":13}"#).await;
     for (n, ch) in [(1, "ev.a"), (2, "ev.b"), (3, "ev.c")] {
         producer
             .publisher()
@@ -347,16 +327,14 @@ async fn a_pattern_gets_matching_channels_only(t: Topo) {
         ],
         "the handler's source is the matching channel, without the prefix"
     );
-    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
-    r.cleanup().await;
+    assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
 }
 
 // 4 ------------------------------------------------------------------------------------------
 
-async fn retry_drop_and_garbage_end_on_the_dead_letter_list(t: Topo) {
-    let r = redis(&t, "dead").await;
-    let nodes = nodes(&t).await;
-    let broker = r.broker();
+async fn retry_drop_and_garbage_end_on_the_dead_letter_list(env: &Env) {
+    let nodes = env.node_clients().await;
+    let broker = env.broker();
     let probe = Probe::new(|e| match e.n {
         1 => Err(HandlerOutcome::retry()),
         2 => Err(HandlerOutcome::drop()),
@@ -364,7 +342,7 @@ async fn retry_drop_and_garbage_end_on_the_dead_letter_list(t: Topo) {
         _ => Ok(()),
     });
     let app = start(app_with(&broker, RedisChannel::new("{ev}"), &probe)).await;
-    await_subscribers(&nodes, &r.key("{ev}"), 1).await;
+    await_subscribers(&nodes, &env.key("{ev}"), 1).await;
     for n in 1..=4 {
         broker
             .publisher()
@@ -375,9 +353,9 @@ async fn retry_drop_and_garbage_end_on_the_dead_letter_list(t: Topo) {
             .await
             .expect("publish");
     }
-    publish_raw(&r, &r.key("{ev}"), "not json").await;
+    publish_raw(env, &env.key("{ev}"), "not json").await;
     wait_until("four dead letters", WAIT, async || {
-        r.llen("{ev}.dead").await == 4
+        env.llen("{ev}.dead").await == 4
     })
     .await;
     wait_until("four handler calls", WAIT, async || probe.count() == 4).await;
@@ -388,7 +366,7 @@ async fn retry_drop_and_garbage_end_on_the_dead_letter_list(t: Topo) {
         [1, 2, 3, 4],
         "handled once each, never redelivered"
     );
-    let dead = r.frames("{ev}.dead").await;
+    let dead = env.frames("{ev}.dead").await;
     let reason = |f: &Frame| f.headers.get("reason").cloned().unwrap_or_default();
     let of = |n: u32| {
         dead.iter()
@@ -414,8 +392,7 @@ async fn retry_drop_and_garbage_end_on_the_dead_letter_list(t: Topo) {
         "reason: {}",
         reason(garbage)
     );
-    assert_eq!(r.keys().await, ["{ev}.dead"], "no delayed set, no queue");
-    r.cleanup().await;
+    assert_eq!(env.keys().await, ["{ev}.dead"], "no delayed set, no queue");
 }
 
 // 5 ------------------------------------------------------------------------------------------
@@ -429,13 +406,9 @@ impl Handle<Event, Done> for Echo {
     }
 }
 
-/// A raw fred subscriber on `t`, listening to the (full) channel.
-async fn raw_subscriber(t: &Topo, channel: &str) -> SubscriberClient {
-    let config = match t {
-        Topo::Standalone => Config::from_url(&topo::redis_url()).expect("a valid URL"),
-        Topo::Cluster(urls) => topo::cluster_config(urls),
-    };
-    let client = Builder::from_config(config)
+/// A raw fred subscriber on the test's server, listening to the (full) channel.
+async fn raw_subscriber(env: &Env, channel: &str) -> SubscriberClient {
+    let client = Builder::from_config(env.config())
         .build_subscriber_client()
         .expect("a subscriber client");
     bounded("raw subscriber connects", WAIT, client.init())
@@ -447,11 +420,10 @@ async fn raw_subscriber(t: &Topo, channel: &str) -> SubscriberClient {
     client
 }
 
-async fn replies_are_published_with_pubsub_publish(t: Topo) {
-    let r = redis(&t, "reply").await;
-    let nodes = nodes(&t).await;
-    let broker = r.broker();
-    let listener = raw_subscriber(&t, &r.key("{out}")).await;
+async fn replies_are_published_with_pubsub_publish(env: &Env) {
+    let nodes = env.node_clients().await;
+    let broker = env.broker();
+    let listener = raw_subscriber(env, &env.key("{out}")).await;
     let mut replies = listener.message_rx();
     let app = RustStream::new(info()).with_broker(broker.clone(), |b| {
         b.include(
@@ -463,8 +435,8 @@ async fn replies_are_published_with_pubsub_publish(t: Topo) {
         .out_reply(pubsub::Publish::new());
     });
     let app = start(app).await;
-    await_subscribers(&nodes, &r.key("{in}"), 1).await;
-    await_subscribers(&nodes, &r.key("{out}"), 1).await;
+    await_subscribers(&nodes, &env.key("{in}"), 1).await;
+    await_subscribers(&nodes, &env.key("{out}"), 1).await;
     broker
         .publisher()
         .message(&Event { n: 7 })
@@ -477,7 +449,7 @@ async fn replies_are_published_with_pubsub_publish(t: Topo) {
         .expect("a message");
     stop(app).await;
 
-    assert_eq!(&*reply.channel, r.key("{out}"));
+    assert_eq!(&*reply.channel, env.key("{out}"));
     let bytes = match reply.value {
         Value::Bytes(b) => b,
         Value::String(s) => s.into_inner(),
@@ -488,12 +460,11 @@ async fn replies_are_published_with_pubsub_publish(t: Topo) {
     let done: Done = serde_json::from_slice(&frame.payload).expect("a Done");
     assert_eq!(done, Done { n: 7 });
     assert!(
-        r.keys().await.is_empty(),
+        env.keys().await.is_empty(),
         "published, not pushed onto a list: {:?}",
-        r.keys().await
+        env.keys().await
     );
     let _ = listener.quit().await;
-    r.cleanup().await;
 }
 
 // 6 ------------------------------------------------------------------------------------------
@@ -514,17 +485,16 @@ impl Handle<Event> for Slow {
     }
 }
 
-async fn shutdown_closes_the_subscription(t: Topo) {
-    let r = redis(&t, "shutdown").await;
-    let nodes = nodes(&t).await;
-    let broker = r.broker();
+async fn shutdown_closes_the_subscription(env: &Env) {
+    let nodes = env.node_clients().await;
+    let broker = env.broker();
     let slow = Slow::default();
     let handler = slow.clone();
     let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
         b.include(subscriber(RedisChannel::new("{ev}"), handler).build());
     });
     let app = start(app).await;
-    await_subscribers(&nodes, &r.key("{ev}"), 1).await;
+    await_subscribers(&nodes, &env.key("{ev}"), 1).await;
     broker
         .publisher()
         .message(&Event { n: 1 })
@@ -548,18 +518,15 @@ async fn shutdown_closes_the_subscription(t: Topo) {
         "{:?}",
         began.elapsed()
     );
-    await_subscribers(&nodes, &r.key("{ev}"), 0).await;
-    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
-    r.cleanup().await;
+    await_subscribers(&nodes, &env.key("{ev}"), 0).await;
+    assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
 }
 
-// Standalone only -----------------------------------------------------------------------------
+// Refusals and lag --------------------------------------------------------------------------
 
 /// A publish delayed to a channel is refused: Pub/Sub stores nothing.
-#[tokio::test]
-async fn a_delayed_publish_to_a_channel_is_refused() {
-    let r = Redis::connect("delay").await;
-    let producer = r.broker().route("ev", pubsub::Publish::new());
+async fn a_delayed_publish_to_a_channel_is_refused(env: &Env) {
+    let producer = env.broker().route("ev", pubsub::Publish::new());
     let e = producer
         .publisher()
         .message(&Event { n: 1 })
@@ -569,8 +536,7 @@ async fn a_delayed_publish_to_a_channel_is_refused() {
         .await
         .expect_err("refused");
     assert!(e.to_string().contains("pub/sub cannot delay"), "{e}");
-    assert!(r.keys().await.is_empty(), "left: {:?}", r.keys().await);
-    r.cleanup().await;
+    assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
 }
 
 /// The process-global Prometheus recorder of this test binary (only the lag test reads it).
@@ -607,12 +573,10 @@ impl Handle<Event> for Gated {
 
 /// Handlers that fall behind by more than the buffer lose messages, and each lost one is counted
 /// in `ruststream_pubsub_lagged_total`: handled + lagged = published.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn messages_beyond_the_buffer_are_counted_as_lagged() {
+async fn messages_beyond_the_buffer_are_counted_as_lagged(env: &Env) {
     let prometheus = prometheus();
-    let r = Redis::connect("lag").await;
-    let nodes = nodes(&Topo::Standalone).await;
-    let broker = r.broker();
+    let nodes = env.node_clients().await;
+    let broker = env.broker();
     let gated = Gated {
         gate: Arc::new(Semaphore::new(0)),
         seen: Arc::default(),
@@ -624,7 +588,7 @@ async fn messages_beyond_the_buffer_are_counted_as_lagged() {
         b.include(subscriber(source, handler).build());
     });
     let app = start(app).await;
-    await_subscribers(&nodes, &r.key(&channel), 1).await;
+    await_subscribers(&nodes, &env.key(&channel), 1).await;
     let publisher = broker.publisher();
     publisher
         .message(&Event { n: 0 })
@@ -672,29 +636,28 @@ async fn messages_beyond_the_buffer_are_counted_as_lagged() {
         gated.seen.load(Ordering::SeqCst) >= 2,
         "handling goes on after the lag"
     );
-    r.cleanup().await;
 }
 
 /// After its connection is killed, the subscription is sent again and messages flow. On a
 /// server of its own, so that `CLIENT KILL TYPE pubsub` touches no other test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_subscription_comes_back_after_its_connection_is_killed() {
-    let stand = topo::Stand::start("stand_standalone");
+    let stand = stand::Stand::start("stand_standalone");
     let url = stand.var("RUSTSTREAM_REDIS_URL");
-    let r = Redis::with_url(&url, format!("{}:", unique("reconnect"))).await;
-    let broker = RedisBroker::standalone(url.clone()).prefix(r.prefix.clone());
+    let prefix = format!("{}:", unique("reconnect"));
+    let broker = RedisBroker::standalone(url.clone()).prefix(prefix.clone());
     let probe = Probe::acking();
     let app = start(app_with(&broker, RedisChannel::new("ev"), &probe)).await;
-    let nodes = vec![topo::node_client(&url).await];
-    await_subscribers(&nodes, &r.key("ev"), 1).await;
+    let nodes = vec![stand::node_client(&url).await];
+    let channel = format!("{prefix}ev");
+    await_subscribers(&nodes, &channel, 1).await;
 
-    let killed: i64 = r
-        .client
+    let killed: i64 = nodes[0]
         .custom(fred::cmd!("CLIENT"), vec!["KILL", "TYPE", "pubsub"])
         .await
         .expect("CLIENT KILL");
     assert!(killed >= 1, "the subscriber connection was killed");
-    await_subscribers(&nodes, &r.key("ev"), 1).await;
+    await_subscribers(&nodes, &channel, 1).await;
     broker
         .publisher()
         .message(&Event { n: 5 })
@@ -708,7 +671,6 @@ async fn the_subscription_comes_back_after_its_connection_is_killed() {
     .await;
     stop(app).await;
     assert_eq!(probe.ns(), [5]);
-    r.cleanup().await;
 }
 
 // TestApp -------------------------------------------------------------------------------------

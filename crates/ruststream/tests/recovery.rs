@@ -1,6 +1,7 @@
-//! Crash recovery of reliable lists on a real Redis (seed 000, issue 6): claims recorded in the
+//! Crash recovery of reliable lists (seed 000, issue 6): claims recorded in the
 //! recovery set, stale claims swept back to the queue, concurrent sweepers, the ttl. Each test
-//! runs on the standalone server and on the cluster (`name::standalone`, `name::cluster`).
+//! runs on the in-memory model, the standalone server and the cluster (`name::memory`,
+//! `name::standalone`, `name::cluster`, see `harness`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -9,11 +10,13 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use ruststream::prelude::*;
+use tokio::sync::Semaphore;
 
-mod topo;
-use topo::{Topo, on_both, prefix, wait_until};
+mod harness;
+use harness::{Env, WAIT, on, start, stop, try_start, wait_until};
 
-on_both!(
+on!(
+    [memory, standalone, cluster]
     claims_are_recorded_and_acks_remove_them,
     a_claim_is_not_recovered_before_min_idle,
     concurrent_sweepers_never_duplicate,
@@ -58,6 +61,33 @@ impl Record {
     }
 }
 
+/// Records `(n, attempt)` as [`Record`] does, then waits for the test to open its gate.
+#[derive(Clone)]
+struct Gated {
+    record: Record,
+    gate: Arc<Semaphore>,
+}
+
+impl Handle<Job> for Gated {
+    fn handle(
+        &self,
+        job: &Job,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        self.record
+            .seen
+            .lock()
+            .unwrap()
+            .push((job.n, ctx.attempt()));
+        let gate = self.gate.clone();
+        async move {
+            let _open = gate.acquire().await;
+            Ok(())
+        }
+    }
+}
+
 fn queue(min_idle: Duration) -> RedisList {
     RedisList::new("{jobs}")
         .reliable()
@@ -66,16 +96,17 @@ fn queue(min_idle: Duration) -> RedisList {
         .block(Duration::from_millis(200))
 }
 
-fn app(t: &Topo, prefix: &str, source: RedisList, handler: Record) -> RustStream {
+/// An app of its own (own broker and connections), as another worker process would be.
+fn app(env: &Env, source: RedisList, handler: Record) -> RustStream {
     RustStream::new(AppInfo::new("recovery", "0"))
         .shutdown_timeout(Duration::from_millis(100))
-        .with_broker(t.broker().prefix(prefix), |b| {
+        .with_broker(env.broker_with(|b| b), |b| {
             b.include(subscriber(source, handler).build());
         })
 }
 
-async fn publish(t: &Topo, prefix: &str, jobs: &[Job]) {
-    let broker = t.broker().prefix(prefix);
+async fn publish(env: &Env, jobs: &[Job]) {
+    let broker = env.broker_with(|b| b);
     broker.connect().await.unwrap();
     broker
         .publisher()
@@ -86,23 +117,20 @@ async fn publish(t: &Topo, prefix: &str, jobs: &[Job]) {
         .unwrap();
 }
 
-async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
-    let p = prefix("rt");
-    let r = t.client().await;
+async fn claims_are_recorded_and_acks_remove_them(env: &Env) {
+    let p = &env.prefix;
+    let r = &env.client;
     let hung = Record {
         hang: true,
         ..Record::default()
     };
-    let running = app(
-        &t,
-        &p,
+    let running = start(app(
+        env,
         queue(Duration::from_secs(60)).concurrency(2),
         hung.clone(),
-    )
-    .start()
-    .await
-    .unwrap();
-    publish(&t, &p, &[Job { n: 1 }, Job { n: 2 }]).await;
+    ))
+    .await;
+    publish(env, &[Job { n: 1 }, Job { n: 2 }]).await;
     wait_until("both claimed", Duration::from_secs(5), || async {
         hung.seen().len() == 2
     })
@@ -134,14 +162,11 @@ async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
             "score {score} is the server's clock ({server_ms})"
         );
     }
-    running.shutdown().await.unwrap();
+    stop(running).await;
 
     // A new worker acks them: set and processing list end empty.
     let ok = Record::default();
-    let running = app(&t, &p, queue(Duration::from_millis(200)), ok.clone())
-        .start()
-        .await
-        .unwrap();
+    let running = start(app(env, queue(Duration::from_millis(200)), ok.clone())).await;
     wait_until(
         "both recovered and handled",
         Duration::from_secs(5),
@@ -158,7 +183,7 @@ async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
         },
     )
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let mut seen = ok.seen();
     seen.sort_unstable();
     assert_eq!(
@@ -168,30 +193,23 @@ async fn claims_are_recorded_and_acks_remove_them(t: Topo) {
     );
 }
 
-async fn a_claim_is_not_recovered_before_min_idle(t: Topo) {
-    let p = prefix("rt");
+async fn a_claim_is_not_recovered_before_min_idle(env: &Env) {
     let hung = Record {
         hang: true,
         ..Record::default()
     };
-    let running = app(&t, &p, queue(Duration::from_secs(60)), hung.clone())
-        .start()
-        .await
-        .unwrap();
-    publish(&t, &p, &[Job { n: 7 }]).await;
+    let running = start(app(env, queue(Duration::from_secs(60)), hung.clone())).await;
+    publish(env, &[Job { n: 7 }]).await;
     wait_until("claimed", Duration::from_secs(5), || async {
         hung.seen().len() == 1
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
 
     // min_idle 1.5 s: the second worker must not see it for at least ~1.5 s after the claim.
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let second = Record::default();
-    let running = app(&t, &p, queue(Duration::from_millis(1500)), second.clone())
-        .start()
-        .await
-        .unwrap();
+    let running = start(app(env, queue(Duration::from_millis(1500)), second.clone())).await;
     wait_until("recovered", Duration::from_secs(10), || async {
         second.seen().len() == 1
     })
@@ -201,36 +219,33 @@ async fn a_claim_is_not_recovered_before_min_idle(t: Topo) {
         "recovered too early: {:?}",
         started.elapsed()
     );
-    running.shutdown().await.unwrap();
+    stop(running).await;
     assert_eq!(second.seen(), vec![(7, 2)]);
 }
 
-async fn concurrent_sweepers_never_duplicate(t: Topo) {
+async fn concurrent_sweepers_never_duplicate(env: &Env) {
     const N: u32 = 300;
-    let p = prefix("rt");
-    let r = t.client().await;
+    let p = &env.prefix;
+    let r = &env.client;
     // Claims left behind by a crashed worker: entries in the processing list, members scored
     // an hour ago.
     let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
-    publish(&t, &p, &jobs).await;
+    publish(env, &jobs).await;
     let hung = Record {
         hang: true,
         ..Record::default()
     };
-    let running = app(
-        &t,
-        &p,
+    let running = start(app(
+        env,
         queue(Duration::from_secs(3600)).concurrency(N as usize),
         hung.clone(),
-    )
-    .start()
-    .await
-    .unwrap();
+    ))
+    .await;
     wait_until("all claimed", Duration::from_secs(10), || async {
         hung.seen().len() == N as usize
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let zset = format!("{p}{{jobs}}.claims");
     let members: Vec<fred::bytes::Bytes> = r
         .zrange(&zset, 0, -1, None, false, None, false)
@@ -249,30 +264,61 @@ async fn concurrent_sweepers_never_duplicate(t: Topo) {
         .await
         .unwrap();
 
-    // The sweep moves at most 128 a read: call the claim script as a reader would, claiming none.
-    let keys = vec![
-        format!("{p}{{jobs}}"),
-        format!("{p}{{jobs}}.processing"),
-        zset.clone(),
-    ];
-    let args = vec!["0", "sweeper", "0", "3600000", "0", "128"];
-    let first: Vec<i64> = ruststream::redis::scripts::CLAIM
-        .evalsha_with_reload(&r, keys, args)
-        .await
-        .unwrap();
-    assert_eq!(first, vec![128], "at most 128 claims recovered by one read");
-    let queued: i64 = r.llen(format!("{p}{{jobs}}")).await.unwrap();
-    assert_eq!(queued, 128);
+    // The sweep moves at most 128 a read. A worker with one handler, held at a gate, makes one
+    // read: the claim script sweeps the stale claims back to the queue, then claims one of them.
+    let len = async |key: String| -> (i64, i64, i64) {
+        let q: i64 = r.llen(key.clone()).await.unwrap();
+        let l: i64 = r.llen(format!("{key}.processing")).await.unwrap();
+        let z: i64 = r.zcard(format!("{key}.claims")).await.unwrap();
+        (q, l, z)
+    };
+    let queue_key = format!("{p}{{jobs}}");
+    let sweeper = Gated {
+        record: Record::default(),
+        gate: Arc::new(Semaphore::new(0)),
+    };
+    let handler = sweeper.clone();
+    let mut running = start(
+        RustStream::new(AppInfo::new("recovery", "0"))
+            .shutdown_timeout(WAIT)
+            .with_broker(env.broker_with(|b| b), |b| {
+                b.include(
+                    subscriber(queue(Duration::from_secs(3600)).concurrency(1), handler).build(),
+                );
+            }),
+    )
+    .await;
+    wait_until("the sweeper's claim", Duration::from_secs(10), || async {
+        sweeper.record.seen().len() == 1
+    })
+    .await;
+    let n = i64::from(N);
+    assert_eq!(
+        len(queue_key.clone()).await,
+        (128 - 1, n - 128 + 1, n - 128 + 1),
+        "at most 128 claims recovered by one read, one of them claimed again"
+    );
+    // The sweeper stops reading, then finishes (acks) its one entry.
+    running.stop_subscription("{jobs}").unwrap();
+    sweeper.gate.add_permits(1);
+    wait_until("the sweeper's ack", Duration::from_secs(5), || async {
+        len(queue_key.clone()).await == (127, n - 128, n - 128)
+    })
+    .await;
+    stop(running).await;
 
     // Four workers sweep the rest at once.
     let handlers: Vec<Record> = (0..4).map(|_| Record::default()).collect();
-    let apps = futures::future::try_join_all(
+    let apps = futures::future::join_all(
         handlers
             .iter()
-            .map(|h| app(&t, &p, queue(Duration::from_secs(3600)), h.clone()).start()),
+            .map(|h| start(app(env, queue(Duration::from_secs(3600)), h.clone()))),
     )
-    .await
-    .unwrap();
+    .await;
+    let handlers: Vec<Record> = handlers
+        .into_iter()
+        .chain([sweeper.record.clone()])
+        .collect();
     let total = || handlers.iter().map(|h| h.seen().len()).sum::<usize>();
     wait_until("every entry handled", Duration::from_secs(20), || async {
         total() >= N as usize
@@ -286,7 +332,7 @@ async fn concurrent_sweepers_never_duplicate(t: Topo) {
     })
     .await;
     for a in apps {
-        a.shutdown().await.unwrap();
+        stop(a).await;
     }
     let mut counts: HashMap<u32, usize> = HashMap::new();
     for h in &handlers {
@@ -302,15 +348,15 @@ async fn concurrent_sweepers_never_duplicate(t: Topo) {
     );
 }
 
-async fn identical_bytes_are_two_claims_and_ttl_is_rearmed(t: Topo) {
-    let p = prefix("rt");
-    let r = t.client().await;
+async fn identical_bytes_are_two_claims_and_ttl_is_rearmed(env: &Env) {
+    let p = &env.prefix;
+    let r = &env.client;
     let hung = Record {
         hang: true,
         ..Record::default()
     };
     let source = queue(Duration::from_secs(60)).recovery_ttl(Duration::from_secs(600));
-    let running = app(&t, &p, source, hung.clone()).start().await.unwrap();
+    let running = start(app(env, source, hung.clone())).await;
     let _: i64 = r
         .lpush(format!("{p}{{jobs}}"), vec![r#"{"n":5}"#, r#"{"n":5}"#])
         .await
@@ -327,24 +373,21 @@ async fn identical_bytes_are_two_claims_and_ttl_is_rearmed(t: Topo) {
         (590_000..=600_000).contains(&ttl),
         "recovery_ttl armed: {ttl}"
     );
-    running.shutdown().await.unwrap();
+    stop(running).await;
 }
 
-async fn misconfigured_recovery_does_not_start(t: Topo) {
-    let p = prefix("rt");
+async fn misconfigured_recovery_does_not_start(env: &Env) {
     let no_idle = RedisList::new("{jobs}")
         .reliable()
         .recovery_zset("{jobs}.claims");
-    let e = app(&t, &p, no_idle, Record::default())
-        .start()
+    let e = try_start(app(env, no_idle, Record::default()))
         .await
         .err()
         .expect("must not start")
         .to_string();
     assert!(e.contains("{jobs}") && e.contains("min_idle"), "{e}");
     let short_ttl = queue(Duration::from_secs(60)).recovery_ttl(Duration::from_secs(30));
-    let e = app(&t, &p, short_ttl, Record::default())
-        .start()
+    let e = try_start(app(env, short_ttl, Record::default()))
         .await
         .err()
         .expect("must not start")

@@ -3,7 +3,7 @@
 //! limited to the app's keys and channels, and a wrong password that stops the app at startup
 //! without the password showing in the error or the logs.
 
-mod topo;
+mod harness;
 
 use std::future::Future;
 use std::io::Write;
@@ -11,8 +11,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fred::prelude::*;
+use harness::{Env, bounded, on, stand, stand_var, stop, unique, wait_until};
 use ruststream::prelude::*;
-use topo::{Topo, bounded, redis_url, stand_var, unique, wait_until};
+
+// On the shared standalone server (ACL users are per server); the TLS server is the stand's own.
+on!(
+    [standalone]
+    an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list,
+    a_wrong_password_stops_the_app_at_startup_without_showing_it,
+);
 
 /// Everything logged in this test process, at every level, fred's `log` records included.
 fn logs() -> Arc<Mutex<Vec<u8>>> {
@@ -123,7 +130,7 @@ async fn reliable_list_with_recovery(broker: impl Fn() -> RedisBroker) -> usize 
         hung.count() == 1
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
 
     let ok = Record::default();
     let running = bounded(
@@ -151,7 +158,7 @@ async fn reliable_list_with_recovery(broker: impl Fn() -> RedisBroker) -> usize 
         ok.count() == 21
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let mut seen = ok.seen.lock().unwrap().clone();
     seen.sort_unstable();
     assert_eq!(
@@ -233,28 +240,28 @@ async fn acl_user(admin: &Client, user: &str, password: &str, prefix: &str) {
         .expect("ACL SETUSER");
 }
 
-#[tokio::test]
-async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list() {
+async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list(env: &Env) {
     let logs = logs();
-    let admin = Topo::Standalone.client().await;
+    let admin = &env.client;
+    let url = env.url().expect("the standalone server");
     let user = unique("app");
     let password = format!("pw-{}", unique("secret"));
-    let prefix = format!("{user}:");
-    acl_user(&admin, &user, &password, &prefix).await;
+    let prefix = &env.prefix;
+    acl_user(admin, &user, &password, prefix).await;
 
     let handled = reliable_list_with_recovery(|| {
-        RedisBroker::standalone(redis_url())
+        RedisBroker::standalone(url)
             .username(&user)
             .password(&password)
-            .prefix(&prefix)
+            .prefix(prefix)
     })
     .await;
 
     // The user really is limited: a key outside the prefix is refused.
-    let mut config = Config::from_url(&redis_url()).unwrap();
+    let mut config = Config::from_url(url).unwrap();
     config.username = Some(user.clone());
     config.password = Some(password.clone());
-    let limited = topo::connect(config).await;
+    let limited = stand::connect(config).await;
     let refused: Result<Value, _> = limited
         .set("outside-the-prefix", 1, None, None, false)
         .await;
@@ -272,18 +279,18 @@ async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list() {
     println!("acl: handled={handled} outside-key=NOPERM");
 }
 
-#[tokio::test]
-async fn a_wrong_password_stops_the_app_at_startup_without_showing_it() {
+async fn a_wrong_password_stops_the_app_at_startup_without_showing_it(env: &Env) {
     let logs = logs();
-    let admin = Topo::Standalone.client().await;
+    let admin = &env.client;
+    let url = env.url().expect("the standalone server");
     let user = unique("app");
-    let prefix = format!("{user}:");
-    acl_user(&admin, &user, "the-right-one", &prefix).await;
+    let prefix = &env.prefix;
+    acl_user(admin, &user, "the-right-one", prefix).await;
     let wrong = format!("wrong-{}", unique("secret"));
     // Once through the builder, once in the URL.
-    let with_url = redis_url().replacen("://", &format!("://{user}:{wrong}@"), 1);
+    let with_url = url.replacen("://", &format!("://{user}:{wrong}@"), 1);
     for broker in [
-        RedisBroker::standalone(redis_url())
+        RedisBroker::standalone(url)
             .username(&user)
             .password(&wrong),
         RedisBroker::standalone(with_url),
@@ -293,7 +300,7 @@ async fn a_wrong_password_stops_the_app_at_startup_without_showing_it() {
             "a failing start",
             Duration::from_secs(15),
             app(
-                broker.prefix(&prefix),
+                broker.prefix(prefix),
                 thumbnails(Duration::from_secs(60)),
                 Record::default(),
             )

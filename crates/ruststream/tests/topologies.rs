@@ -1,14 +1,20 @@
 //! The image service of seed 003 on a Redis Cluster, unchanged but for its broker; the slot rule
 //! refusing an untagged reliable queue; an app on a Sentinel-managed primary (issue 6).
 
-mod topo;
+mod harness;
 
 use std::future::{Future, ready};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use harness::{Env, bounded, on, redis_url, stand_var, stop, unique, wait_until};
 use ruststream::prelude::*;
-use topo::{Topo, bounded, stand_var, unique, wait_until};
+
+on!(
+    [cluster]
+    the_image_service_runs_unchanged_on_the_cluster,
+    an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_use,
+);
 
 /// The service's handlers record what they saw.
 #[derive(Clone, Default)]
@@ -109,14 +115,9 @@ fn images(broker: RedisBroker, pages: &Seen, renders: &Seen) -> RustStream {
         })
 }
 
-#[tokio::test]
-async fn the_image_service_runs_unchanged_on_the_cluster() {
-    let Some(cluster) = Topo::cluster() else {
-        return;
-    };
-    let prefix = format!("{}:", unique("images"));
+async fn the_image_service_runs_unchanged_on_the_cluster(env: &Env) {
     let (pages, renders) = (Seen::default(), Seen::default());
-    let broker = cluster.broker().prefix(&prefix);
+    let broker = env.broker();
     let running = bounded(
         "start",
         Duration::from_secs(10),
@@ -160,7 +161,7 @@ async fn the_image_service_runs_unchanged_on_the_cluster() {
         || async { pages.get().len() == 21 && renders.get().len() == 21 },
     )
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     let mut want: Vec<String> = (0..20).map(|n| format!("i{n:02}.png")).collect();
     want.push("late.png".into());
     want.sort();
@@ -173,13 +174,9 @@ async fn the_image_service_runs_unchanged_on_the_cluster() {
     );
 }
 
-#[tokio::test]
-async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_use() {
-    let Some(cluster) = Topo::cluster() else {
-        return;
-    };
+async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_use(env: &Env) {
     let app = RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(
-        cluster.broker().prefix("x:"),
+        env.broker_with(|b| b.prefix("x:")),
         |b| {
             b.include(
                 subscriber(
@@ -201,10 +198,9 @@ async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_us
         "{err}"
     );
     // The same queue runs on a standalone server, where slots do not matter.
+    let Some(url) = redis_url() else { return };
     let app = RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(
-        Topo::Standalone
-            .broker()
-            .prefix(format!("{}:", unique("untagged"))),
+        RedisBroker::standalone(url).prefix(format!("{}:", unique("untagged"))),
         |b| {
             b.include(
                 subscriber(
@@ -218,7 +214,7 @@ async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_us
     let running = bounded("start", Duration::from_secs(10), app.start())
         .await
         .expect("an untagged queue is fine on one server");
-    running.shutdown().await.unwrap();
+    stop(running).await;
 }
 
 #[tokio::test]
@@ -258,6 +254,6 @@ async fn an_app_runs_on_the_primary_the_sentinels_name() {
         renders.get().len() == 10
     })
     .await;
-    running.shutdown().await.unwrap();
+    stop(running).await;
     println!("sentinel: thumbnails={}", renders.get().len());
 }
