@@ -148,6 +148,26 @@ fn cases() -> Vec<Case> {
             &[],
             raised("ERR This Redis command is not allowed from script", 1),
         ),
+        // A shebang line names the engine and flags; it is not run, and line numbers keep it.
+        case("#!lua flags=allow-oom\nreturn 1", 0, &[], Int(1)),
+        case(
+            "#!lua\nreturn redis.call('TYPE', KEYS[1])",
+            1,
+            &[],
+            t("none"),
+        ),
+        case(
+            "#!lua flags=allow-oom\nerror('boom')",
+            0,
+            &[],
+            raised("ERR user_script:2: boom", 2),
+        ),
+        case(
+            "#!lua flags=made-up\nreturn 1",
+            0,
+            &[],
+            E("ERR Unexpected flag in script shebang".to_owned()),
+        ),
         // Lua errors, and Redis's restrictions on globals.
         case(
             "error('boom')",
