@@ -35,7 +35,10 @@ struct Ping;
 
 #[test]
 fn names_and_templates() {
-    assert_eq!(<Order as Outgoing>::NAME, Some("orders.{tenant}.{region}"));
+    assert_eq!(
+        <Order as MessageType>::NAME,
+        Some("orders.{tenant}.{region}")
+    );
     let order = Order {
         tenant: "acme".into(),
         region: 7,
@@ -49,7 +52,7 @@ fn names_and_templates() {
         Audit("x".into()).destination().unwrap().as_deref(),
         Some("audit")
     );
-    assert_eq!(<Ping as Outgoing>::NAME, None);
+    assert_eq!(<Ping as MessageType>::NAME, None);
     assert_eq!(Ping.destination().unwrap(), None);
 }
 
@@ -66,18 +69,18 @@ fn json_on_the_wire() {
         json!({ "tenant": "acme", "region": 7, "items": ["a"] })
     );
     assert_eq!(Order::decode(&bytes).unwrap(), order);
-    assert_eq!(<Order as Outgoing>::content_type(), "application/json");
+    assert_eq!(<Order as MessageType>::content_type(), "application/json");
     assert!(Order::decode(b"{}").is_err());
     assert_eq!(Audit::decode(b"\"x\"").unwrap(), Audit("x".into()));
     assert_eq!(Ping::decode(b"null").unwrap(), Ping);
 }
 
-/// Each `Outgoing` type below has a twin deriving `JsonSchema` with the same attributes: their
+/// Each `MessageType` type below has a twin deriving `JsonSchema` with the same attributes: their
 /// schemas must be the same.
 macro_rules! same_schema {
     ($outgoing:ty, $twin:ty) => {
         assert_eq!(
-            serde_json::to_value(<$outgoing as Outgoing>::schema()).unwrap(),
+            serde_json::to_value(<$outgoing as MessageType>::schema()).unwrap(),
             serde_json::to_value(schema_for::<$twin>()).unwrap(),
             "{} and its JsonSchema twin",
             stringify!($outgoing)
@@ -171,7 +174,7 @@ fn schemas_match_derive_json_schema() {
 
 #[test]
 fn schema_reads_serde_attributes_and_docs() {
-    let schema = serde_json::to_value(<RenderJob as Outgoing>::schema()).unwrap();
+    let schema = serde_json::to_value(<RenderJob as MessageType>::schema()).unwrap();
     assert_eq!(schema["title"], "RenderJob");
     assert_eq!(schema["description"], "A job to render.");
     let props = schema["properties"].as_object().unwrap();
@@ -183,7 +186,7 @@ fn schema_reads_serde_attributes_and_docs() {
         "The image's key in the bucket."
     );
     // Draft-07, as AsyncAPI 3.0 reads payloads: shared definitions under `definitions`.
-    let node = serde_json::to_value(<Node as Outgoing>::schema()).unwrap();
+    let node = serde_json::to_value(<Node as MessageType>::schema()).unwrap();
     assert_eq!(node["$schema"], "http://json-schema.org/draft-07/schema#");
     assert_eq!(node["properties"]["children"]["items"]["$ref"], "#");
 }
