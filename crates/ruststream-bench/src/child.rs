@@ -139,7 +139,8 @@ fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscri
             };
             subscriber(s, handler).build::<Msg>()
         }
-        _ => subscriber(list(RedisList::new(KEY).reliable()), handler).build::<Msg>(),
+        // A reliable list without crash recovery (recovery is the `recovery` scenario).
+        _ => subscriber(list(RedisList::new(KEY).reliable().no_recovery()), handler).build::<Msg>(),
     }
 }
 

@@ -69,6 +69,7 @@ mod transport;
 pub use broker::RedisBroker;
 pub use frame::REASON_HEADER;
 pub use list::RedisList;
+pub use options::DEFAULT_MIN_IDLE;
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
 pub use stream::RedisStream;

@@ -9,6 +9,11 @@ use ruststream_core::{Error, Result, SubscribeOptions};
 
 use crate::keys::DeadLetter;
 
+/// How long a dead worker's claims (a reliable list's, a stream group's pending entries) take to
+/// come back to the other workers, unless the source's `min_idle` says otherwise. A live worker
+/// keeps its claims alive, so this bounds only how late a crashed worker's work is picked up.
+pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(30);
+
 /// What every subscription can set.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SourceOptions {

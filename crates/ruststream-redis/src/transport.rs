@@ -114,6 +114,8 @@ pub struct Token {
     pub(crate) frame: Frame,
     /// The claim's member in the recovery set, when there is one.
     pub(crate) member: Option<Bytes>,
+    /// The claim's sequence number of its reader, when it has a recovery-set member.
+    pub(crate) claim: Option<u64>,
 }
 
 impl Token {
@@ -157,6 +159,7 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
             raw,
             frame,
             member: None,
+            claim: None,
         },
         unreadable: None,
     }

@@ -13,12 +13,14 @@
 //!
 //! A simple list's settle only pushes dead letters (see `crate::dead`).
 
+mod lease;
 mod publish;
 mod receive;
 mod settle;
 
 use std::time::Duration;
 
+use fred::prelude::*;
 use futures::future::BoxFuture;
 use ruststream_core::{ChannelDoc, Error, Result, Retries, Source};
 use serde_json::json;
@@ -28,7 +30,7 @@ pub(crate) use self::publish::push;
 use crate::RedisBroker;
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace};
-use crate::options::{SourceOptions, source_setters};
+use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
 use crate::transport::{RedisReceiver, RedisSource, Transport, same_as};
 
@@ -63,6 +65,7 @@ pub struct RedisList {
     recovery_zset: Option<String>,
     min_idle: Option<Duration>,
     recovery_ttl: Option<Duration>,
+    no_recovery: bool,
     options: SourceOptions,
 }
 
@@ -78,11 +81,16 @@ impl RedisList {
             recovery_zset: None,
             min_idle: None,
             recovery_ttl: None,
+            no_recovery: false,
             options: SourceOptions::default(),
         }
     }
 
-    /// Claims entries into a processing list instead of popping them: at least once.
+    /// Claims entries into a processing list instead of popping them: at least once. Crash
+    /// recovery is on: every claim is recorded in a recovery set (`<key>.claims` unless
+    /// [`recovery_zset`](Self::recovery_zset) names one), kept alive while its worker lives, and
+    /// a dead worker's claims come back to the queue after [`min_idle`](Self::min_idle)
+    /// ([`DEFAULT_MIN_IDLE`] by default). [`no_recovery`](Self::no_recovery) turns it off.
     pub fn reliable(mut self) -> Self {
         self.mode = Mode::Reliable;
         self
@@ -94,13 +102,25 @@ impl RedisList {
         self
     }
 
-    /// Records each claim in this sorted set, scored by claim time, for crash recovery.
+    /// Records each claim in this sorted set (default `<key>.claims`), scored by claim time, for
+    /// crash recovery. Naming the set needs [`min_idle`](Self::min_idle) too.
     pub fn recovery_zset(mut self, key: impl Into<String>) -> Self {
         self.recovery_zset = Some(key.into());
         self
     }
 
-    /// Claims idle longer than this belong to no live worker and go back to the queue.
+    /// No crash recovery: a claim is not recorded, and the entries of a worker that dies
+    /// between claim and settle stay in the processing list until moved back by hand. The app
+    /// says at startup how many entries sit there.
+    pub fn no_recovery(mut self) -> Self {
+        self.no_recovery = true;
+        self
+    }
+
+    /// How long a dead worker's claims take to come back to the queue (default
+    /// [`DEFAULT_MIN_IDLE`]). A live worker keeps its claims alive however long its handlers
+    /// run (see the module docs), so this need not outlast the slowest handler; a shorter one
+    /// brings a crashed worker's work back sooner, at the price of more frequent renewals.
     pub fn min_idle(mut self, idle: Duration) -> Self {
         self.min_idle = Some(idle);
         self
@@ -136,27 +156,52 @@ impl RedisList {
         ListKeys {
             delayed: space.delayed(&queue),
             processing: reliable.then(|| space.processing(&self.key, self.processing.as_deref())),
-            recovery: self.recovery_zset.as_deref().map(|z| space.key(z)),
+            recovery: (reliable && !self.no_recovery).then(|| match &self.recovery_zset {
+                Some(z) => space.key(z),
+                None => space.derived(&queue, ".claims"),
+            }),
+            settle_tokens: (reliable && self.no_recovery)
+                .then(|| space.derived(&queue, ".settles")),
             dead: space.dead(&self.key, &self.options.dead_letter),
             queue,
         }
     }
 
-    /// The recovery set needs `min_idle`, and its ttl must outlive `min_idle`.
+    /// How long a dead worker's claims take to come back.
+    fn idle(&self) -> Duration {
+        self.min_idle.unwrap_or(DEFAULT_MIN_IDLE)
+    }
+
+    /// A named recovery set needs `min_idle`, its ttl must outlive `min_idle`, and none of them
+    /// go with `no_recovery`.
     fn check_recovery(&self) -> Result<()> {
         let key = &self.key;
-        match (&self.recovery_zset, self.min_idle, self.recovery_ttl) {
-            (Some(z), None, _) => Err(Error::config(format!(
-                "list `{key}`: recovery_zset `{z}` needs min_idle: add `.min_idle(Duration::from_secs(60))`, longer than the slowest handler ever takes"
-            ))),
-            (Some(z), Some(idle), Some(ttl)) if ttl <= idle => Err(Error::config(format!(
-                "list `{key}`: recovery_ttl ({ttl:?}) of `{z}` must be longer than min_idle ({idle:?}), or the set expires under live claims"
-            ))),
-            (Some(_), Some(idle), _) if idle.is_zero() => Err(Error::config(format!(
+        let recovery_options =
+            self.recovery_zset.is_some() || self.min_idle.is_some() || self.recovery_ttl.is_some();
+        if self.no_recovery && recovery_options {
+            return Err(Error::config(format!(
+                "list `{key}`: no_recovery turns crash recovery off, so recovery_zset, min_idle and recovery_ttl do not apply: remove one or the other"
+            )));
+        }
+        if self.mode == Mode::Simple && (recovery_options || self.no_recovery) {
+            return Err(Error::config(format!(
+                "list `{key}`: recovery options need a reliable list; add `.reliable()`"
+            )));
+        }
+        if let (Some(z), None) = (&self.recovery_zset, self.min_idle) {
+            return Err(Error::config(format!(
+                "list `{key}`: recovery_zset `{z}` needs min_idle: add `.min_idle(Duration::from_secs(60))`, how long a dead worker's claims take to come back"
+            )));
+        }
+        let idle = self.idle();
+        if idle.is_zero() {
+            return Err(Error::config(format!(
                 "list `{key}`: min_idle must be longer than zero, or every claim is recovered at once"
-            ))),
-            (None, Some(_), _) | (None, _, Some(_)) => Err(Error::config(format!(
-                "list `{key}`: min_idle and recovery_ttl need a recovery set: add `.recovery_zset(\"{key}.claims\")`"
+            )));
+        }
+        match self.recovery_ttl {
+            Some(ttl) if ttl <= idle => Err(Error::config(format!(
+                "list `{key}`: recovery_ttl ({ttl:?}) must be longer than min_idle ({idle:?}), or the set expires under live claims"
             ))),
             _ => Ok(()),
         }
@@ -171,6 +216,8 @@ struct ListKeys {
     processing: Option<String>,
     /// With crash recovery only.
     recovery: Option<String>,
+    /// Reliable lists without crash recovery: the settle tokens already used.
+    settle_tokens: Option<String>,
     dead: Option<String>,
     delayed: Delayed,
 }
@@ -183,6 +230,7 @@ impl ListKeys {
         keys.extend([self.delayed.set.clone(), self.delayed.payloads.clone()]);
         keys.extend(self.dead.clone());
         keys.extend(self.recovery.clone());
+        keys.extend(self.settle_tokens.clone());
         keys
     }
 }
@@ -203,8 +251,12 @@ impl Transport for RedisList {
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
         }
-        if let Some(z) = &self.recovery_zset {
-            bindings["recoveryZset"] = json!(z);
+        if self.mode == Mode::Reliable && !self.no_recovery {
+            let zset = self
+                .recovery_zset
+                .clone()
+                .unwrap_or_else(|| format!("{}.claims", self.key));
+            bindings["recoveryZset"] = json!(zset);
         }
         ChannelDoc {
             address: self.key.clone(),
@@ -227,10 +279,9 @@ impl Transport for RedisList {
             return Err(Error::config("a RedisList has an empty key: name the list"));
         }
         self.options.validate(&format!("list `{key}`"))?;
-        if self.mode == Mode::Simple && (self.processing.is_some() || self.recovery_zset.is_some())
-        {
+        if self.mode == Mode::Simple && self.processing.is_some() {
             return Err(Error::config(format!(
-                "list `{key}`: processing and recovery_zset need a reliable list; add `.reliable()`"
+                "list `{key}`: processing needs a reliable list; add `.reliable()`"
             )));
         }
         self.check_recovery()?;
@@ -242,8 +293,25 @@ impl Transport for RedisList {
         space.check_same_slot(key, &self.keys(space).used_together())
     }
 
-    fn prepare<'a>(&'a self, _: &'a Connections) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async { Ok(()) })
+    /// A reliable list without recovery says how many entries sit in its processing list
+    /// (`LLEN`): nobody can tell which of them belong to a worker that died.
+    fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let keys = self.keys(&conns.keys);
+            if let (Some(processing), None) = (&keys.processing, &keys.recovery) {
+                let held: i64 = conns
+                    .pool()?
+                    .next()
+                    .llen(processing)
+                    .await
+                    .map_err(crate::error::core)?;
+                if held > 0 {
+                    tracing::warn!(queue = %keys.queue, %processing, entries = held,
+                        "this reliable list runs without crash recovery (no_recovery): entries in its processing list stay there if their worker died; move them back by hand (LMOVE) once no worker holds them");
+                }
+            }
+            Ok(())
+        })
     }
 
     fn open<'a>(
@@ -289,12 +357,38 @@ mod tests {
         assert!(
             err(&l.recovery_ttl(Duration::from_secs(60))).contains("must be longer than min_idle")
         );
+        // Recovery is on by default: min_idle alone sets how soon a dead worker's claims return.
+        assert!(
+            RedisList::new("q")
+                .reliable()
+                .min_idle(Duration::from_secs(1))
+                .validate(&KeySpace::default())
+                .is_ok()
+        );
         assert!(
             err(&RedisList::new("q")
                 .reliable()
+                .no_recovery()
                 .min_idle(Duration::from_secs(1)))
-            .contains("recovery_zset")
+            .contains("no_recovery turns crash recovery off")
         );
+        assert!(err(&RedisList::new("q").no_recovery()).contains("need a reliable list"));
+    }
+
+    #[test]
+    fn a_reliable_list_records_its_claims_unless_told_not_to() {
+        let space = KeySpace::new(String::new(), true);
+        let keys = RedisList::new("{t}").reliable().keys(&space);
+        assert_eq!(keys.recovery.as_deref(), Some("{t}.claims"));
+        let none = RedisList::new("{t}").reliable().no_recovery().keys(&space);
+        assert_eq!(none.recovery, None);
+        let named = RedisList::new("{t}")
+            .reliable()
+            .recovery_zset("{t}.z")
+            .min_idle(Duration::from_secs(5))
+            .keys(&space);
+        assert_eq!(named.recovery.as_deref(), Some("{t}.z"));
+        assert_eq!(RedisList::new("q").keys(&space).recovery, None);
     }
 
     #[test]

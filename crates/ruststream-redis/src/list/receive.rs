@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
 
+use super::lease::Leases;
 use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
 use crate::conn::{Connections, ReadConn};
@@ -92,17 +93,27 @@ pub(super) async fn open(
             reader,
         }),
         Mode::Reliable => {
-            let recovery = keys.recovery.clone().map(|zset| Recovery {
-                zset,
-                min_idle_ms: millis(list.min_idle.unwrap_or_default()),
-                ttl_ms: list.recovery_ttl.map_or(0, millis),
-                reader_id: uuid::Uuid::now_v7().simple().to_string(),
-                seq: AtomicU64::new(0),
+            let leases = Arc::new(Leases::default());
+            let recovery = keys.recovery.clone().map(|zset| {
+                let idle = list.idle();
+                let ttl_ms = list.recovery_ttl.map_or(0, millis);
+                let every = (idle / 3).max(Duration::from_millis(10));
+                Leases::spawn_renewal(&leases, pool.clone(), zset.clone(), ttl_ms, every);
+                Recovery {
+                    zset,
+                    min_idle_ms: millis(idle),
+                    ttl_ms,
+                    leases: leases.clone(),
+                }
             });
+            let reader_id = uuid::Uuid::now_v7().simple().to_string();
             let clock = reader.mover.as_ref().map(Mover::clock);
+            let settle = ReliableSettle::new(pool, &keys, &reader_id, clock, leases);
             RedisReceiver::new(ReliableList {
-                settler: RedisSettler::new(ReliableSettle::new(pool, &keys, clock)),
+                settler: RedisSettler::new(settle),
                 keys,
+                reader_id,
+                seq: AtomicU64::new(0),
                 recovery,
                 reader,
             })
@@ -195,18 +206,22 @@ impl Receive for SimpleList {
     }
 }
 
-/// A reliable list's recovery set, and this reader's identity in it.
+/// A reliable list's recovery set.
 struct Recovery {
     zset: String,
     min_idle_ms: u64,
     ttl_ms: u64,
-    reader_id: String,
-    seq: AtomicU64,
+    /// The claims this reader holds, kept alive in the recovery set.
+    leases: Arc<Leases>,
 }
 
 /// A reliable list: claimed into the processing list, at least once.
 struct ReliableList {
     keys: ListKeys,
+    /// This reader's identity: its claims are `<reader id>:<seq>`.
+    reader_id: String,
+    /// The sequence number of this reader's next claim.
+    seq: AtomicU64,
     recovery: Option<Recovery>,
     reader: Reader,
     settler: RedisSettler,
@@ -250,22 +265,19 @@ impl ReliableList {
         };
         let mut keys = vec![self.keys.queue.clone(), processing.clone()];
         let max_i = i64::try_from(max).unwrap_or(i64::MAX);
-        let (args, first_seq): (Vec<Value>, u64) = match &self.recovery {
-            None => (vec![Value::Integer(max_i), Value::from_static_str("")], 0),
+        let first_seq = self.seq.fetch_add(max as u64, Ordering::Relaxed);
+        let args: Vec<Value> = match &self.recovery {
+            None => vec![Value::Integer(max_i), Value::from_static_str("")],
             Some(r) => {
                 keys.push(r.zset.clone());
-                let first = r.seq.fetch_add(max as u64, Ordering::Relaxed);
-                (
-                    vec![
-                        Value::Integer(max_i),
-                        Value::from(r.reader_id.as_str()),
-                        Value::from(first.to_string()),
-                        Value::from(r.min_idle_ms.to_string()),
-                        Value::from(r.ttl_ms.to_string()),
-                        Value::Integer(i64::from(RECOVER_BATCH)),
-                    ],
-                    first,
-                )
+                vec![
+                    Value::Integer(max_i),
+                    Value::from(self.reader_id.as_str()),
+                    Value::from(first_seq.to_string()),
+                    Value::from(r.min_idle_ms.to_string()),
+                    Value::from(r.ttl_ms.to_string()),
+                    Value::Integer(i64::from(RECOVER_BATCH)),
+                ]
             }
         };
         let reply: Value = CLAIM
@@ -284,12 +296,19 @@ impl ReliableList {
         }
         let values: Vec<Bytes> = items.drain(1..).filter_map(value_bytes).collect();
         let mut out = self.reader.deliveries(values);
-        if let Some(r) = &self.recovery {
-            for (i, d) in (first_seq..).zip(out.iter_mut()) {
-                let mut member = format!("{}:{i}:", r.reader_id).into_bytes();
+        for (i, d) in (first_seq..).zip(out.iter_mut()) {
+            d.token.claim = Some(i);
+            if self.recovery.is_some() {
+                let mut member = format!("{}:{i}:", self.reader_id).into_bytes();
                 member.extend_from_slice(&d.token.raw);
                 d.token.member = Some(Bytes::from(member));
             }
+        }
+        if let Some(r) = &self.recovery {
+            r.leases.hold(
+                out.iter()
+                    .filter_map(|d| Some((d.token.claim?, d.token.member.clone()?))),
+            );
         }
         Ok(out)
     }

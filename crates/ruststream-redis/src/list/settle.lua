@@ -3,9 +3,9 @@
 -- removes as much as it adds, and acks free memory. Prepended with guard.lua and
 -- delayed/schedule_retry.lua.
 --
--- KEYS: queue, processing, dead-letter list, delayed set, delayed payload hash, and with
---       recovery the recovery set.
--- ARGV: groups of five, `op claimed new arg member`:
+-- KEYS: queue, processing, dead-letter list, delayed set, delayed payload hash, and the
+--       recovery set (with recovery) or the settle-token set (without).
+-- ARGV: a settle token ('' with recovery), then groups of five, `op claimed new arg member`:
 --   a  ack: LREM processing -1 claimed
 --   r  retry now: remove, then LPUSH queue new
 --   d  retry later: remove, then schedule `new` (ZADD delayed, HSET hash); arg = `delay_ms:id`
@@ -14,17 +14,34 @@
 -- this worker's only while its member is in the set (a sweep may have handed the entry to
 -- another worker); then the entry is removed from the processing list, and only when that finds
 -- it do the follow-up writes happen, so nothing is duplicated.
--- Returns how many claims were still owned.
-if #ARGV % 5 ~= 0 then
-  return redis.error_reply('ERR settle.lua takes groups of five arguments, got ' .. #ARGV)
+-- Without recovery an entry is known only by its bytes, and two claims of identical bytes look
+-- alike, so a settle sent twice (a client resends it when the connection drops before the
+-- reply) must not run twice: its token is recorded in the token set (kept 10 minutes), and a
+-- token already there makes the call a no-op.
+-- Returns how many claims were still owned (-1: the token was settled already).
+if #ARGV % 5 ~= 1 then
+  return redis.error_reply('ERR settle.lua takes a token and groups of five arguments, got ' .. #ARGV)
 end
-local checks = {{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'}, {KEYS[4], 'zset'},
-  {KEYS[5], 'hash'}}
-if KEYS[6] then checks[#checks + 1] = {KEYS[6], 'zset'} end
-local bad = wrong_types(checks)
+local bad = wrong_types({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'},
+  {KEYS[4], 'zset'}, {KEYS[5], 'hash'}, {KEYS[6], 'zset'}})
 if bad then return redis.error_reply(bad) end
+for i = 2, #ARGV, 5 do
+  local op = ARGV[i]
+  if (op ~= 'a' and op ~= 'r' and op ~= 'd' and op ~= 'x')
+    or (op == 'd' and not string.match(ARGV[i + 3], '^%d+:')) then
+    return redis.error_reply('ERR settle.lua: malformed entry at argument ' .. i)
+  end
+end
+local token = ARGV[1]
+if token ~= '' then
+  if redis.call('ZSCORE', KEYS[6], token) then return -1 end
+  local t = redis.call('TIME')
+  local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', ms - 600000)
+  redis.call('ZADD', KEYS[6], ms, token)
+end
 local found = 0
-for i = 1, #ARGV, 5 do
+for i = 2, #ARGV, 5 do
   local op = ARGV[i]
   local owned
   if ARGV[i + 4] ~= '' then

@@ -15,6 +15,7 @@ use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
 use super::ListKeys;
+use super::lease::Leases;
 use crate::dead::discarded;
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
@@ -29,13 +30,24 @@ pub(super) struct ReliableSettle {
     pool: Pool,
     /// `settle.lua`'s KEYS.
     keys: Vec<String>,
+    /// Without recovery, the reader's id: a settle's token is `<reader id>:<its first claim>`,
+    /// the same when the settle is sent again, and no other settle's.
+    token_prefix: Option<String>,
     has_dead: bool,
     /// The reader's due clock, so a delayed retry is not slept through.
     clock: Option<Arc<DueClock>>,
+    /// The claims the reader holds: a settled claim is let go.
+    leases: Arc<Leases>,
 }
 
 impl ReliableSettle {
-    pub(super) fn new(pool: Pool, keys: &ListKeys, clock: Option<Arc<DueClock>>) -> Self {
+    pub(super) fn new(
+        pool: Pool,
+        keys: &ListKeys,
+        reader_id: &str,
+        clock: Option<Arc<DueClock>>,
+        leases: Arc<Leases>,
+    ) -> Self {
         let processing = keys.processing.clone().unwrap_or_default();
         let mut script_keys = vec![
             keys.queue.clone(),
@@ -45,17 +57,27 @@ impl ReliableSettle {
             keys.delayed.set.clone(),
             keys.delayed.payloads.clone(),
         ];
-        script_keys.extend(keys.recovery.clone());
+        script_keys.extend(keys.recovery.clone().or_else(|| keys.settle_tokens.clone()));
         Self {
             pool,
             keys: script_keys,
+            token_prefix: keys.recovery.is_none().then(|| reader_id.to_owned()),
             has_dead: keys.dead.is_some(),
             clock,
+            leases,
         }
     }
 
     async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
-        let mut args = Vec::with_capacity(batch.len() * 5);
+        let mut args = Vec::with_capacity(batch.len() * 5 + 1);
+        let token = match (
+            &self.token_prefix,
+            batch.iter().filter_map(|(t, _)| t.claim).min(),
+        ) {
+            (Some(prefix), Some(first)) => Value::from(format!("{prefix}:{first}")),
+            _ => Value::from_static_str(""),
+        };
+        args.push(token);
         let mut earliest: Option<Duration> = None;
         for (t, s) in batch {
             let (op, new, arg) = match s {
@@ -85,10 +107,14 @@ impl ReliableSettle {
                     .map_or_else(|| Value::from_static_str(""), Value::Bytes),
             ]);
         }
-        let _: i64 = SETTLE
+        let settled: Result<i64, _> = SETTLE
             .evalsha_with_reload(self.pool.next(), self.keys.clone(), args)
-            .await
-            .map_err(core)?;
+            .await;
+        // Sent: the claims are no longer this worker's to keep alive, whatever came of it (a
+        // settle that keeps failing leaves them to the sweep).
+        self.leases
+            .release(batch.iter().filter_map(|(t, _)| t.claim));
+        settled.map_err(core)?;
         if let (Some(clock), Some(d)) = (&self.clock, earliest) {
             clock.retry_in(d);
         }

@@ -12,6 +12,7 @@
 
 mod publish;
 mod receive;
+mod recover;
 mod settle;
 
 use fred::prelude::*;
@@ -55,6 +56,8 @@ pub struct RedisStream {
     key: String,
     group: Option<String>,
     consumer: Option<String>,
+    min_idle: Option<std::time::Duration>,
+    no_recovery: bool,
     options: SourceOptions,
 }
 
@@ -67,6 +70,8 @@ impl RedisStream {
             key: key.into(),
             group: None,
             consumer: None,
+            min_idle: None,
+            no_recovery: false,
             options: SourceOptions::default(),
         }
     }
@@ -80,6 +85,21 @@ impl RedisStream {
     /// This process's consumer name in the group (default: `<host>-<pid>-<random>`).
     pub fn consumer(mut self, name: impl Into<String>) -> Self {
         self.consumer = Some(name.into());
+        self
+    }
+
+    /// How long an entry stays pending on a consumer that is gone before another consumer of
+    /// the group claims it (default [`DEFAULT_MIN_IDLE`](crate::DEFAULT_MIN_IDLE)). A live
+    /// consumer keeps the entries it holds from going idle, however long its handlers run.
+    pub fn min_idle(mut self, idle: std::time::Duration) -> Self {
+        self.min_idle = Some(idle);
+        self
+    }
+
+    /// No crash recovery: entries a consumer held when it died stay pending on it until a
+    /// consumer of the same name starts again (or someone claims them by hand).
+    pub fn no_recovery(mut self) -> Self {
+        self.no_recovery = true;
         self
     }
 
@@ -150,6 +170,16 @@ impl Transport for RedisStream {
             )));
         }
         self.options.validate(&format!("stream `{key}`"))?;
+        if self.no_recovery && self.min_idle.is_some() {
+            return Err(Error::config(format!(
+                "stream `{key}`: no_recovery turns crash recovery off, so min_idle does not apply: remove one or the other"
+            )));
+        }
+        if self.min_idle.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config(format!(
+                "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
+            )));
+        }
         space.check_same_slot(key, &self.keys(space).used_together())
     }
 

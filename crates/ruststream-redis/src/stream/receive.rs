@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Headers, Result};
 use tokio_util::sync::CancellationToken;
 
+use super::recover::{Group, Recovery};
 use super::settle::StreamSettle;
 use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
 use crate::conn::{Connections, ReadConn};
@@ -18,6 +19,7 @@ use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::frame::{Frame, FrameError, FramePart};
 use crate::gauges::{self, QueueKeys};
 use crate::memory::BlockingRead;
+use crate::options::DEFAULT_MIN_IDLE;
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes,
 };
@@ -62,16 +64,34 @@ pub(super) async fn open(
         },
         stop.clone(),
     );
-    let settler = StreamSettle::new(pool, &keys, group.clone(), mover.as_ref().map(Mover::clock));
+    let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
+    let recovery = (!stream.no_recovery).then(|| {
+        let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
+        r.spawn_renewal(
+            pool.clone(),
+            Group {
+                key: keys.stream.clone(),
+                group: group.clone(),
+                consumer: consumer.clone(),
+            },
+        );
+        r
+    });
+    let held = recovery.as_ref().map(|r| r.held.clone());
+    let clock = mover.as_ref().map(Mover::clock);
+    let settler = StreamSettle::new(pool, &keys, group.clone(), clock, held);
     Ok(RedisReceiver::new(StreamReceiver {
         conn,
         stop,
         source: stream.key.as_str().into(),
-        key: keys.stream,
-        group,
-        consumer: stream.consumer.clone().unwrap_or_else(consumer_name),
+        group: Group {
+            key: keys.stream,
+            group,
+            consumer,
+        },
         block: stream.options.block,
         mover,
+        recovery,
         settler: RedisSettler::new(settler),
     }))
 }
@@ -81,18 +101,27 @@ struct StreamReceiver {
     stop: CancellationToken,
     /// The key as the user named it: each delivery's source.
     source: Arc<str>,
-    key: String,
-    group: String,
-    consumer: String,
+    group: Group,
     block: Duration,
     mover: Option<Mover>,
+    recovery: Option<Recovery>,
     settler: RedisSettler,
 }
 
 impl StreamReceiver {
-    async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+    async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
         if let Some(m) = &self.mover {
             m.move_due(self.conn.client()).await;
+        }
+        if let Some(r) = &mut self.recovery {
+            let claimed = r.claim(self.conn.client(), &self.group, max).await?;
+            if !claimed.is_empty() {
+                return Ok(self.deliver(
+                    claimed
+                        .into_iter()
+                        .map(|(id, frame, error)| (id, (frame, error))),
+                ));
+            }
         }
         let wait = if self.stop.is_cancelled() {
             Duration::from_millis(1)
@@ -100,16 +129,17 @@ impl StreamReceiver {
             read_wait(self.mover.as_ref(), self.block)
         };
         let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        let g = &self.group;
         let args: Vec<Value> = vec![
             "GROUP".into(),
-            self.group.as_str().into(),
-            self.consumer.as_str().into(),
+            g.group.as_str().into(),
+            g.consumer.as_str().into(),
             "COUNT".into(),
             Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
             "BLOCK".into(),
             Value::Integer(block_ms),
             "STREAMS".into(),
-            self.key.as_str().into(),
+            g.key.as_str().into(),
             ">".into(),
         ];
         let read = self.conn.client().custom(
@@ -123,7 +153,15 @@ impl StreamReceiver {
             }
         };
         let reply = self.conn.blocking(wait, read, interrupt).await?;
-        Ok(entries(reply)
+        Ok(self.deliver(entries(reply)))
+    }
+
+    /// The deliveries of `entries`, held (for their leases) until settled.
+    fn deliver(
+        &self,
+        entries: impl IntoIterator<Item = (Bytes, (Frame, Option<FrameError>))>,
+    ) -> Vec<Delivery<Token>> {
+        let out: Vec<Delivery<Token>> = entries
             .into_iter()
             .map(|(id, (frame, error))| {
                 let d = delivery(self.source.clone(), id, frame);
@@ -132,7 +170,11 @@ impl StreamReceiver {
                     None => d,
                 }
             })
-            .collect())
+            .collect();
+        if let Some(r) = &self.recovery {
+            r.held.hold(out.iter().map(|d| d.token.raw.clone()));
+        }
+        out
     }
 }
 
@@ -153,8 +195,7 @@ fn consumer_name() -> String {
     format!("{host}-{}-{}", std::process::id(), &id[24..])
 }
 
-/// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`, in one
-/// pass over the entries, with no intermediate field vectors.
+/// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`.
 fn entries(reply: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
     let streams: Vec<Value> = match reply {
         Value::Array(items) => items
@@ -167,28 +208,31 @@ fn entries(reply: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
         Value::Map(map) => map.inner().into_values().collect(),
         _ => Vec::new(),
     };
-    let mut out = Vec::new();
-    for entries in streams {
-        let Value::Array(entries) = entries else {
+    streams.into_iter().flat_map(entry_list).collect()
+}
+
+/// Reads a list of entries (`[[id, [field, value, ..]], ..]`, as `XRANGE` and `XCLAIM` reply)
+/// into `(entry id, frame)`, in one pass, with no intermediate field vectors.
+pub(super) fn entry_list(entries: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
+    let Value::Array(entries) = entries else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(parts) = entry else {
             continue;
         };
-        out.reserve(entries.len());
-        for entry in entries {
-            let Value::Array(parts) = entry else {
-                continue;
-            };
-            let mut parts = parts.into_iter();
-            let Some(id) = parts.next().and_then(value_bytes) else {
-                continue;
-            };
-            // An entry deleted while pending has no fields: it is still delivered, with an
-            // empty payload, so that it is settled (dead-lettered as undecodable) and not stuck.
-            let fields = match parts.next() {
-                Some(Value::Array(fields)) => fields,
-                _ => Vec::new(),
-            };
-            out.push((id, frame(fields)));
-        }
+        let mut parts = parts.into_iter();
+        let Some(id) = parts.next().and_then(value_bytes) else {
+            continue;
+        };
+        // An entry deleted while pending has no fields: it is still delivered, with an empty
+        // payload, so that it is settled (dead-lettered as undecodable) and not stuck.
+        let fields = match parts.next() {
+            Some(Value::Array(fields)) => fields,
+            _ => Vec::new(),
+        };
+        out.push((id, frame(fields)));
     }
     out
 }

@@ -12,6 +12,7 @@ use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
 use super::StreamKeys;
+use super::recover::Held;
 use crate::dead::discarded;
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
@@ -34,6 +35,8 @@ pub(super) struct StreamSettle {
     has_dead: bool,
     /// The reader's due clock, so a delayed retry is not slept through.
     clock: Option<Arc<DueClock>>,
+    /// The entries the reader holds: a settled entry is let go.
+    held: Option<Arc<Held>>,
 }
 
 impl StreamSettle {
@@ -42,6 +45,7 @@ impl StreamSettle {
         keys: &StreamKeys,
         group: String,
         clock: Option<Arc<DueClock>>,
+        held: Option<Arc<Held>>,
     ) -> Self {
         Self {
             pool,
@@ -56,6 +60,7 @@ impl StreamSettle {
             group,
             has_dead: keys.dead.is_some(),
             clock,
+            held,
         }
     }
 
@@ -138,6 +143,10 @@ impl StreamSettle {
             Ok::<(), fred::error::Error>(())
         };
         let (script, xack) = tokio::join!(script, xack);
+        // Sent: the entries are no longer this consumer's to keep alive, whatever came of it.
+        if let Some(held) = &self.held {
+            held.release(batch.iter().map(|(t, _)| &t.raw));
+        }
         script.and(xack).map_err(core)?;
         if let (Some(clock), Some(d)) = (&self.clock, earliest) {
             clock.retry_in(d);

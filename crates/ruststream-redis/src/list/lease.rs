@@ -1,0 +1,83 @@
+//! Leases: while a worker holds claims on a reliable list (handlers running, and entries claimed
+//! ahead and waiting for a handler), a task of its own moves their scores in the recovery set to
+//! now every `min_idle / 3` (`lease.lua`: `ZADD XX`, and `PEXPIRE` with a `recovery_ttl`). So a
+//! claim is idle longer than `min_idle` only when its worker is gone, and the sweep never takes
+//! work from a live one: `min_idle` is how long a dead worker's work takes to come back.
+//!
+//! The reader adds what it claims ([`Leases::hold`]); the settler lets a claim go once its
+//! settle was sent ([`Leases::release`]), whatever came of it, so a claim whose settle keeps
+//! failing is left to the sweep rather than kept alive for ever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+
+use crate::lua;
+
+static LEASE: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("lease.lua"), &[lua::GUARD]));
+
+/// Most members one `lease.lua` call carries.
+const LEASE_BATCH: usize = 2048;
+
+/// The claims a reader holds: claim sequence number → recovery-set member.
+#[derive(Debug, Default)]
+pub(super) struct Leases(Mutex<HashMap<u64, Bytes>>);
+
+impl Leases {
+    /// Holds the claims `(seq, member)`.
+    pub(super) fn hold(&self, claims: impl IntoIterator<Item = (u64, Bytes)>) {
+        self.held().extend(claims);
+    }
+
+    /// Lets the claims `seqs` go.
+    pub(super) fn release(&self, seqs: impl IntoIterator<Item = u64>) {
+        let mut held = self.held();
+        for seq in seqs {
+            held.remove(&seq);
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Bytes>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Renews `leases` in the recovery set `zset` every `every`, until the reader and its
+    /// settler are gone.
+    pub(super) fn spawn_renewal(
+        leases: &Arc<Self>,
+        pool: Pool,
+        zset: String,
+        ttl_ms: u64,
+        every: Duration,
+    ) {
+        let leases: Weak<Self> = Arc::downgrade(leases);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(held) = leases.upgrade() else { break };
+                let members: Vec<Bytes> = held.held().values().cloned().collect();
+                drop(held);
+                for chunk in members.chunks(LEASE_BATCH) {
+                    let mut args = Vec::with_capacity(chunk.len() + 1);
+                    args.push(Value::from(ttl_ms.to_string()));
+                    args.extend(chunk.iter().cloned().map(Value::Bytes));
+                    let renewed: Result<i64, _> = LEASE
+                        .evalsha_with_reload(pool.next(), vec![zset.clone()], args)
+                        .await;
+                    if let Err(e) = renewed {
+                        tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
+                            "claims not renewed; they may be recovered by another worker if this goes on past min_idle");
+                        break;
+                    }
+                }
+            }
+        });
+    }
+}

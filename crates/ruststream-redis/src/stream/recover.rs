@@ -1,0 +1,236 @@
+//! Crash recovery of a stream subscription, in its read loop, on the reader's own connection.
+//!
+//! - **Own pending entries first.** A consumer that starts under a name it had before (a
+//!   restart with `.consumer(name)`) first takes back what its group still has pending on that
+//!   name: `XPENDING key group - + n consumer`, then `XCLAIM key group consumer 0 id..`.
+//! - **Sweep.** Every `min_idle / 2`, entries pending on any consumer for longer than `min_idle`
+//!   are claimed: `XPENDING key group IDLE min_idle - + 128`, then
+//!   `XCLAIM key group consumer min_idle id..` (which takes only those still that idle, so two
+//!   sweepers never both get one).
+//! - **Leases.** Every `min_idle / 3`, the entries this consumer holds (delivered and not yet
+//!   settled) get their idle time reset: `XCLAIM key group consumer 0 id.. JUSTID`, which leaves
+//!   their delivery count alone. So only a dead consumer's entries are ever swept.
+//!
+//! A claimed entry's attempt is its `rs.attempt` plus the deliveries its group counted before
+//! (`XPENDING`'s count), so a message that crashes its consumer every time reaches
+//! `max_attempts` and goes to the dead letters like any other. `XAUTOCLAIM` was not used because
+//! it does not return those counts.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use ruststream_core::Result;
+use tokio::time::Instant;
+
+use crate::error::core;
+use crate::frame::{Frame, FrameError};
+use crate::transport::value_bytes;
+
+/// Most entries one sweep claims.
+const SWEEP_BATCH: usize = 128;
+
+/// Most ids one lease renewal sends in a command.
+const LEASE_BATCH: usize = 1024;
+
+/// The ids of the entries a consumer holds.
+#[derive(Debug, Default)]
+pub(super) struct Held(Mutex<HashSet<Bytes>>);
+
+impl Held {
+    pub(super) fn hold(&self, ids: impl IntoIterator<Item = Bytes>) {
+        self.ids().extend(ids);
+    }
+
+    pub(super) fn release<'a>(&self, ids: impl IntoIterator<Item = &'a Bytes>) {
+        let mut held = self.ids();
+        for id in ids {
+            held.remove(id);
+        }
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, HashSet<Bytes>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Where a consumer's pending entries are.
+pub(super) struct Group {
+    pub(super) key: String,
+    pub(super) group: String,
+    pub(super) consumer: String,
+}
+
+/// One consumer's recovery state.
+pub(super) struct Recovery {
+    min_idle: Duration,
+    /// Whether the consumer's own pending entries were all taken back.
+    own_done: bool,
+    next_sweep: Instant,
+    pub(super) held: Arc<Held>,
+}
+
+/// An entry claimed back: its id, frame (attempt counted), and what could not be read of it.
+pub(super) type Claimed = (Bytes, Frame, Option<FrameError>);
+
+impl Recovery {
+    pub(super) fn new(min_idle: Duration) -> Self {
+        Self {
+            min_idle,
+            own_done: false,
+            next_sweep: Instant::now(),
+            held: Arc::default(),
+        }
+    }
+
+    /// Entries to deliver before reading new ones: this consumer's own pending entries at
+    /// start, then, when a sweep is due, entries idle longer than `min_idle` on any consumer.
+    pub(super) async fn claim(
+        &mut self,
+        client: &Client,
+        g: &Group,
+        max: usize,
+    ) -> Result<Vec<Claimed>> {
+        if !self.own_done {
+            let own = pending(client, g, None, max, Some(&g.consumer)).await?;
+            if own.len() < max {
+                self.own_done = true;
+            }
+            if !own.is_empty() {
+                tracing::info!(consumer = %g.consumer, entries = own.len(),
+                    "taking back this consumer's pending entries");
+                return xclaim(client, g, Duration::ZERO, own).await;
+            }
+        }
+        if Instant::now() < self.next_sweep {
+            return Ok(Vec::new());
+        }
+        self.next_sweep = Instant::now() + self.min_idle / 2;
+        let stale = pending(client, g, Some(self.min_idle), max.min(SWEEP_BATCH), None).await?;
+        if stale.is_empty() {
+            return Ok(Vec::new());
+        }
+        let claimed = xclaim(client, g, self.min_idle, stale).await?;
+        if !claimed.is_empty() {
+            metrics::counter!("ruststream_recovered_total", "queue" => g.key.clone())
+                .increment(claimed.len() as u64);
+            tracing::warn!(stream = %g.key, group = %g.group, recovered = claimed.len(),
+                "entries pending longer than min_idle were claimed from their consumers");
+        }
+        // A full batch: more may be waiting; sweep again on the next read.
+        if claimed.len() >= SWEEP_BATCH {
+            self.next_sweep = Instant::now();
+        }
+        Ok(claimed)
+    }
+
+    /// Renews the leases of the entries this consumer holds every `min_idle / 3`, until the
+    /// reader and its settler are gone.
+    pub(super) fn spawn_renewal(&self, pool: Pool, g: Group) {
+        let held: Weak<Held> = Arc::downgrade(&self.held);
+        let every = (self.min_idle / 3).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(h) = held.upgrade() else { break };
+                let ids: Vec<Bytes> = h.ids().iter().cloned().collect();
+                drop(h);
+                for chunk in ids.chunks(LEASE_BATCH) {
+                    let mut args: Vec<Value> = vec![
+                        g.key.as_str().into(),
+                        g.group.as_str().into(),
+                        g.consumer.as_str().into(),
+                        "0".into(),
+                    ];
+                    args.extend(chunk.iter().cloned().map(Value::Bytes));
+                    args.push("JUSTID".into());
+                    let renewed: Result<Value, _> =
+                        pool.next().custom(fred::cmd!("XCLAIM"), args).await;
+                    if let Err(e) = renewed {
+                        tracing::warn!(stream = %g.key, error = %crate::error::redact(e.details()),
+                            "pending entries not renewed; another consumer may claim them if this goes on past min_idle");
+                        break;
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// `(id, deliveries so far)` of up to `count` pending entries of the group: idle at least
+/// `idle`, of `consumer` only when given.
+async fn pending(
+    client: &Client,
+    g: &Group,
+    idle: Option<Duration>,
+    count: usize,
+    consumer: Option<&str>,
+) -> Result<Vec<(Bytes, u64)>> {
+    let mut args: Vec<Value> = vec![g.key.as_str().into(), g.group.as_str().into()];
+    if let Some(idle) = idle {
+        args.extend(["IDLE".into(), millis(idle).into()]);
+    }
+    args.extend([
+        "-".into(),
+        "+".into(),
+        Value::Integer(i64::try_from(count).unwrap_or(i64::MAX)),
+    ]);
+    args.extend(consumer.map(Value::from));
+    let reply: Value = client
+        .custom(fred::cmd!("XPENDING"), args)
+        .await
+        .map_err(core)?;
+    let Value::Array(rows) = reply else {
+        return Ok(Vec::new());
+    };
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let Value::Array(mut row) = row else {
+                return None;
+            };
+            let count = row.get(3).and_then(Value::as_u64).unwrap_or(1);
+            let id = value_bytes(row.swap_remove(0))?;
+            Some((id, count))
+        })
+        .collect())
+}
+
+/// Claims `entries` (`(id, deliveries so far)`) still idle at least `idle`; each claimed
+/// entry's attempt counts the deliveries before this one.
+async fn xclaim(
+    client: &Client,
+    g: &Group,
+    idle: Duration,
+    entries: Vec<(Bytes, u64)>,
+) -> Result<Vec<Claimed>> {
+    let mut args: Vec<Value> = vec![
+        g.key.as_str().into(),
+        g.group.as_str().into(),
+        g.consumer.as_str().into(),
+        millis(idle).into(),
+    ];
+    args.extend(entries.iter().map(|(id, _)| Value::Bytes(id.clone())));
+    let reply: Value = client
+        .custom(fred::cmd!("XCLAIM"), args)
+        .await
+        .map_err(core)?;
+    let counts: std::collections::HashMap<Bytes, u64> = entries.into_iter().collect();
+    Ok(super::receive::entry_list(reply)
+        .into_iter()
+        .map(|(id, (mut frame, error))| {
+            let before = counts.get(&id).copied().unwrap_or(1);
+            let before = u32::try_from(before).unwrap_or(u32::MAX);
+            frame.attempt = frame.attempt.saturating_add(before);
+            (id, frame, error)
+        })
+        .collect())
+}
+
+fn millis(d: Duration) -> String {
+    d.as_millis().to_string()
+}
