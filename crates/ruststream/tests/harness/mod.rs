@@ -20,6 +20,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 mod env;
+pub mod proxy;
 pub mod stand;
 
 use std::future::Future;
