@@ -227,6 +227,45 @@ impl TestApp {
         self.running.as_mut()
     }
 
+    /// Stops the running app and starts `app` on the same in-memory Redis, clock and records:
+    /// what a service's restart looks like to Redis. Handlers still running get the stopped
+    /// app's shutdown timeout (on the virtual clock) and are then abandoned, their messages left
+    /// claimed, as a worker that died mid-handler leaves them; give the app a short
+    /// `shutdown_timeout` to model a crash. `app`'s brokers run on the models of the brokers
+    /// with the same key prefix.
+    ///
+    /// # Errors
+    /// When the stopped app fails to shut down, a broker of `app` has no model of the same
+    /// prefix, or `app` does not start.
+    pub async fn restart(&mut self, app: impl App) -> Result<()> {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await?;
+        }
+        let app: RustStream = app.into_rust_stream();
+        for b in app.brokers() {
+            let Some(redis) = b.downcast_ref::<RedisBroker>() else {
+                continue;
+            };
+            let Some((_, model)) = self
+                .brokers
+                .iter()
+                .find(|(old, _)| old.key_prefix() == redis.key_prefix())
+            else {
+                return Err(Error::config(format!(
+                    "TestApp::restart: no broker of the first app has the key prefix `{}`",
+                    redis.key_prefix()
+                )));
+            };
+            redis.attach_memory(Arc::new(model.clone()))?;
+        }
+        let running = app
+            .observe(record::observer(&self.recorder))
+            .start()
+            .await?;
+        self.running = Some(running);
+        self.settle().await
+    }
+
     /// Stops the app as `RunningApp::shutdown` does (in-flight handlers get the shutdown
     /// timeout, on the virtual clock), and reports any command the model did not implement.
     ///

@@ -166,7 +166,7 @@ fn cases() -> Vec<Case> {
             "#!lua flags=made-up\nreturn 1",
             0,
             &[],
-            E("ERR Unexpected flag in script shebang".to_owned()),
+            E("ERR Unexpected flag in script shebang: made-up".to_owned()),
         ),
         // Lua errors, and Redis's restrictions on globals.
         case(

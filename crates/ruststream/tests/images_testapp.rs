@@ -124,11 +124,11 @@ mod images {
             }
         }
 
-        /// The example's `app()` with `render` replaced by [`HangsOnce`] on the same source.
+        /// The example's `app()` with `render` replaced by [`HangsOnce`] on the same source; a
+        /// handler still running at shutdown is abandoned at once, as a crash leaves it.
         fn hanging_app() -> RustStream {
-            RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(
-                RedisBroker::standalone("redis://localhost:6379"),
-                |b| {
+            RustStream::new(AppInfo::new("images", "0.1.0"))
+                .with_broker(RedisBroker::standalone("redis://localhost:6379"), |b| {
                     b.include(warm_cache);
                     b.include(
                         subscriber(
@@ -142,14 +142,14 @@ mod images {
                     );
                     b.include(queue_thumbnail)
                         .out_reply(list::Publish::new().ttl(Duration::from_hours(24)));
-                },
-            )
+                })
+                .shutdown_timeout(Duration::from_millis(1))
         }
 
         #[tokio::test(start_paused = true)]
         async fn an_unfinished_job_comes_back_after_min_idle_and_not_before()
         -> ruststream::Result<()> {
-            let tb = TestApp::start(hanging_app()).await?;
+            let mut tb = TestApp::start(hanging_app()).await?;
             let job = ThumbnailJob {
                 image: "owl.png".into(),
             };
@@ -164,6 +164,9 @@ mod images {
                 calls.last().is_some_and(|c| c.settlement.is_none()),
                 "still rendering"
             );
+            // The worker dies mid-render (a live one would keep its claim alive): a new process
+            // of the service starts on the same Redis.
+            tb.restart(hanging_app()).await?;
 
             tb.advance(MIN_IDLE - Duration::from_secs(1)).await?;
             tb.broker::<RedisBroker>()

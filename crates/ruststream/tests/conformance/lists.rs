@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use ruststream::prelude::*;
-use ruststream::{PublishPolicy, subscriber};
+use ruststream::{PublishPolicy, RunningApp, subscriber};
 use ruststream_core::Broker as _;
 use tokio::time::Instant;
 
@@ -202,14 +202,31 @@ fn recoverable() -> RedisList {
         .recovery_ttl(Duration::from_secs(5))
 }
 
-async fn recovery_after_min_idle(env: &Env) {
-    let rec = Rec::new(hang_first);
+/// A worker whose handler never finishes, stopped at once: its claim stays behind, as a
+/// crashed worker's does (a live worker keeps its claims alive, so only a gone one is swept).
+async fn dying_worker(env: &Env, rec: &Rec) -> RunningApp {
     let r = rec.clone();
-    let app = env
-        .start_with(|b| {
+    env.start(
+        env.app(|b| {
             b.include(subscriber(recoverable(), r).build());
         })
-        .await;
+        .shutdown_timeout(Duration::from_millis(20)),
+    )
+    .await
+}
+
+/// A second worker of the same queue, sharing `rec`.
+async fn second_worker(env: &Env, rec: &Rec) -> RunningApp {
+    let r = rec.clone();
+    env.start_with(|b| {
+        b.include(subscriber(recoverable(), r).build());
+    })
+    .await
+}
+
+async fn recovery_after_min_idle(env: &Env) {
+    let rec = Rec::new(hang_first);
+    let dying = dying_worker(env, &rec).await;
     publish(env, "{r}", &[Job { n: 8 }]).await;
     wait_seen(env, &rec, 1).await;
     env.eventually("the claim is recorded", async || {
@@ -219,6 +236,8 @@ async fn recovery_after_min_idle(env: &Env) {
     assert_eq!(env.llen("{r}.processing").await, 1);
     let ttl = env.pttl("{r}.claims").await;
     assert!(ttl > 0 && ttl <= 5000, "recovery_ttl armed: {ttl}");
+    env.stop(dying).await;
+    let app = second_worker(env, &rec).await;
     wait_seen(env, &rec, 2).await;
     let seen = rec.seen();
     assert_eq!(rec.attempts(), [1, 2], "recovery counts an attempt");
@@ -238,17 +257,15 @@ async fn recovery_after_min_idle(env: &Env) {
 
 async fn recovery_frames_a_raw_value(env: &Env) {
     let rec = Rec::new(hang_first);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(recoverable(), r).build());
-        })
-        .await;
+    let dying = dying_worker(env, &rec).await;
     let _: i64 = env
         .client
         .lpush(env.key("{r}"), job_json(9))
         .await
         .expect("LPUSH");
+    wait_seen(env, &rec, 1).await;
+    env.stop(dying).await;
+    let app = second_worker(env, &rec).await;
     wait_seen(env, &rec, 2).await;
     let seen = rec.seen();
     assert_eq!((seen[1].n, seen[1].attempt), (9, 2));

@@ -409,7 +409,7 @@ fn shebang_body(text: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
             .ok_or_else(|| "ERR Unknown lua shebang option".to_owned())?;
         for flag in flags.split(',').filter(|f| !f.is_empty()) {
             if !FLAGS.contains(&flag) {
-                return Err("ERR Unexpected flag in script shebang".to_owned());
+                return Err(format!("ERR Unexpected flag in script shebang: {flag}"));
             }
         }
     }
