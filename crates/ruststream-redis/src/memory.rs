@@ -1,7 +1,7 @@
-//! The seam that lets a [`RedisBroker`] run on an in-memory server instead of Redis, for tests
+//! The seam that lets a [`RedisBroker`](crate::RedisBroker) run on an in-memory server instead of Redis, for tests
 //! (`ruststream::testing::TestApp`; the model itself lives in the `ruststream-testing` crate).
 //!
-//! With the cargo feature `testing`, [`RedisBroker::attach_memory`] hands the broker a
+//! With the cargo feature `testing`, [`RedisBroker::attach_memory`](crate::RedisBroker::attach_memory) hands the broker a
 //! [`MemoryServer`]; every client the broker builds then carries it as fred's mocking layer
 //! (`Config::mocks`), so no socket is ever opened and every command (scripts, pipelines, custom
 //! commands) goes to the model. Everything above the connection — readers, settlers, publishers,
