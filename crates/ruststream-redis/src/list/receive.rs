@@ -92,32 +92,35 @@ pub(super) async fn open(
             key: keys.queue,
             reader,
         }),
-        Mode::Reliable => {
-            let leases = Arc::new(Leases::default());
-            let recovery = keys.recovery.clone().map(|zset| {
-                let idle = list.idle();
-                let ttl_ms = list.recovery_ttl.map_or(0, millis);
-                let every = (idle / 3).max(Duration::from_millis(10));
-                Leases::spawn_renewal(&leases, pool.clone(), zset.clone(), ttl_ms, every);
-                Recovery {
-                    zset,
-                    min_idle_ms: millis(idle),
-                    ttl_ms,
-                    leases: leases.clone(),
-                }
-            });
-            let reader_id = uuid::Uuid::now_v7().simple().to_string();
-            let clock = reader.mover.as_ref().map(Mover::clock);
-            let settle = ReliableSettle::new(pool, &keys, &reader_id, clock, leases);
-            RedisReceiver::new(ReliableList {
-                settler: RedisSettler::new(settle),
-                keys,
-                reader_id,
-                seq: AtomicU64::new(0),
-                recovery,
-                reader,
-            })
+        Mode::Reliable => open_reliable(list, keys, pool, reader),
+    })
+}
+
+/// The receiver of a reliable list, with its leases and settler.
+fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -> RedisReceiver {
+    let leases = Arc::new(Leases::default());
+    let recovery = keys.recovery.clone().map(|zset| {
+        let idle = list.idle();
+        let ttl_ms = list.recovery_ttl.map_or(0, millis);
+        let every = (idle / 3).max(Duration::from_millis(10));
+        Leases::spawn_renewal(&leases, pool.clone(), zset.clone(), ttl_ms, every);
+        Recovery {
+            zset,
+            min_idle_ms: millis(idle),
+            ttl_ms,
+            leases: leases.clone(),
         }
+    });
+    let reader_id = uuid::Uuid::now_v7().simple().to_string();
+    let clock = reader.mover.as_ref().map(Mover::clock);
+    let settle = ReliableSettle::new(pool, &keys, &reader_id, clock, leases);
+    RedisReceiver::new(ReliableList {
+        settler: RedisSettler::new(settle),
+        keys,
+        reader_id,
+        seq: AtomicU64::new(0),
+        recovery,
+        reader,
     })
 }
 

@@ -71,50 +71,27 @@ impl StreamSettle {
         let mut earliest: Option<Duration> = None;
         for (t, s) in batch {
             let id = Value::Bytes(t.raw.clone());
-            match s {
-                Settlement::Ack => acks.push(id),
-                Settlement::Dead { reason } if !self.has_dead => {
+            let retry = match s {
+                Settlement::Retry { delay: None } => Some(retry_fields(t)),
+                _ => None,
+            };
+            let dead = match (s, &retry) {
+                (_, Some(Err(reason))) => Some(reason.as_str()),
+                (Settlement::Dead { reason }, _) => Some(reason.as_str()),
+                _ => None,
+            };
+            if let Some(reason) = dead {
+                if self.has_dead {
+                    let frame = Value::Bytes(t.dead_frame(reason));
+                    args.extend([Value::from_static_str("x"), id, Value::Integer(1), frame]);
+                } else {
                     discarded(t, reason);
                     acks.push(id);
                 }
-                Settlement::Dead { reason } => {
-                    let frame = Value::Bytes(t.dead_frame(reason));
-                    args.extend([Value::from_static_str("x"), id, Value::Integer(1), frame]);
-                }
-                Settlement::Retry { delay: None } => {
-                    let f = &t.frame;
-                    let fields = super::fields(
-                        &f.id,
-                        f.attempt.saturating_add(1),
-                        &f.headers,
-                        f.payload.clone(),
-                    );
-                    if fields.len() > MAX_XADD_FIELDS {
-                        // A script cannot pass that many values to one XADD.
-                        let reason = format!(
-                            "too-many-headers: {} stream fields, more than one XADD can take ({MAX_XADD_FIELDS})",
-                            fields.len()
-                        );
-                        tracing::warn!(message_id = %f.id, %reason, "retry not possible: to the dead-letter list");
-                        if self.has_dead {
-                            let frame = Value::Bytes(t.dead_frame(&reason));
-                            args.extend([
-                                Value::from_static_str("x"),
-                                id,
-                                Value::Integer(1),
-                                frame,
-                            ]);
-                        } else {
-                            discarded(t, &reason);
-                            acks.push(id);
-                        }
-                        continue;
-                    }
-                    let n = Value::Integer(i64::try_from(fields.len()).unwrap_or(0));
-                    args.extend([Value::from_static_str("r"), id, n]);
-                    args.extend(fields);
-                }
-                Settlement::Retry { delay: Some(d) } => {
+                continue;
+            }
+            match (s, retry) {
+                (Settlement::Retry { delay: Some(d) }, _) => {
                     earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
                     args.extend([
                         Value::from_static_str("d"),
@@ -124,6 +101,12 @@ impl StreamSettle {
                         Value::Bytes(t.retry_frame()),
                     ]);
                 }
+                (_, Some(Ok(fields))) => {
+                    let n = Value::Integer(i64::try_from(fields.len()).unwrap_or(0));
+                    args.extend([Value::from_static_str("r"), id, n]);
+                    args.extend(fields);
+                }
+                _ => acks.push(id),
             }
         }
         let script = async {
@@ -153,6 +136,27 @@ impl StreamSettle {
         }
         Ok(())
     }
+}
+
+/// The fields of the entry a retry re-adds, or why it cannot be re-added.
+fn retry_fields(t: &Token) -> std::result::Result<Vec<Value>, String> {
+    let f = &t.frame;
+    let fields = super::fields(
+        &f.id,
+        f.attempt.saturating_add(1),
+        &f.headers,
+        f.payload.clone(),
+    );
+    if fields.len() > MAX_XADD_FIELDS {
+        // A script cannot pass that many values to one XADD.
+        let reason = format!(
+            "too-many-headers: {} stream fields, more than one XADD can take ({MAX_XADD_FIELDS})",
+            fields.len()
+        );
+        tracing::warn!(message_id = %f.id, %reason, "retry not possible: to the dead-letter list");
+        return Err(reason);
+    }
+    Ok(fields)
 }
 
 impl Settle for StreamSettle {
