@@ -1,44 +1,21 @@
-//! Consumer-group commands of streams: `XGROUP`, `XREADGROUP`, `XPENDING`, `XCLAIM`,
-//! `XAUTOCLAIM`.
+//! Consumer-group commands of streams: `XGROUP`, `XREADGROUP`, `XPENDING` (the claims are in
+//! `claims`).
 
+use std::collections::BTreeMap;
+
+use super::data::Group;
 use super::*;
 
+/// A stream's entries by id.
+type Entries = BTreeMap<StreamId, Vec<(Bytes, Bytes)>>;
+
 pub(super) fn xgroup(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
-    let sub = upper(args.first().ok_or_else(|| wrong_args("XGROUP"))?);
-    let key = args.get(1).ok_or_else(|| wrong_args("XGROUP"))?;
+    let sub = upper(xgroup_arg(args, 0)?);
+    let key = xgroup_arg(args, 1)?;
     match sub.as_str() {
-        "CREATE" => {
-            let group = args.get(2).ok_or_else(|| wrong_args("XGROUP"))?;
-            let id = args.get(3).ok_or_else(|| wrong_args("XGROUP"))?;
-            let mkstream = args[4..].iter().any(|a| upper(a) == "MKSTREAM");
-            if st.db.stream(key)?.is_none() {
-                if !mkstream {
-                    return Err(err(
-                        "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.",
-                    ));
-                }
-                st.db.stream_create(key)?;
-            }
-            let s = st.db.stream_create(key)?;
-            if s.groups.contains_key(group) {
-                return Err(err("BUSYGROUP Consumer Group name already exists"));
-            }
-            let last = if &id[..] == b"$" {
-                s.last_id
-            } else {
-                stream_id_arg(id, 0)?
-            };
-            s.groups.insert(
-                group.clone(),
-                super::data::Group {
-                    last_delivered: last,
-                    ..Default::default()
-                },
-            );
-            Ok(ok())
-        }
+        "CREATE" => xgroup_create(st, key, args),
         "DESTROY" => {
-            let group = args.get(2).ok_or_else(|| wrong_args("XGROUP"))?;
+            let group = xgroup_arg(args, 2)?;
             Ok(Value::Integer(i64::from(
                 st.db
                     .stream_mut(key)?
@@ -46,41 +23,23 @@ pub(super) fn xgroup(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
             )))
         }
         "SETID" => {
-            let group = args.get(2).ok_or_else(|| wrong_args("XGROUP"))?;
-            let id = args.get(3).ok_or_else(|| wrong_args("XGROUP"))?;
+            let group = xgroup_arg(args, 2)?;
+            let id = xgroup_arg(args, 3)?;
             let s = st.db.stream_mut(key)?.ok_or_else(no_group)?;
-            let last = if &id[..] == b"$" {
-                s.last_id
-            } else {
-                stream_id_arg(id, 0)?
-            };
+            let last = group_start(id, s.last_id)?;
             s.groups.get_mut(group).ok_or_else(no_group)?.last_delivered = last;
             Ok(ok())
         }
         "CREATECONSUMER" => {
-            let (group, consumer) = (
-                args.get(2).ok_or_else(|| wrong_args("XGROUP"))?,
-                args.get(3).ok_or_else(|| wrong_args("XGROUP"))?,
-            );
-            let g = st
-                .db
-                .stream_mut(key)?
-                .and_then(|s| s.groups.get_mut(group))
-                .ok_or_else(no_group)?;
+            let (group, consumer) = (xgroup_arg(args, 2)?, xgroup_arg(args, 3)?);
+            let g = group_mut(st, key, group)?;
             Ok(Value::Integer(i64::from(
                 g.consumers.insert(consumer.clone(), now).is_none(),
             )))
         }
         "DELCONSUMER" => {
-            let (group, consumer) = (
-                args.get(2).ok_or_else(|| wrong_args("XGROUP"))?,
-                args.get(3).ok_or_else(|| wrong_args("XGROUP"))?,
-            );
-            let g = st
-                .db
-                .stream_mut(key)?
-                .and_then(|s| s.groups.get_mut(group))
-                .ok_or_else(no_group)?;
+            let (group, consumer) = (xgroup_arg(args, 2)?, xgroup_arg(args, 3)?);
+            let g = group_mut(st, key, group)?;
             g.consumers.remove(&consumer[..]);
             let before = g.pending.len();
             g.pending.retain(|_, p| p.consumer != consumer);
@@ -90,11 +49,77 @@ pub(super) fn xgroup(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
     }
 }
 
-fn no_group() -> fred::error::Error {
+/// Argument `i` of `XGROUP`, which Redis's arity error answers the lack of.
+fn xgroup_arg(args: &[Bytes], i: usize) -> R<&Bytes> {
+    args.get(i).ok_or_else(|| wrong_args("XGROUP"))
+}
+
+/// `XGROUP CREATE key group id [MKSTREAM]`. The stream is made (with `MKSTREAM`) before the
+/// group's name and id are checked, so a refused group still leaves it made.
+fn xgroup_create(st: &mut State, key: &Bytes, args: &[Bytes]) -> R<Value> {
+    let group = xgroup_arg(args, 2)?;
+    let id = xgroup_arg(args, 3)?;
+    let mkstream = args[4..].iter().any(|a| upper(a) == "MKSTREAM");
+    if st.db.stream(key)?.is_none() {
+        if !mkstream {
+            return Err(err(
+                "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.",
+            ));
+        }
+        st.db.stream_create(key)?;
+    }
+    let s = st.db.stream_create(key)?;
+    if s.groups.contains_key(group) {
+        return Err(err("BUSYGROUP Consumer Group name already exists"));
+    }
+    let last = group_start(id, s.last_id)?;
+    s.groups.insert(
+        group.clone(),
+        Group {
+            last_delivered: last,
+            ..Default::default()
+        },
+    );
+    Ok(ok())
+}
+
+/// The last-delivered id a group starts from: `$` is the stream's last id.
+fn group_start(id: &[u8], last_id: StreamId) -> R<StreamId> {
+    if id == b"$" {
+        Ok(last_id)
+    } else {
+        stream_id_arg(id, 0)
+    }
+}
+
+/// The group `group` of the stream at `key`, or Redis's `NOGROUP` error.
+fn group_mut<'a>(st: &'a mut State, key: &[u8], group: &[u8]) -> R<&'a mut Group> {
+    st.db
+        .stream_mut(key)?
+        .and_then(|s| s.groups.get_mut(group))
+        .ok_or_else(no_group)
+}
+
+/// Redis's error for a stream or group that does not exist.
+pub(super) fn no_group() -> fred::error::Error {
     err("NOGROUP No such key or consumer group")
 }
 
-pub(super) fn xreadgroup(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
+/// The arguments of an `XREADGROUP` call.
+struct ReadGroup<'a> {
+    group: &'a Bytes,
+    consumer: &'a Bytes,
+    /// `COUNT`, per stream; unbounded without one.
+    count: usize,
+    noack: bool,
+    /// The streams' keys and, one each in the same order, the ids to read after (`>`: new).
+    keys: &'a [Bytes],
+    ids: &'a [Bytes],
+}
+
+/// Parses `GROUP group consumer [COUNT n] [BLOCK ms] [NOACK] STREAMS key.. id..`. `BLOCK` is
+/// read and ignored: the model answers at once.
+fn parse_xreadgroup(args: &[Bytes]) -> R<ReadGroup<'_>> {
     if args.len() < 6 || upper(&args[0]) != "GROUP" {
         return Err(syntax());
     }
@@ -122,74 +147,118 @@ pub(super) fn xreadgroup(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
         ));
     }
     let (keys, ids) = rest.split_at(rest.len() / 2);
-    check_slot(st, &keys.iter().map(|k| &k[..]).collect::<Vec<_>>())?;
+    Ok(ReadGroup {
+        group,
+        consumer,
+        count,
+        noack,
+        keys,
+        ids,
+    })
+}
+
+pub(super) fn xreadgroup(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
+    let read = parse_xreadgroup(args)?;
+    check_slot(st, &read.keys.iter().map(|k| &k[..]).collect::<Vec<_>>())?;
     let mut out = Vec::new();
-    for (key, id) in keys.iter().zip(ids) {
-        let stream = st
-            .db
-            .stream_mut(key)?
-            .filter(|s| s.groups.contains_key(group));
-        let Some(stream) = stream else {
-            return Err(err(format!(
-                "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
-                String::from_utf8_lossy(key),
-                String::from_utf8_lossy(group)
-            )));
-        };
-        let entries = &stream.entries;
-        let Some(g) = stream.groups.get_mut(group) else {
-            continue;
-        };
-        g.consumers.insert(consumer.clone(), now);
-        let mut items = Vec::new();
-        if &id[..] == b">" {
-            let new: Vec<(StreamId, Vec<(Bytes, Bytes)>)> = entries
-                .range(g.last_delivered..)
-                .filter(|(eid, _)| **eid > g.last_delivered)
-                .take(count)
-                .map(|(eid, f)| (*eid, f.clone()))
-                .collect();
-            for (eid, fields) in new {
-                g.last_delivered = eid;
-                if !noack {
-                    g.pending.insert(
-                        eid,
-                        Pending {
-                            consumer: consumer.clone(),
-                            delivered_ms: now,
-                            count: 1,
-                        },
-                    );
-                }
-                items.push(entry_value(eid, &fields));
-            }
-            if items.is_empty() {
-                continue;
-            }
-        } else {
-            // History: this consumer's pending entries after `id`; each read counts a delivery.
-            let after = stream_id_arg(id, 0)?;
-            for (eid, p) in g
-                .pending
-                .range_mut(after..)
-                .filter(|(eid, p)| **eid > after && p.consumer == *consumer)
-                .take(count)
-            {
-                p.delivered_ms = now;
-                p.count += 1;
-                items.push(match entries.get(eid) {
-                    Some(fields) => entry_value(*eid, fields),
-                    None => Value::Array(vec![bulk(eid.bytes()), Value::Null]),
-                });
-            }
+    // Each stream is read before the next is looked up: an error on one leaves the reads before
+    // it done.
+    for (key, id) in read.keys.iter().zip(read.ids) {
+        if let Some(items) = read_group_stream(st, now, &read, key, id)? {
+            out.push(Value::Array(vec![bulk(key.clone()), Value::Array(items)]));
         }
-        out.push(Value::Array(vec![bulk(key.clone()), Value::Array(items)]));
     }
     Ok(if out.is_empty() {
         Value::Null
     } else {
         Value::Array(out)
     })
+}
+
+/// Reads one stream of an `XREADGROUP` after `id`: its entries, or `None` when `>` finds no new
+/// one (Redis leaves that stream out of the reply).
+fn read_group_stream(
+    st: &mut State,
+    now: u64,
+    read: &ReadGroup<'_>,
+    key: &Bytes,
+    id: &Bytes,
+) -> R<Option<Vec<Value>>> {
+    let stream = st
+        .db
+        .stream_mut(key)?
+        .filter(|s| s.groups.contains_key(read.group));
+    let Some(stream) = stream else {
+        return Err(err(format!(
+            "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
+            String::from_utf8_lossy(key),
+            String::from_utf8_lossy(read.group)
+        )));
+    };
+    let entries = &stream.entries;
+    let Some(g) = stream.groups.get_mut(read.group) else {
+        return Ok(None);
+    };
+    g.consumers.insert(read.consumer.clone(), now);
+    if &id[..] == b">" {
+        let items = deliver_new(g, entries, read, now);
+        Ok((!items.is_empty()).then_some(items))
+    } else {
+        let after = stream_id_arg(id, 0)?;
+        Ok(Some(redeliver_pending(g, entries, read, after, now)))
+    }
+}
+
+/// The entries `g` was not delivered yet, delivered now: pending to the reader unless `NOACK`.
+fn deliver_new(g: &mut Group, entries: &Entries, read: &ReadGroup<'_>, now: u64) -> Vec<Value> {
+    let new: Vec<(StreamId, Vec<(Bytes, Bytes)>)> = entries
+        .range(g.last_delivered..)
+        .filter(|(eid, _)| **eid > g.last_delivered)
+        .take(read.count)
+        .map(|(eid, f)| (*eid, f.clone()))
+        .collect();
+    let mut items = Vec::new();
+    for (eid, fields) in new {
+        g.last_delivered = eid;
+        if !read.noack {
+            g.pending.insert(
+                eid,
+                Pending {
+                    consumer: read.consumer.clone(),
+                    delivered_ms: now,
+                    count: 1,
+                },
+            );
+        }
+        items.push(entry_value(eid, &fields));
+    }
+    items
+}
+
+/// History: the reader's pending entries after `after`; each read counts a delivery. An entry
+/// deleted meanwhile reads as its id with nil fields.
+fn redeliver_pending(
+    g: &mut Group,
+    entries: &Entries,
+    read: &ReadGroup<'_>,
+    after: StreamId,
+    now: u64,
+) -> Vec<Value> {
+    let mut items = Vec::new();
+    for (eid, p) in g
+        .pending
+        .range_mut(after..)
+        .filter(|(eid, p)| **eid > after && p.consumer == *read.consumer)
+        .take(read.count)
+    {
+        p.delivered_ms = now;
+        p.count += 1;
+        items.push(match entries.get(eid) {
+            Some(fields) => entry_value(*eid, fields),
+            None => Value::Array(vec![bulk(eid.bytes()), Value::Null]),
+        });
+    }
+    items
 }
 
 pub(super) fn xpending(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
@@ -264,150 +333,7 @@ pub(super) fn xpending(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
     ))
 }
 
-fn idle(now: u64, p: &Pending) -> i64 {
+/// How long (ms) since `p` was last delivered.
+pub(super) fn idle(now: u64, p: &Pending) -> i64 {
     i64::try_from(now.saturating_sub(p.delivered_ms)).unwrap_or(i64::MAX)
-}
-
-pub(super) fn xclaim(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
-    if args.len() < 5 {
-        return Err(wrong_args("XCLAIM"));
-    }
-    let (key, group, consumer) = (&args[0], &args[1], &args[2]);
-    let min_idle = parse_i64(&args[3])?;
-    let mut ids = Vec::new();
-    let mut i = 4;
-    while i < args.len() {
-        match StreamId::parse(&args[i], 0) {
-            Some(id) => ids.push(id),
-            None => break,
-        }
-        i += 1;
-    }
-    let (mut justid, mut force) = (false, false);
-    let (mut set_idle, mut retrycount) = (None, None);
-    while i < args.len() {
-        match upper(&args[i]).as_str() {
-            "JUSTID" => justid = true,
-            "FORCE" => force = true,
-            "IDLE" => {
-                set_idle = Some(parse_i64(args.get(i + 1).ok_or_else(syntax)?)?);
-                i += 1;
-            }
-            "TIME" => {
-                let at = parse_i64(args.get(i + 1).ok_or_else(syntax)?)?;
-                set_idle = Some(i64::try_from(now).unwrap_or(i64::MAX) - at);
-                i += 1;
-            }
-            "RETRYCOUNT" => {
-                retrycount = Some(parse_i64(args.get(i + 1).ok_or_else(syntax)?)?);
-                i += 1;
-            }
-            "LASTID" => i += 1,
-            _ => return Err(syntax()),
-        }
-        i += 1;
-    }
-    let s = st.db.stream_mut(key)?.ok_or_else(no_group)?;
-    let entries = &s.entries;
-    let g = s.groups.get_mut(group).ok_or_else(no_group)?;
-    g.consumers.insert(consumer.clone(), now);
-    let mut out = Vec::new();
-    for id in ids {
-        let p = match g.pending.entry(id) {
-            std::collections::btree_map::Entry::Occupied(p) => p.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                if !force || !entries.contains_key(&id) {
-                    continue;
-                }
-                v.insert(Pending {
-                    consumer: consumer.clone(),
-                    delivered_ms: now,
-                    count: 0,
-                })
-            }
-        };
-        if idle(now, p) < min_idle {
-            continue;
-        }
-        let Some(fields) = entries.get(&id) else {
-            // Deleted meanwhile: Redis drops it from the PEL.
-            g.pending.remove(&id);
-            continue;
-        };
-        p.consumer = consumer.clone();
-        p.delivered_ms = now.saturating_sub(set_idle.unwrap_or(0).max(0).unsigned_abs());
-        if let Some(rc) = retrycount {
-            p.count = rc.max(0).unsigned_abs();
-        } else if !justid {
-            p.count += 1;
-        }
-        out.push(if justid {
-            bulk(id.bytes())
-        } else {
-            entry_value(id, fields)
-        });
-    }
-    Ok(Value::Array(out))
-}
-
-pub(super) fn xautoclaim(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
-    if args.len() < 5 {
-        return Err(wrong_args("XAUTOCLAIM"));
-    }
-    let (key, group, consumer) = (&args[0], &args[1], &args[2]);
-    let min_idle = parse_i64(&args[3])?;
-    let start = stream_id_arg(&args[4], 0)?;
-    let (mut count, mut justid) = (100usize, false);
-    let mut i = 5;
-    while i < args.len() {
-        match upper(&args[i]).as_str() {
-            "COUNT" => {
-                count = parse_usize(args.get(i + 1).ok_or_else(syntax)?)?;
-                i += 1;
-            }
-            "JUSTID" => justid = true,
-            _ => return Err(syntax()),
-        }
-        i += 1;
-    }
-    let s = st.db.stream_mut(key)?.ok_or_else(no_group)?;
-    let entries = &s.entries;
-    let g = s.groups.get_mut(group).ok_or_else(no_group)?;
-    g.consumers.insert(consumer.clone(), now);
-    let ids: Vec<StreamId> = g.pending.range(start..).map(|(id, _)| *id).collect();
-    let (mut claimed, mut deleted) = (Vec::new(), Vec::new());
-    let mut next = StreamId::default();
-    // Redis scans at most count * 10 entries of the PEL per call.
-    for (scanned, id) in ids.into_iter().enumerate() {
-        if claimed.len() >= count || scanned >= count.saturating_mul(10) {
-            next = id;
-            break;
-        }
-        let Some(p) = g.pending.get_mut(&id) else {
-            continue;
-        };
-        if idle(now, p) < min_idle {
-            continue;
-        }
-        let Some(fields) = entries.get(&id) else {
-            g.pending.remove(&id);
-            deleted.push(bulk(id.bytes()));
-            continue;
-        };
-        p.consumer = consumer.clone();
-        p.delivered_ms = now;
-        if !justid {
-            p.count += 1;
-        }
-        claimed.push(if justid {
-            bulk(id.bytes())
-        } else {
-            entry_value(id, fields)
-        });
-    }
-    Ok(Value::Array(vec![
-        bulk(next.bytes()),
-        Value::Array(claimed),
-        Value::Array(deleted),
-    ]))
 }

@@ -5,6 +5,7 @@
 //! timeout had passed; the reader awaits the model's readiness first (see
 //! `ruststream_redis::memory`). A command the model does not know is an error that names it.
 
+mod claims;
 mod groups;
 mod hashes;
 mod keys;
@@ -186,8 +187,8 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         "XGROUP" => groups::xgroup(st, now, args),
         "XREADGROUP" => groups::xreadgroup(st, now, args),
         "XPENDING" => groups::xpending(st, now, args),
-        "XCLAIM" => groups::xclaim(st, now, args),
-        "XAUTOCLAIM" => groups::xautoclaim(st, now, args),
+        "XCLAIM" => claims::xclaim(st, now, args),
+        "XAUTOCLAIM" => claims::xautoclaim(st, now, args),
         _ => Err(unknown(name)),
     }
 }

@@ -31,16 +31,7 @@ pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         "WAIT" => Ok(Value::Integer(0)),
         "CLIENT" => {
             need(1)?;
-            match upper(&args[0]).as_str() {
-                "ID" => {
-                    st.next_client_id += 1;
-                    Ok(Value::Integer(st.next_client_id))
-                }
-                "UNBLOCK" => Ok(Value::Integer(0)),
-                "GETNAME" => Ok(Value::Null),
-                "LIST" | "INFO" => Ok(bulk(Bytes::new())),
-                _ => Ok(ok()),
-            }
+            Ok(client(st, args))
         }
         "SCRIPT" | "EVAL" | "EVALSHA" => super::lua::command(st, now, name, args),
         "PUBLISH" => {
@@ -53,35 +44,52 @@ pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         }
         "PUBSUB" => {
             need(1)?;
-            match upper(&args[0]).as_str() {
-                "NUMSUB" => Ok(Value::Array(
-                    args[1..]
-                        .iter()
-                        .flat_map(|c| {
-                            let n = st.channels.get(c).map_or(0, |tx| tx.receiver_count());
-                            [bulk(c.clone()), int(n)]
-                        })
-                        .collect(),
-                )),
-                "NUMPAT" => Ok(int(st
-                    .patterns
-                    .iter()
-                    .filter(|(_, tx)| tx.receiver_count() > 0)
-                    .count())),
-                "CHANNELS" => Ok(array(
-                    st.channels
-                        .iter()
-                        .filter(|(c, tx)| {
-                            tx.receiver_count() > 0 && args.get(1).is_none_or(|p| glob(p, c))
-                        })
-                        .map(|(c, _)| c.clone())
-                        .collect::<Vec<_>>(),
-                )),
-                other => Err(err(format!(
-                    "ERR the in-memory model does not implement 'PUBSUB {other}'"
-                ))),
-            }
+            pubsub(st, args)
         }
         _ => Err(unknown(name)),
+    }
+}
+
+/// `CLIENT <sub> ..`: ids count up per call; the rest answer as a lone client's would.
+fn client(st: &mut State, args: &[Bytes]) -> Value {
+    match upper(&args[0]).as_str() {
+        "ID" => {
+            st.next_client_id += 1;
+            Value::Integer(st.next_client_id)
+        }
+        "UNBLOCK" => Value::Integer(0),
+        "GETNAME" => Value::Null,
+        "LIST" | "INFO" => bulk(Bytes::new()),
+        _ => ok(),
+    }
+}
+
+/// `PUBSUB <sub> ..`, counting the model's live subscribers.
+fn pubsub(st: &State, args: &[Bytes]) -> R<Value> {
+    match upper(&args[0]).as_str() {
+        "NUMSUB" => Ok(Value::Array(
+            args[1..]
+                .iter()
+                .flat_map(|c| {
+                    let n = st.channels.get(c).map_or(0, |tx| tx.receiver_count());
+                    [bulk(c.clone()), int(n)]
+                })
+                .collect(),
+        )),
+        "NUMPAT" => Ok(int(st
+            .patterns
+            .iter()
+            .filter(|(_, tx)| tx.receiver_count() > 0)
+            .count())),
+        "CHANNELS" => Ok(array(
+            st.channels
+                .iter()
+                .filter(|(c, tx)| tx.receiver_count() > 0 && args.get(1).is_none_or(|p| glob(p, c)))
+                .map(|(c, _)| c.clone())
+                .collect::<Vec<_>>(),
+        )),
+        other => Err(err(format!(
+            "ERR the in-memory model does not implement 'PUBSUB {other}'"
+        ))),
     }
 }
