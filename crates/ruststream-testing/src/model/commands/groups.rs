@@ -140,7 +140,8 @@ fn parse_xreadgroup(args: &[Bytes]) -> R<ReadGroup<'_>> {
         }
         i += 1;
     }
-    let rest = &args[i + 1..];
+    // No STREAMS (the loop ran off the end): Redis's syntax error, not a slice past the end.
+    let rest = args.get(i + 1..).ok_or_else(syntax)?;
     if rest.is_empty() || !rest.len().is_multiple_of(2) {
         return Err(err(
             "ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified.",
