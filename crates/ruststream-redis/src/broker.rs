@@ -4,13 +4,36 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ruststream_core::{Broker, BrokerSource, OutMessage, Publisher, Result};
+use ruststream_core::{Broker, BrokerSource, OutMessage, Publisher, Result, Source};
 use tokio_util::sync::CancellationToken;
 
 use crate::conn::{Connections, Settings, Topology};
 use crate::policy::PublishPolicy;
 use crate::publish::{RedisPublisher, Routes};
 use crate::transport::{RedisReceiver, RedisSource};
+use crate::{RedisChannel, RedisList, RedisStream};
+
+/// `From<$ty> for RedisSource` and `Source for $ty`: what makes a transport's source usable in
+/// `subscriber(source, handler)` and `#[subscriber(source)]`. Here, so that the transports need
+/// not know the broker.
+macro_rules! source_of {
+    ($($ty:ty),*) => {$(
+        impl From<$ty> for RedisSource {
+            fn from(source: $ty) -> Self {
+                Self::new(source)
+            }
+        }
+
+        impl Source for $ty {
+            type Broker = RedisBroker;
+            fn into_source(self) -> RedisSource {
+                self.into()
+            }
+        }
+    )*};
+}
+
+source_of!(RedisList, RedisStream, RedisChannel);
 
 /// The Redis broker.
 ///

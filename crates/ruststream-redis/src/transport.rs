@@ -22,8 +22,20 @@ use crate::keys::KeySpace;
 use crate::options::SourceOptions;
 use crate::policy::PublishPolicy;
 
+/// Equality across transport types: `other` equals `self` when it is a `Self` that compares
+/// equal. Every `PartialEq` transport has it.
+pub(crate) trait DynEq {
+    fn same_as(&self, other: &dyn Any) -> bool;
+}
+
+impl<T: PartialEq + Any> DynEq for T {
+    fn same_as(&self, other: &dyn Any) -> bool {
+        other.downcast_ref::<T>() == Some(self)
+    }
+}
+
 /// What one transport does for a subscription: check it, prepare it, open its receiver.
-pub(crate) trait Transport: Any + fmt::Debug + Send + Sync {
+pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     /// The key (or channel) the user named.
     fn key(&self) -> &str;
     /// The options every transport has.
@@ -49,8 +61,6 @@ pub(crate) trait Transport: Any + fmt::Debug + Send + Sync {
         conns: &'a Connections,
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>>;
-    /// `self == other` when `other` is the same transport type.
-    fn same_as(&self, other: &dyn Any) -> bool;
 }
 
 /// A subscription's source on Redis: a [`RedisList`](crate::RedisList),
@@ -98,11 +108,6 @@ impl BrokerSource for RedisSource {
     fn retries(&self) -> Retries {
         self.0.retries()
     }
-}
-
-/// `same_as` of a transport type that is `PartialEq`.
-pub(crate) fn same_as<T: PartialEq + 'static>(this: &T, other: &dyn Any) -> bool {
-    other.downcast_ref::<T>() == Some(this)
 }
 
 /// What a settle needs of one delivered entry.

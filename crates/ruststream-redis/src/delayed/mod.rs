@@ -102,7 +102,7 @@ pub(crate) struct Mover {
 impl Mover {
     /// The mover of the full key `queue` whose delayed set is `delayed` and dead-letter list
     /// `dead`, subscribed to its wake-ups.
-    pub(crate) async fn open(
+    async fn open(
         conns: &Connections,
         queue: &str,
         delayed: &Delayed,
@@ -124,6 +124,24 @@ impl Mover {
             }),
             lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => queue.to_owned()),
         })
+    }
+
+    /// The mover of a subscription whose broker and source both schedule (`scheduling`, on by
+    /// default); `None` when either turned it off.
+    pub(crate) async fn open_if(
+        conns: &Connections,
+        scheduling: bool,
+        queue: &str,
+        delayed: &Delayed,
+        dead: Option<&str>,
+        dest: Destination,
+    ) -> Result<Option<Self>> {
+        if !(conns.settings.scheduling && scheduling) {
+            return Ok(None);
+        }
+        Self::open(conns, queue, delayed, dead, dest)
+            .await
+            .map(Some)
     }
 
     /// The clock a settler moves earlier when it schedules a retry.

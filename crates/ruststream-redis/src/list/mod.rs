@@ -22,17 +22,16 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Retries, Source};
+use ruststream_core::{ChannelDoc, Error, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::push;
-use crate::RedisBroker;
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace};
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
-use crate::transport::{RedisReceiver, RedisSource, Transport, same_as};
+use crate::transport::{RedisReceiver, Transport};
 
 /// How entries leave the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,23 +319,6 @@ impl Transport for RedisList {
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))
-    }
-
-    fn same_as(&self, other: &dyn std::any::Any) -> bool {
-        same_as(self, other)
-    }
-}
-
-impl From<RedisList> for RedisSource {
-    fn from(list: RedisList) -> Self {
-        Self::new(list)
-    }
-}
-
-impl Source for RedisList {
-    type Broker = RedisBroker;
-    fn into_source(self) -> RedisSource {
-        self.into()
     }
 }
 

@@ -51,20 +51,15 @@ pub(super) async fn open(
             key: keys.queue.clone(),
         })
         .await?;
-    let mover = if conns.settings.scheduling && list.options.scheduling {
-        Some(
-            Mover::open(
-                conns,
-                &keys.queue,
-                &keys.delayed,
-                keys.dead.as_deref(),
-                Destination::List,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let mover = Mover::open_if(
+        conns,
+        list.options.scheduling,
+        &keys.queue,
+        &keys.delayed,
+        keys.dead.as_deref(),
+        Destination::List,
+    )
+    .await?;
     gauges::spawn(
         pool.clone(),
         QueueKeys {

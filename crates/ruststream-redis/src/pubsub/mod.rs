@@ -59,18 +59,17 @@ mod receive;
 
 use fred::prelude::*;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Retries, Source};
+use ruststream_core::{ChannelDoc, Error, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::RedisBroker;
 use crate::conn::Connections;
 use crate::error::core;
 use crate::keys::KeySpace;
 use crate::options::{SourceOptions, source_setters};
 pub use crate::policy::ChannelPublish as Publish;
 use crate::policy::PublishPolicy;
-use crate::transport::{RedisReceiver, RedisSource, Transport, same_as};
+use crate::transport::{RedisReceiver, Transport};
 
 /// The dead-letter reason of a message whose handler asked for a retry.
 pub const NO_REDELIVERY: &str =
@@ -209,23 +208,6 @@ impl Transport for RedisChannel {
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))
-    }
-
-    fn same_as(&self, other: &dyn std::any::Any) -> bool {
-        same_as(self, other)
-    }
-}
-
-impl From<RedisChannel> for RedisSource {
-    fn from(channel: RedisChannel) -> Self {
-        Self::new(channel)
-    }
-}
-
-impl Source for RedisChannel {
-    type Broker = RedisBroker;
-    fn into_source(self) -> RedisSource {
-        self.into()
     }
 }
 

@@ -18,18 +18,17 @@ mod settle;
 use fred::prelude::*;
 use fred::types::ClusterHash;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Source};
+use ruststream_core::{ChannelDoc, Error, Result};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::{add, fields};
-use crate::RedisBroker;
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace};
 use crate::options::{SourceOptions, source_setters};
 use crate::policy::PublishPolicy;
 pub use crate::policy::StreamPublish as Publish;
-use crate::transport::{RedisReceiver, RedisSource, Transport, same_as};
+use crate::transport::{RedisReceiver, Transport};
 
 /// The field that holds an entry's payload.
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -217,23 +216,6 @@ impl Transport for RedisStream {
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))
-    }
-
-    fn same_as(&self, other: &dyn std::any::Any) -> bool {
-        same_as(self, other)
-    }
-}
-
-impl From<RedisStream> for RedisSource {
-    fn from(stream: RedisStream) -> Self {
-        Self::new(stream)
-    }
-}
-
-impl Source for RedisStream {
-    type Broker = RedisBroker;
-    fn into_source(self) -> RedisSource {
-        self.into()
     }
 }
 

@@ -39,20 +39,15 @@ pub(super) async fn open(
             group: group.clone(),
         })
         .await?;
-    let mover = if conns.settings.scheduling && stream.options.scheduling {
-        Some(
-            Mover::open(
-                conns,
-                &keys.stream,
-                &keys.delayed,
-                keys.dead.as_deref(),
-                Destination::Stream,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let mover = Mover::open_if(
+        conns,
+        stream.options.scheduling,
+        &keys.stream,
+        &keys.delayed,
+        keys.dead.as_deref(),
+        Destination::Stream,
+    )
+    .await?;
     gauges::spawn(
         pool.clone(),
         QueueKeys {
