@@ -18,5 +18,9 @@
 
 mod harness;
 
+#[path = "reliability/common.rs"]
+mod common;
 #[path = "reliability/proxy_check.rs"]
 mod proxy_check;
+#[path = "reliability/scripts.rs"]
+mod scripts;
