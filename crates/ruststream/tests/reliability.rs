@@ -22,5 +22,7 @@ mod harness;
 mod common;
 #[path = "reliability/proxy_check.rs"]
 mod proxy_check;
+#[path = "reliability/recovery.rs"]
+mod recovery;
 #[path = "reliability/scripts.rs"]
 mod scripts;
