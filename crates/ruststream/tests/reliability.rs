@@ -26,3 +26,5 @@ mod proxy_check;
 mod recovery;
 #[path = "reliability/scripts.rs"]
 mod scripts;
+#[path = "reliability/silence.rs"]
+mod silence;
