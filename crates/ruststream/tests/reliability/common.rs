@@ -180,6 +180,34 @@ pub async fn publish(env: &Env, key: &str, jobs: &[Job]) {
         .unwrap();
 }
 
+/// Loads the reliable list's scripts into the server's script cache: a job through a reliable
+/// list of its own, claimed and settled. A fresh server answers a script's first `EVALSHA` with
+/// `NOSCRIPT` (the client then loads it and sends it again), so a test that cuts a script call
+/// to lose the reply of a run that happened warms the cache first.
+pub async fn load_list_scripts(env: &Env) {
+    const WARM: &str = "{warm-up}";
+    let rec = Rec::acking();
+    let r = rec.clone();
+    let app = worker(env, |b| {
+        b.include(
+            subscriber(
+                RedisList::new(WARM)
+                    .reliable()
+                    .block(Duration::from_millis(100)),
+                r,
+            )
+            .build(),
+        );
+    })
+    .await;
+    publish(env, WARM, &[Job { n: 0 }]).await;
+    eventually("the warm-up job settled", async || {
+        rec.count() == 1 && env.llen(&format!("{WARM}.processing")).await == 0
+    })
+    .await;
+    crate::harness::stop(app).await;
+}
+
 /// `n` jobs numbered from 0.
 pub fn jobs(n: u32) -> Vec<Job> {
     (0..n).map(|n| Job { n }).collect()

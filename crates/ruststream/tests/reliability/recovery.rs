@@ -283,6 +283,7 @@ fn via(proxy: &Proxy, env: &Env) -> RedisBroker {
 // after claim.lua ran but before its reply arrived, the claimed entries stayed in K.processing
 // for ever.
 async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
+    load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
     // claim.lua with recovery: three keys, the queue first.
@@ -319,6 +320,7 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
 // processing list. (They still stay there: that is what `no_recovery` means.)
 async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env: &Env) {
     logs::capture();
+    load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
     // claim.lua without recovery: two keys, the queue first.
@@ -366,6 +368,7 @@ async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env:
 /// sent again; the second (a drop) is sent after that rerun.
 async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
     logs::capture();
+    load_list_scripts(env).await;
     let proxy = Arc::new(Proxy::start(env.url().expect("standalone")).await);
     for _ in 0..2 {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
