@@ -26,6 +26,7 @@ on!(
     without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup,
     a_settle_sent_twice_without_recovery_runs_once,
     a_settle_sent_twice_on_a_default_reliable_list_runs_once,
+    identical_values_of_a_claim_sent_twice_are_two_claims,
 );
 
 on!(
@@ -362,6 +363,61 @@ async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env:
     .await;
     assert_eq!(env.llen(&k(".processing")).await, stranded);
     stop(app).await;
+}
+
+// Before: fred sends a claim whose reply was lost again, and the resent claim reused the lost
+// one's claim numbers: with identical values both claims had the same recovery-set member, one
+// settle took it, and the lost claim's entry was never swept back while other claims kept the
+// set alive.
+async fn identical_values_of_a_claim_sent_twice_are_two_claims(env: &Env) {
+    load_list_scripts(env).await;
+    let source = || {
+        RedisList::new(Q)
+            .reliable()
+            .min_idle(Duration::from_millis(500))
+            .concurrency(1)
+            .block(Duration::from_millis(200))
+    };
+    // Another worker holds a claim for the whole test: the recovery set never empties.
+    let holder = Rec::new(|_, _, _| hang());
+    let h = holder.clone();
+    let other = worker(env, |b| {
+        b.include(subscriber(source(), h).build());
+    })
+    .await;
+    publish(env, Q, &[Job { n: 99 }]).await;
+    eventually("the other worker holds its claim", async || {
+        holder.count() == 1
+    })
+    .await;
+    for _ in 0..2 {
+        env.lpush_raw(Q, r#"{"n":1}"#).await;
+    }
+    let proxy = Proxy::start(env.url().expect("standalone")).await;
+    proxy.cut_after(&script_call(3, &env.key(Q)));
+    let rec = Rec::acking();
+    let r = rec.clone();
+    let app = start(app_on(via(&proxy, env), Duration::from_millis(100), |b| {
+        b.include(subscriber(source(), r).build());
+    }))
+    .await;
+    eventually("both identical values handled", async || {
+        rec.count() >= 2 && env.llen(Q).await == 0 && env.llen(&k(".processing")).await == 1
+    })
+    .await;
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(
+        rec.sorted(),
+        seen(&[(1, 1), (1, 2)]),
+        "the lost claim's entry came back after min_idle"
+    );
+    assert_eq!(
+        env.zcard(&k(".claims")).await,
+        1,
+        "only the other worker's claim"
+    );
+    stop(app).await;
+    stop(other).await;
 }
 
 /// Two identical values claimed together; the first settle (a retry) loses its reply and is
