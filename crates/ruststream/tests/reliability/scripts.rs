@@ -251,27 +251,48 @@ async fn a_due_delayed_entry_with_too_many_headers_is_dead_lettered_and_the_stre
     stop(app).await;
 }
 
-// Before: at maxmemory (noeviction), one due delayed entry made move_due's RPUSH fail, and every
-// read failed with it: a queue of 200 was never drained (0 of 200 handled).
+// Before: at maxmemory (noeviction), one due delayed entry made move_due's RPUSH (a list's) or
+// XADD (a stream's) fail, and every read failed with it: a queue of 200 was never drained (0 of
+// 200 handled).
 #[tokio::test]
 async fn a_full_redis_still_drains_its_queues_and_refuses_publishes() {
     let dir = std::env::temp_dir().join(unique("oom"));
     std::fs::create_dir_all(&dir).unwrap();
     let redis = OwnRedis::start(dir, OwnRedis::free_port()).await;
     let url = redis.url();
-    let broker = || RedisBroker::standalone(url.clone()).prefix("oom:");
+    let broker = || {
+        RedisBroker::standalone(url.clone())
+            .prefix("oom:")
+            .route(S, stream::Publish::new())
+    };
     let publishing = broker();
     publishing.connect().await.unwrap();
     let p = publishing.publisher();
+    let soon = Duration::from_millis(1);
     p.messages(&jobs(200)).to(Q).publish().await.unwrap();
     p.message(&Job { n: 200 })
         .to(Q)
-        .delay(Duration::from_millis(1))
+        .delay(soon)
+        .publish()
+        .await
+        .unwrap();
+    // A stream whose consumers ran before Redis filled up: its group exists.
+    let raw = crate::harness::stand::node_client(&url).await;
+    let _: Value = raw
+        .custom(
+            fred::cmd!("XGROUP"),
+            vec!["CREATE", &format!("oom:{S}"), "g", "0", "MKSTREAM"],
+        )
+        .await
+        .unwrap();
+    p.messages(&jobs(100)).to(S).publish().await.unwrap();
+    p.message(&Job { n: 100 })
+        .to(S)
+        .delay(soon)
         .publish()
         .await
         .unwrap();
     // Full: below what Redis uses already, so every write that may grow memory is refused.
-    let raw = crate::harness::stand::node_client(&url).await;
     let info: String = raw
         .custom(fred::cmd!("INFO"), vec!["memory"])
         .await
@@ -311,14 +332,17 @@ async fn a_full_redis_still_drains_its_queues_and_refuses_publishes() {
             .expect_err("a publish into a full Redis fails");
         assert!(e.to_string().contains("OOM"), "delayed={delayed}: {e}");
     }
-    let rec = Rec::acking();
-    let r = rec.clone();
+    let e = p.message(&Job { n: 999 }).to(S).publish().await;
+    assert!(e.is_err_and(|e| e.to_string().contains("OOM")), "XADD");
+    let (rec, from_stream) = (Rec::acking(), Rec::acking());
+    let (r, rs) = (rec.clone(), from_stream.clone());
     let app = start(app_on(broker(), Duration::from_millis(100), |b| {
         b.include(subscriber(reliable(), r).build());
+        b.include(subscriber(RedisStream::new(S).group("g"), rs).build());
     }))
     .await;
-    wait_until("all 201 handled", Duration::from_secs(30), || async {
-        rec.distinct() == 201
+    wait_until("all 201 + 101 handled", Duration::from_secs(20), || async {
+        rec.distinct() == 201 && from_stream.distinct() == 101
     })
     .await;
     let llen = |key: String| {
@@ -332,6 +356,18 @@ async fn a_full_redis_still_drains_its_queues_and_refuses_publishes() {
     let delayed: i64 = raw.zcard(format!("oom:{}", k(".delayed"))).await.unwrap();
     assert_eq!(delayed, 0, "the due delayed entry was moved");
     assert_eq!(rec.count(), 201, "each handled once");
+    assert_eq!(from_stream.count(), 101, "each handled once");
+    let pending: Value = raw
+        .custom(
+            fred::cmd!("XPENDING"),
+            vec![format!("oom:{S}"), "g".to_owned()],
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&pending, Value::Array(v) if v.first().and_then(Value::as_i64) == Some(0)),
+        "all acknowledged: {pending:?}"
+    );
     // Still full: a publish is still refused.
     let e = p.message(&Job { n: 1000 }).to(Q).publish().await;
     assert!(e.is_err_and(|e| e.to_string().contains("OOM")));
