@@ -17,6 +17,7 @@ on!(
     a_dead_letter_key_of_another_type_fails_the_settle_whole,
     a_delayed_set_of_another_type_fails_the_settle_whole,
     a_processing_list_or_recovery_set_of_another_type_fails_the_claim_whole,
+    a_dead_letter_key_of_another_type_fails_a_stream_settle_whole,
     a_stream_retry_with_too_many_headers_is_dead_lettered,
     a_due_delayed_entry_with_too_many_headers_is_dead_lettered_and_the_stream_read,
 );
@@ -142,6 +143,45 @@ async fn a_processing_list_or_recovery_set_of_another_type_fails_the_claim_whole
         assert_eq!(attempts, [1, 1, 1], "{bad}");
         stop(app).await;
     }
+}
+
+// Before: a stream's settle ran XACK, then its LPUSH to a dead-letter key holding a string
+// failed (WRONGTYPE): the entry was acknowledged and its dead letter never written.
+async fn a_dead_letter_key_of_another_type_fails_a_stream_settle_whole(env: &Env) {
+    logs::capture();
+    let dead_key = format!("{S}.dead");
+    let dead = env.key(&dead_key);
+    set_string(env, &dead_key).await;
+    let rec = Rec::new(|_, _, _| settle(HandlerOutcome::drop()));
+    let r = rec.clone();
+    let app = worker(env, |b| {
+        b.include(subscriber(stream(), r).build());
+    })
+    .await;
+    let broker = env.broker_with(|b| b.route(S, stream::Publish::new()));
+    broker.connect().await.unwrap();
+    broker
+        .publisher()
+        .message(&Job { n: 1 })
+        .to(S)
+        .publish()
+        .await
+        .unwrap();
+    // Until the settle is refused, naming the key (or, as before, the entry is acknowledged).
+    eventually("the settle is refused with WRONGTYPE", async || {
+        !logs::lines_with(&["settle failed", "WRONGTYPE", &dead]).is_empty()
+            || (rec.count() == 1 && pending_count(env, S, "g").await == 0)
+    })
+    .await;
+    assert_eq!(pending_count(env, S, "g").await, 1, "still pending");
+    del(env, &dead_key).await;
+    eventually("dead-lettered once the key is fixed", async || {
+        env.llen(&dead_key).await == 1 && pending_count(env, S, "g").await == 0
+    })
+    .await;
+    assert_eq!(reasons(env, &dead_key).await, ["dropped"]);
+    assert_eq!(rec.seen(), seen(&[(1, 1)]), "handled once");
+    stop(app).await;
 }
 
 /// `n` headers `h0000: v`, ...
