@@ -28,6 +28,7 @@ on!(
     a_settle_sent_twice_without_recovery_runs_once,
     a_settle_sent_twice_on_a_default_reliable_list_runs_once,
     identical_values_of_a_claim_sent_twice_are_two_claims,
+    a_stream_read_whose_reply_is_lost_comes_back_after_min_idle,
 );
 
 // Standalone only: the scripts run with EVAL on no key.
@@ -316,6 +317,44 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
         recovered,
         1,
         "the entry of the lost claim came back with attempt 2: {:?}",
+        rec.seen()
+    );
+    stop(app).await;
+}
+
+// Before: streams never reclaimed pending entries: entries an XREADGROUP delivered whose reply
+// was lost (the connection dropped) stayed pending on a consumer that never knew it had them.
+async fn a_stream_read_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
+    let proxy = Proxy::start(env.url().expect("standalone")).await;
+    publish_stream(env, &jobs(4)).await;
+    proxy.cut_after(&crate::harness::proxy::resp_args(&[
+        b"XREADGROUP",
+        b"GROUP",
+        b"g",
+    ]));
+    let rec = Rec::acking();
+    let r = rec.clone();
+    // One handler at a time: each read takes one entry.
+    let source = consumer("reader", Duration::from_millis(500)).concurrency(1);
+    let app = start(app_on(
+        via(&proxy, env).route(S, stream::Publish::new()),
+        Duration::from_millis(100),
+        |b| {
+            b.include(subscriber(source, r).build());
+        },
+    ))
+    .await;
+    eventually("every entry handled and acknowledged", async || {
+        rec.distinct() == 4 && pending_count(env, S, "g").await == 0
+    })
+    .await;
+    assert_eq!(proxy.cuts(), 1, "a read's reply was lost");
+    assert_eq!(rec.count(), 4, "each handled once");
+    let recovered: Vec<Seen> = rec.seen().into_iter().filter(|s| s.attempt == 2).collect();
+    assert_eq!(
+        recovered.len(),
+        1,
+        "the lost read's entry came back: {:?}",
         rec.seen()
     );
     stop(app).await;
