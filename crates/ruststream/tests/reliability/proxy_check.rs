@@ -26,6 +26,7 @@ async fn client(proxy: &Proxy, attempts: u32) -> Client {
     client
 }
 
+// Not an observation: the harness the lost-reply tests stand on (new, never run before).
 async fn the_proxy_loses_the_reply_of_a_command_that_ran(env: &Env) {
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     let key = env.key("counter");

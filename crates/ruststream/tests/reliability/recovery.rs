@@ -408,10 +408,10 @@ async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env:
     stop(app).await;
 }
 
-// Before: fred sends a claim whose reply was lost again, and the resent claim reused the lost
-// one's claim numbers: with identical values both claims had the same recovery-set member, one
-// settle took it, and the lost claim's entry was never swept back while other claims kept the
-// set alive.
+// Before (and in the new code until claim.lua named each run's claims): fred sends a claim whose
+// reply was lost again, the resent claim reused the lost one's claim numbers, so with identical
+// values both claims had one recovery-set member; one settle took it, and the lost claim's entry
+// was never swept back while other claims kept the set alive.
 async fn identical_values_of_a_claim_sent_twice_are_two_claims(env: &Env) {
     load_list_scripts(env).await;
     let source = || {

@@ -91,8 +91,8 @@ async fn a_drop_without_a_dead_letter_list_is_logged(env: &Env) {
     }
 }
 
-// Before: a frame with one header key that is not UTF-8 was read lossily and dead-lettered as
-// `decode: expected value`, its payload cut down to the frame's.
+// Before: a frame with one header key that is not UTF-8 was dead-lettered as
+// `decode: expected value`, a reason that named no part of it.
 async fn a_frame_with_a_header_key_that_is_not_utf8_is_dead_lettered_whole_with_the_part_named(
     env: &Env,
 ) {
