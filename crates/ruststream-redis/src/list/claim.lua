@@ -11,21 +11,26 @@
 --
 -- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
 -- and its entry goes from the processing list back to the queue with its attempt raised by one.
--- Then every claim is recorded in the set as `<reader id>:<seq>:<value>` scored by the server's
--- clock, so two claims of identical bytes are two members. When the recovery set does not exist
--- (it expired with recovery_ttl, or the queue ran without recovery before) while the processing
--- list holds entries, nobody holds a claim on them: they go back to the queue as well.
--- Returns {recovered, value...}, oldest first.
+-- Then every claim is recorded in the set as `<reader id>:<seq>.<run>:<value>` scored by the
+-- server's clock, so two claims of identical bytes are two members. `<run>` is the server's TIME
+-- (seconds.microseconds) of this run: a client sends a call again when its reply was lost (fred
+-- does, on a new connection), and the second run must not record its claims under the first
+-- run's members (the first run's entries would then never be swept back). When the recovery set
+-- does not exist (it expired with recovery_ttl, or the queue ran without recovery before) while
+-- the processing list holds entries, nobody holds a claim on them: they go back to the queue as
+-- well.
+-- Returns {recovered, run ('' without recovery), value...}, values oldest first.
 local checks = {{KEYS[1], 'list'}, {KEYS[2], 'list'}}
 if KEYS[3] then checks[#checks + 1] = {KEYS[3], 'zset'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
-local out = {0}
+local out = {0, ''}
 local rid = ARGV[2]
 local now = 0
 if rid ~= '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  out[2] = t[1] .. '.' .. t[2]
   local most = tonumber(ARGV[6])
   if redis.call('EXISTS', KEYS[3]) == 0 then
     local orphans = redis.call('RPOP', KEYS[2], most)
@@ -54,16 +59,16 @@ local taken = redis.call('LRANGE', KEYS[1], -n, -1)
 local m = #taken
 if m == 0 then return out end
 for i = m, 1, -1 do out[#out + 1] = taken[i] end
-for i = 2, m + 1, 1000 do
-  redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, m + 1)))
+for i = 3, m + 2, 1000 do
+  redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, m + 2)))
 end
 redis.call('LTRIM', KEYS[1], 0, -m - 1)
 if rid ~= '' then
   local seq = tonumber(ARGV[3])
   local members = {}
-  for i = 2, m + 1 do
+  for i = 3, m + 2 do
     members[#members + 1] = now
-    members[#members + 1] = rid .. ':' .. (seq + i - 2) .. ':' .. out[i]
+    members[#members + 1] = rid .. ':' .. (seq + i - 3) .. '.' .. out[2] .. ':' .. out[i]
   end
   for i = 1, #members, 1000 do
     redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))

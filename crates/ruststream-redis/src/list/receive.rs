@@ -216,7 +216,7 @@ struct Recovery {
 /// A reliable list: claimed into the processing list, at least once.
 struct ReliableList {
     keys: ListKeys,
-    /// This reader's identity: its claims are `<reader id>:<seq>`.
+    /// This reader's identity: its claims are `<reader id>:<seq>.<run>` (see `claim.lua`).
     reader_id: String,
     /// The sequence number of this reader's next claim.
     seq: AtomicU64,
@@ -292,12 +292,20 @@ impl ReliableList {
                 .increment(u64::try_from(*recovered).unwrap_or(0));
             tracing::warn!(source = %self.reader.source, recovered, "claims idle longer than min_idle went back to the queue");
         }
-        let values: Vec<Bytes> = items.drain(1..).filter_map(value_bytes).collect();
+        // The script's run: part of each member, so a call sent twice makes distinct claims.
+        let run = items
+            .get(1)
+            .cloned()
+            .and_then(value_bytes)
+            .unwrap_or_default();
+        let values: Vec<Bytes> = items.drain(2..).filter_map(value_bytes).collect();
         let mut out = self.reader.deliveries(values);
         for (i, d) in (first_seq..).zip(out.iter_mut()) {
             d.token.claim = Some(i);
             if self.recovery.is_some() {
-                let mut member = format!("{}:{i}:", self.reader_id).into_bytes();
+                let mut member = format!("{}:{i}.", self.reader_id).into_bytes();
+                member.extend_from_slice(&run);
+                member.push(b':');
                 member.extend_from_slice(&d.token.raw);
                 d.token.member = Some(Bytes::from(member));
             }

@@ -191,9 +191,8 @@ impl Transport for RedisStream {
         Box::pin(async move {
             let key = conns.keys.key(&self.key);
             let group = self.group_name();
-            let r: Result<Value, _> = conns
-                .pool()?
-                .next()
+            let client = conns.pool()?.next().clone();
+            let r: Result<Value, _> = client
                 .custom(
                     fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
                     vec!["CREATE", key.as_str(), group, "0", "MKSTREAM"],
@@ -202,6 +201,13 @@ impl Transport for RedisStream {
             match r {
                 Ok(_) => Ok(()),
                 Err(e) if e.details().contains("BUSYGROUP") => Ok(()),
+                // At maxmemory Redis refuses XGROUP CREATE before looking, even for a group that
+                // exists; an existing group is all the consumer needs to drain the stream.
+                Err(e)
+                    if e.details().starts_with("OOM") && has_group(&client, &key, group).await =>
+                {
+                    Ok(())
+                }
                 Err(e) => Err(Error::Broker(format!(
                     "cannot create consumer group `{group}` on stream `{key}`: {}",
                     e.details()
@@ -217,6 +223,34 @@ impl Transport for RedisStream {
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))
     }
+}
+
+/// Whether the stream `key` has the consumer group `group` (`XINFO GROUPS`).
+async fn has_group(client: &Client, key: &str, group: &str) -> bool {
+    let groups: Result<Value, _> = client
+        .custom(
+            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            vec!["GROUPS", key],
+        )
+        .await;
+    let Ok(Value::Array(groups)) = groups else {
+        return false;
+    };
+    groups.into_iter().any(|g| {
+        let fields: Vec<Value> = match g {
+            Value::Array(fields) => fields,
+            Value::Map(map) => map
+                .inner()
+                .into_iter()
+                .flat_map(|(k, v)| [Value::from(k), v])
+                .collect(),
+            _ => return false,
+        };
+        fields.chunks(2).any(|kv| {
+            kv[0].as_str().as_deref() == Some("name")
+                && kv.get(1).and_then(Value::as_str).as_deref() == Some(group)
+        })
+    })
 }
 
 #[cfg(test)]

@@ -1,13 +1,21 @@
 //! A TCP proxy in front of one Redis server, for the failures between "the command ran" and
 //! "the client heard": [`Proxy::cut_after`] lets the next request that contains some bytes reach
-//! Redis, waits for Redis's reply, throws the reply away and closes the client's connection. The
-//! client then sees a dropped connection for a command that did run (and fred, which resends
-//! commands whose reply it never got, sends it again on a new connection).
+//! Redis, waits until Redis has answered it, throws the answer away and closes the client's
+//! connection. The client then sees a dropped connection for a command that did run (and fred,
+//! which resends commands whose reply it never got, sends it again on a new connection).
+//!
+//! How "Redis has answered" is known: once the request is forwarded, nothing more goes to the
+//! client, and the proxy sends Redis an `ECHO <marker>` of its own behind it; Redis answers in
+//! order, so the marker's reply comes after the reply to the cut request. A request is forwarded
+//! whole: bytes that end inside a command are held until the command is complete.
+//!
+//! Everything the clients sent is kept per connection, so a test can count how often a request
+//! reached Redis ([`Proxy::sent_count`]), e.g. to see that a cut command was sent again.
 //!
 //! Standalone servers only: a cluster's redirects name the nodes' own addresses.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +23,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+/// How long a cut waits for Redis's reply before it closes the connection anyway.
+const REPLY_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct State {
@@ -26,6 +37,8 @@ struct State {
     cut: Notify,
     /// Bumped by `cut_all`: connections older than this generation close.
     generation: AtomicUsize,
+    /// What each connection's client sent, in order.
+    sent: Mutex<Vec<Vec<u8>>>,
 }
 
 /// A proxy on a free loopback port; stops when dropped.
@@ -36,18 +49,23 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts a proxy to `upstream` (`host:port`).
+    /// Starts a proxy to `upstream` (`host:port`, or a `redis://host:port` URL).
     pub async fn start(upstream: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a port");
         let addr = listener.local_addr().expect("the proxy's address");
         let state = Arc::new(State::default());
-        let upstream = upstream.to_owned();
+        let upstream = upstream
+            .trim_start_matches("redis://")
+            .trim_end_matches('/')
+            .to_owned();
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
                 tokio::spawn(pump(client, server, shared.clone()));
             }
         });
@@ -75,9 +93,18 @@ impl Proxy {
         self.state.cut.notify_waiters();
     }
 
-    /// How many connections were cut by [`cut_after`](Self::cut_after).
+    /// How many connections were cut by [`cut_after`](Self::cut_after) (each once its request
+    /// was answered by Redis).
     pub fn cuts(&self) -> usize {
         self.state.cuts.load(Ordering::SeqCst)
+    }
+
+    /// How many times the clients sent `needle` through the proxy, over all connections.
+    pub fn sent_count(&self, needle: &[u8]) -> usize {
+        let sent = self.state.sent.lock().expect("proxy state");
+        sent.iter()
+            .map(|bytes| bytes.windows(needle.len()).filter(|w| *w == needle).count())
+            .sum()
     }
 }
 
@@ -88,24 +115,87 @@ impl Drop for Proxy {
     }
 }
 
+/// The RESP bulk strings of a request as it goes on the wire, back to back: `$<len>\r\n<arg>\r\n`
+/// for each argument. A needle for [`Proxy::cut_after`] that matches consecutive arguments.
+pub fn resp_args(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Whether `buf` ends at the end of a complete RESP request (arrays of bulk strings, as clients
+/// send them). Anything else it cannot read counts as complete.
+fn complete(buf: &[u8]) -> bool {
+    fn line(buf: &[u8], at: usize) -> Option<(i64, usize)> {
+        let end = buf[at..].windows(2).position(|w| w == b"\r\n")? + at;
+        let n = std::str::from_utf8(&buf[at + 1..end]).ok()?.parse().ok()?;
+        Some((n, end + 2))
+    }
+    let mut at = 0;
+    while at < buf.len() {
+        if buf[at] != b'*' {
+            return true;
+        }
+        let Some((n, mut next)) = line(buf, at) else {
+            return false;
+        };
+        for _ in 0..n.max(0) {
+            if next >= buf.len() {
+                return false;
+            }
+            if buf[next] != b'$' {
+                return true;
+            }
+            let Some((len, data)) = line(buf, next) else {
+                return false;
+            };
+            next = data + usize::try_from(len.max(0)).unwrap_or(0) + 2;
+            if next > buf.len() {
+                return false;
+            }
+        }
+        at = next;
+    }
+    true
+}
+
 /// Forwards both ways until either side closes, a cut, or `cut_all`; then both connections
 /// close.
 async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
+    static MARKERS: AtomicUsize = AtomicUsize::new(0);
     let generation = state.generation.load(Ordering::SeqCst);
+    let conn = {
+        let mut sent = state.sent.lock().expect("proxy state");
+        sent.push(Vec::new());
+        sent.len() - 1
+    };
     let (mut client_rx, mut client_tx) = client.into_split();
     let (mut server_rx, mut server_tx) = server.into_split();
-    // Set when a request was forwarded that must lose its reply.
-    let cutting = Arc::new(Notify::new());
-    let cut_now = cutting.clone();
+    // Set before a request that must lose its reply is forwarded: from then on nothing goes
+    // to the client. `marker` is the reply that says Redis answered everything before it.
+    let cutting = Arc::new(AtomicBool::new(false));
+    let marker = format!("rs-proxy-cut-{}", MARKERS.fetch_add(1, Ordering::Relaxed));
     let up_state = state.clone();
+    let (up_cutting, up_marker) = (cutting.clone(), marker.clone());
     let up = async move {
         let mut buf = vec![0u8; 64 * 1024];
+        // Bytes read but not yet forwarded (a command not complete yet).
+        let mut pending: Vec<u8> = Vec::new();
         loop {
             let n = client_rx.read(&mut buf).await.unwrap_or(0);
             if n == 0 {
                 return false;
             }
-            let chunk = &buf[..n];
+            pending.extend_from_slice(&buf[..n]);
+            if !complete(&pending) {
+                continue;
+            }
+            let chunk = std::mem::take(&mut pending);
+            up_state.sent.lock().expect("proxy state")[conn].extend_from_slice(&chunk);
             let hit = {
                 let mut armed = up_state.armed.lock().expect("proxy state");
                 let hit = armed
@@ -116,33 +206,39 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
                 }
                 hit
             };
-            if server_tx.write_all(chunk).await.is_err() {
-                return false;
-            }
             if hit {
-                cut_now.notify_one();
-                return true;
+                up_cutting.store(true, Ordering::SeqCst);
+                let mut echo = b"*2\r\n".to_vec();
+                echo.extend_from_slice(&resp_args(&[b"ECHO", up_marker.as_bytes()]));
+                return server_tx.write_all(&chunk).await.is_ok()
+                    && server_tx.write_all(&echo).await.is_ok();
+            }
+            if server_tx.write_all(&chunk).await.is_err() {
+                return false;
             }
         }
     };
     let down_state = state.clone();
     let down = async move {
         let mut buf = vec![0u8; 64 * 1024];
+        // What came from Redis since the cut began, searched for the marker.
+        let mut thrown: Vec<u8> = Vec::new();
         loop {
-            tokio::select! {
-                n = server_rx.read(&mut buf) => {
-                    let n = n.unwrap_or(0);
-                    if n == 0 || client_tx.write_all(&buf[..n]).await.is_err() {
-                        return;
-                    }
-                }
-                () = cutting.notified() => {
-                    // The request reached Redis: wait for its reply and throw it away.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), server_rx.read(&mut buf)).await;
-                    down_state.cuts.fetch_add(1, Ordering::SeqCst);
-                    down_state.cut.notify_waiters();
+            let n = server_rx.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            if !cutting.load(Ordering::SeqCst) {
+                if client_tx.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
+                continue;
+            }
+            thrown.extend_from_slice(&buf[..n]);
+            if thrown.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+                down_state.cuts.fetch_add(1, Ordering::SeqCst);
+                down_state.cut.notify_waiters();
+                return;
             }
         }
     };
@@ -157,7 +253,10 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
     tokio::pin!(down);
     // Everything closes when this returns: the client's side, then the server's.
     tokio::select! {
-        hit = up => if hit { (&mut down).await },
+        hit = up => if hit {
+            // The request reached Redis: wait for its reply (the marker's) and throw it away.
+            let _ = tokio::time::timeout(REPLY_WAIT, &mut down).await;
+        },
         () = &mut down => {}
         () = all_cut => {}
     }
