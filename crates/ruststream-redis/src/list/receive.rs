@@ -240,7 +240,7 @@ impl ReliableList {
                 .map_or(Duration::MAX, |rec| Duration::from_millis(rec.min_idle_ms)),
         );
         let queue = &self.keys.queue;
-        let _: Value = r
+        let waited = r
             .blocking(
                 wait,
                 r.conn.client().blmove(
@@ -251,7 +251,20 @@ impl ReliableList {
                     wait.as_secs_f64(),
                 ),
             )
-            .await?;
+            .await;
+        match waited {
+            Ok(_) => {}
+            // At maxmemory Redis refuses BLMOVE (it may grow a list), not the claim script
+            // (allow-oom): wait here instead, so a full Redis still drains its queues.
+            Err(e) if e.to_string().contains("OOM") => {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = r.stop.cancelled() => {}
+                    () = woken(r.mover.as_ref()) => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
         r.move_due().await;
         self.claim(max).await
     }
