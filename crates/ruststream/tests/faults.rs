@@ -18,15 +18,14 @@
 mod harness;
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
+use harness::process::WorkerProcess;
 use harness::stand::{OwnRedis, Stand, kill9, node_client, server_pid};
 use harness::{Env, bounded, on, unique, wait_until};
 use ruststream::prelude::*;
@@ -173,87 +172,28 @@ impl Handle<Job> for Recorder {
     }
 }
 
-/// A worker process and its log file.
-struct Worker {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Worker {
-    fn spawn(
-        url: &str,
-        prefix: &str,
-        log_dir: &Path,
-        min_idle_ms: u64,
-        concurrency: usize,
-        work_ms: u64,
-    ) -> Self {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let log = log_dir.join(format!("worker-{}.log", N.fetch_add(1, Ordering::Relaxed)));
-        let file = File::create(&log).unwrap();
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "fault_worker_process",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("RUSTSTREAM_FAULT_WORKER", url)
-            .env("RUSTSTREAM_FAULT_PREFIX", prefix)
-            .env("RUSTSTREAM_FAULT_MIN_IDLE_MS", min_idle_ms.to_string())
-            .env("RUSTSTREAM_FAULT_CONCURRENCY", concurrency.to_string())
-            .env("RUSTSTREAM_FAULT_WORK_MS", work_ms.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("the worker process starts");
-        Self { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn ready(&self) {
-        wait_until("a worker is ready", Duration::from_secs(20), || async {
-            self.log().contains("worker ready")
-        })
-        .await;
-    }
-
-    /// SIGTERM, then waits (bounded) for a clean exit.
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(
-                    status.success(),
-                    "worker exited with {status}: {}",
-                    self.log()
-                );
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker did not stop: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// A worker process of `fault_worker_process`, its log in `log_dir`.
+fn spawn_worker(
+    url: &str,
+    prefix: &str,
+    log_dir: &Path,
+    min_idle_ms: u64,
+    concurrency: usize,
+    work_ms: u64,
+) -> WorkerProcess {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let log = log_dir.join(format!("worker-{}.log", N.fetch_add(1, Ordering::Relaxed)));
+    WorkerProcess::spawn(
+        "fault_worker_process",
+        &[
+            ("RUSTSTREAM_FAULT_WORKER", url.to_owned()),
+            ("RUSTSTREAM_FAULT_PREFIX", prefix.to_owned()),
+            ("RUSTSTREAM_FAULT_MIN_IDLE_MS", min_idle_ms.to_string()),
+            ("RUSTSTREAM_FAULT_CONCURRENCY", concurrency.to_string()),
+            ("RUSTSTREAM_FAULT_WORK_MS", work_ms.to_string()),
+        ],
+        Some(log),
+    )
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -299,10 +239,10 @@ async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
     let dir = temp_dir("kills");
     let r = env.client.clone();
     publish_jobs(&url, &prefix, 0..JOBS).await;
-    let spawn = || Worker::spawn(&url, &prefix, &dir, 1000, CONCURRENCY, 40);
-    let mut workers: Vec<Worker> = (0..3).map(|_| spawn()).collect();
+    let spawn = || spawn_worker(&url, &prefix, &dir, 1000, CONCURRENCY, 40);
+    let mut workers: Vec<WorkerProcess> = (0..3).map(|_| spawn()).collect();
     for w in &workers {
-        w.ready().await;
+        w.ready(Duration::from_secs(20)).await;
     }
     let mut in_flight_at_kills = Vec::new();
     for kill in 0..KILLS {
@@ -315,9 +255,8 @@ async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
         )
         .await;
         let victim = fastrand::usize(..workers.len());
-        let pid = workers[victim].child.id();
-        workers[victim].child.kill().unwrap(); // SIGKILL
-        workers[victim].child.wait().unwrap();
+        let pid = workers[victim].pid();
+        workers[victim].kill();
         // What the dead worker had claimed and started: its entries still in the processing
         // list whose last handler start was in it. Nothing of it moves until min_idle (1 s).
         let (claimed, owners): (Vec<fred::bytes::Bytes>, HashMap<String, String>) = {
@@ -340,7 +279,7 @@ async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
         );
         in_flight_at_kills.push(in_flight);
         workers[victim] = spawn();
-        workers[victim].ready().await;
+        workers[victim].ready(Duration::from_secs(20)).await;
     }
     wait_until(
         "every job handled and nothing left",
@@ -352,7 +291,7 @@ async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
     )
     .await;
     for w in workers {
-        w.stop().await;
+        w.stop(Duration::from_secs(15)).await;
     }
     let (handled, completions) = handled_counts(&r, &prefix).await;
     let duplicates = completions - handled;
@@ -398,11 +337,11 @@ async fn workers_ride_out_a_redis_restart() {
     let prefix = "restart:".to_owned();
     publish_jobs(&url, &prefix, 0..JOBS).await;
     let logs = temp_dir("restart-logs");
-    let workers: Vec<Worker> = (0..2)
-        .map(|_| Worker::spawn(&url, &prefix, &logs, 2000, 4, 30))
+    let workers: Vec<WorkerProcess> = (0..2)
+        .map(|_| spawn_worker(&url, &prefix, &logs, 2000, 4, 30))
         .collect();
     for w in &workers {
-        w.ready().await;
+        w.ready(Duration::from_secs(20)).await;
     }
     let before = {
         let r = node_client(&url).await;
@@ -441,9 +380,9 @@ async fn workers_ride_out_a_redis_restart() {
         },
     )
     .await;
-    let logged: Vec<String> = workers.iter().map(Worker::log).collect();
+    let logged: Vec<String> = workers.iter().map(WorkerProcess::log).collect();
     for w in workers {
-        w.stop().await;
+        w.stop(Duration::from_secs(15)).await;
     }
     let (handled, completions) = handled_counts(&r, &prefix).await;
     println!(

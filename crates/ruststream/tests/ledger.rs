@@ -64,13 +64,13 @@ use std::fs::File;
 use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::bytes::Bytes;
 use fred::prelude::*;
+use harness::process::WorkerProcess;
 use harness::proxy::Proxy;
 use harness::stand::OwnRedis;
 use harness::{bounded, unique, wait_until};
@@ -301,80 +301,28 @@ impl Handle<Job> for Recorder {
     }
 }
 
-/// A worker process, its log and its ledger.
+/// A worker process and its ledger file.
 struct Worker {
-    child: Child,
-    log: PathBuf,
+    process: WorkerProcess,
     ledger: PathBuf,
 }
 
 impl Worker {
     fn spawn(url: &str, transport: Transport, seed: u64, dir: &Path, k: usize) -> Self {
-        let log = dir.join(format!("worker-{k}.log"));
         let ledger = dir.join(format!("worker-{k}.ledger"));
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "ledger_worker_process",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("RUSTSTREAM_LEDGER_WORKER", url)
-            .env("RUSTSTREAM_LEDGER_TRANSPORT", transport.name())
-            .env("RUSTSTREAM_LEDGER_SEED", seed.to_string())
-            .env("RUSTSTREAM_LEDGER_FILE", &ledger)
-            // The handlers' panics are on purpose: no backtraces in the logs.
-            .env("RUST_BACKTRACE", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("the worker process starts");
-        Self { child, log, ledger }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn ready(&self) {
-        wait_until("a worker is ready", Duration::from_secs(30), || async {
-            self.log().contains("worker ready")
-        })
-        .await;
-    }
-
-    /// SIGTERM, then waits (bounded) for a clean exit.
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                assert!(
-                    status.success(),
-                    "worker exited with {status}: {}",
-                    self.log()
-                );
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "worker did not stop: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        let process = WorkerProcess::spawn(
+            "ledger_worker_process",
+            &[
+                ("RUSTSTREAM_LEDGER_WORKER", url.to_owned()),
+                ("RUSTSTREAM_LEDGER_TRANSPORT", transport.name().to_owned()),
+                ("RUSTSTREAM_LEDGER_SEED", seed.to_string()),
+                ("RUSTSTREAM_LEDGER_FILE", ledger.display().to_string()),
+                // The handlers' panics are on purpose: no backtraces in the logs.
+                ("RUST_BACKTRACE", "0".to_owned()),
+            ],
+            Some(dir.join(format!("worker-{k}.log"))),
+        );
+        Self { process, ledger }
     }
 }
 
@@ -736,9 +684,8 @@ impl Run {
         Some(match fault {
             Fault::Kill => {
                 let victim = rng.usize(..self.workers.len());
-                let pid = self.workers[victim].child.id();
-                self.workers[victim].child.kill().unwrap(); // SIGKILL
-                self.workers[victim].child.wait().unwrap();
+                let pid = self.workers[victim].process.pid();
+                self.workers[victim].process.kill();
                 // Nothing of the victim's moves before min_idle: count what it held.
                 let held = bounded(
                     "counting the victim's entries",
@@ -747,7 +694,7 @@ impl Run {
                 )
                 .await;
                 let fresh = self.spawn_worker();
-                fresh.ready().await;
+                fresh.process.ready(Duration::from_secs(30)).await;
                 self.workers[victim] = fresh;
                 held
             }
@@ -933,7 +880,7 @@ async fn ledger_run(transport: Transport) {
         run.workers.push(w);
     }
     for w in &run.workers {
-        w.ready().await;
+        w.process.ready(Duration::from_secs(30)).await;
     }
 
     let published = run.published.clone();
@@ -1005,7 +952,7 @@ async fn ledger_run(transport: Transport) {
         .await
         .expect("the publisher");
     for w in std::mem::take(&mut run.workers) {
-        w.stop().await;
+        w.process.stop(Duration::from_secs(20)).await;
     }
     println!("ledger {name}: worker logs: {}", log_summary(&dir));
 

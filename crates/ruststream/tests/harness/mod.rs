@@ -20,6 +20,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 mod env;
+pub mod process;
 pub mod proxy;
 pub mod stand;
 

@@ -5,7 +5,7 @@
 //! starts like a frame.
 
 use std::future::Future;
-use std::process::{Child, Command, Stdio};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use ruststream::prelude::*;
 use ruststream::redis::frame::{Frame, MAGIC};
 
 use crate::common::*;
+use crate::harness::process::WorkerProcess;
 use crate::harness::proxy::Proxy;
 use crate::harness::{Env, on, start, stop, wait_until};
 
@@ -118,45 +119,22 @@ impl Handle<Job> for Starter {
     }
 }
 
-/// A stream worker process, killed (SIGKILL) when dropped if still alive.
-struct StreamWorker(Child);
-
-impl StreamWorker {
-    fn spawn(env: &Env, consumer: &str, min_idle_ms: u64, max_attempts: u32) -> Self {
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "recovery::stream_worker_process",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("RELIABILITY_WORKER", env.url().expect("standalone"))
-            .env("RELIABILITY_PREFIX", &env.prefix)
-            .env("RELIABILITY_CONSUMER", consumer)
-            .env("RELIABILITY_MIN_IDLE_MS", min_idle_ms.to_string())
-            .env("RELIABILITY_MAX_ATTEMPTS", max_attempts.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the worker process starts");
-        Self(child)
-    }
-
-    /// SIGKILL, mid-handler.
-    fn kill(mut self) {
-        self.0.kill().unwrap();
-        self.0.wait().unwrap();
-    }
-}
-
-impl Drop for StreamWorker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
+/// A stream worker process of `recovery::stream_worker_process`.
+fn stream_worker(env: &Env, consumer: &str, min_idle_ms: u64, max_attempts: u32) -> WorkerProcess {
+    WorkerProcess::spawn(
+        "recovery::stream_worker_process",
+        &[
+            (
+                "RELIABILITY_WORKER",
+                env.url().expect("standalone").to_owned(),
+            ),
+            ("RELIABILITY_PREFIX", env.prefix.clone()),
+            ("RELIABILITY_CONSUMER", consumer.to_owned()),
+            ("RELIABILITY_MIN_IDLE_MS", min_idle_ms.to_string()),
+            ("RELIABILITY_MAX_ATTEMPTS", max_attempts.to_string()),
+        ],
+        None,
+    )
 }
 
 /// What the worker processes recorded as started, in order.
@@ -205,7 +183,7 @@ fn consumer(name: &str, min_idle: Duration) -> RedisStream {
 // pending on its name for ever, and no other consumer ever handled them.
 async fn a_killed_consumers_stream_entries_are_claimed_by_another_after_min_idle(env: &Env) {
     publish_stream(env, &jobs(3)).await;
-    let victim = StreamWorker::spawn(env, "victim", 1000, 10);
+    let mut victim = stream_worker(env, "victim", 1000, 10);
     until_started(env, &["0:1:victim", "1:1:victim", "2:1:victim"]).await;
     victim.kill();
     let pending = pending_entries(env, S, "g").await;
@@ -233,7 +211,7 @@ async fn a_killed_consumers_stream_entries_are_claimed_by_another_after_min_idle
 // those it held when it was killed stayed pending for ever.
 async fn a_restarted_consumer_first_takes_back_its_own_pending_entries(env: &Env) {
     publish_stream(env, &jobs(2)).await;
-    let first = StreamWorker::spawn(env, "w1", 60_000, 10);
+    let mut first = stream_worker(env, "w1", 60_000, 10);
     until_started(env, &["0:1:w1", "1:1:w1"]).await;
     first.kill();
     let rec = Rec::acking();
@@ -255,10 +233,10 @@ async fn a_restarted_consumer_first_takes_back_its_own_pending_entries(env: &Env
 // never reached max_attempts nor the dead letters.
 async fn a_stream_entry_that_kills_every_consumer_ends_in_the_dead_letters(env: &Env) {
     publish_stream(env, &[Job { n: 0 }]).await;
-    let a = StreamWorker::spawn(env, "a", 500, 2);
+    let mut a = stream_worker(env, "a", 500, 2);
     until_started(env, &["0:1:a"]).await;
     a.kill();
-    let b = StreamWorker::spawn(env, "b", 500, 2);
+    let mut b = stream_worker(env, "b", 500, 2);
     until_started(env, &["0:2:b"]).await;
     b.kill();
     let rec = Rec::acking();

@@ -1,0 +1,97 @@
+//! Worker processes for tests that kill a worker: a child of the test binary that runs one
+//! `#[ignore]`d test (the worker's body, which reads its settings from the environment), its
+//! stderr in a log file. SIGKILL ([`WorkerProcess::kill`]) is a crash; SIGTERM
+//! ([`WorkerProcess::stop`]) a clean shutdown; dropping it kills it if it still runs.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::wait_until;
+
+/// A worker process of the test binary.
+pub struct WorkerProcess {
+    child: Child,
+    log: Option<PathBuf>,
+}
+
+impl WorkerProcess {
+    /// Runs the test `test` of this binary (`--exact --ignored`) with `env`, its stderr in
+    /// `log` (discarded without one).
+    pub fn spawn(test: &str, env: &[(&str, String)], log: Option<PathBuf>) -> Self {
+        let stderr = match &log {
+            Some(path) => Stdio::from(File::create(path).expect("the worker's log file")),
+            None => Stdio::null(),
+        };
+        let child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args([test, "--exact", "--ignored", "--nocapture"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("the worker process starts");
+        Self { child, log }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the worker wrote to its log so far.
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+    }
+
+    /// Waits (bounded by `timeout`) until the worker logs `worker ready`.
+    pub async fn ready(&self, timeout: Duration) {
+        wait_until("a worker is ready", timeout, || async {
+            self.log().contains("worker ready")
+        })
+        .await;
+    }
+
+    /// SIGKILL: a crash, mid-handler.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the worker");
+        self.child.wait().expect("the killed worker is reaped");
+    }
+
+    /// SIGTERM, then waits (bounded by `timeout`) for a clean exit.
+    pub async fn stop(mut self, timeout: Duration) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                assert!(
+                    status.success(),
+                    "worker exited with {status}: {}",
+                    self.log()
+                );
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker did not stop: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
