@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use harness::process::WorkerProcess;
+use harness::process::{WorkerProcess, serve_until_sigterm};
 use harness::stand::{OwnRedis, Stand, kill9, node_client, server_pid};
 use harness::{Env, bounded, on, unique, wait_until};
 use ruststream::prelude::*;
@@ -120,20 +120,14 @@ fn fault_worker_process() {
             pid: std::process::id().to_string(),
             work_ms,
         };
-        let running = RustStream::new(AppInfo::new("fault-worker", "0"))
-            .shutdown_timeout(Duration::from_secs(2))
-            .with_broker(RedisBroker::standalone(url).prefix(&prefix), |b| {
-                b.include(subscriber(queue(min_idle, concurrency), handler).build());
-            })
-            .start()
-            .await
-            .expect("the worker starts");
-        tracing::info!(pid = std::process::id(), "worker ready");
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
-        term.recv().await;
-        running.shutdown().await.unwrap();
-        tracing::info!("worker stopped");
+        serve_until_sigterm(
+            RustStream::new(AppInfo::new("fault-worker", "0"))
+                .shutdown_timeout(Duration::from_secs(2))
+                .with_broker(RedisBroker::standalone(url).prefix(&prefix), |b| {
+                    b.include(subscriber(queue(min_idle, concurrency), handler).build());
+                }),
+        )
+        .await;
     });
 }
 

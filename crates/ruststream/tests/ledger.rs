@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 
 use fred::bytes::Bytes;
 use fred::prelude::*;
-use harness::process::WorkerProcess;
+use harness::process::{WorkerProcess, serve_until_sigterm};
 use harness::proxy::Proxy;
 use harness::stand::OwnRedis;
 use harness::{bounded, unique, wait_until};
@@ -241,20 +241,14 @@ fn ledger_worker_process() {
             )
             .build::<Job>(),
         };
-        let running = RustStream::new(AppInfo::new("ledger-worker", "0"))
-            .shutdown_timeout(Duration::from_secs(5))
-            .with_broker(RedisBroker::standalone(url), |b| {
-                b.include(sub);
-            })
-            .start()
-            .await
-            .expect("the worker starts");
-        tracing::info!(pid = std::process::id(), "worker ready");
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).unwrap();
-        term.recv().await;
-        running.shutdown().await.unwrap();
-        tracing::info!("worker stopped");
+        serve_until_sigterm(
+            RustStream::new(AppInfo::new("ledger-worker", "0"))
+                .shutdown_timeout(Duration::from_secs(5))
+                .with_broker(RedisBroker::standalone(url), |b| {
+                    b.include(sub);
+                }),
+        )
+        .await;
     });
 }
 

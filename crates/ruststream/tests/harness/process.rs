@@ -1,14 +1,29 @@
 //! Worker processes for tests that kill a worker: a child of the test binary that runs one
 //! `#[ignore]`d test (the worker's body, which reads its settings from the environment), its
 //! stderr in a log file. SIGKILL ([`WorkerProcess::kill`]) is a crash; SIGTERM
-//! ([`WorkerProcess::stop`]) a clean shutdown; dropping it kills it if it still runs.
+//! ([`WorkerProcess::stop`]) a clean shutdown; dropping it kills it if it still runs. The
+//! worker's side is [`serve_until_sigterm`].
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ruststream::{App, RustStream};
+
 use super::wait_until;
+
+/// The worker's side: starts `app`, logs `worker ready` (what [`WorkerProcess::ready`] waits
+/// for), runs until SIGTERM, then shuts the app down cleanly.
+pub async fn serve_until_sigterm(app: RustStream) {
+    let running = app.start().await.expect("the worker starts");
+    tracing::info!(pid = std::process::id(), "worker ready");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("a SIGTERM handler");
+    term.recv().await;
+    running.shutdown().await.expect("the worker shuts down");
+    tracing::info!("worker stopped");
+}
 
 /// A worker process of the test binary.
 pub struct WorkerProcess {
