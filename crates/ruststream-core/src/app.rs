@@ -110,6 +110,16 @@ impl RustStream {
         self.brokers.iter().map(|b| b.broker_any())
     }
 
+    /// Each broker of this app (as `Any`) with the sources of its subscribers (each as `Any`, of
+    /// the broker's source type), so operator tools can find a broker's subscriptions.
+    pub fn broker_sources(
+        &self,
+    ) -> impl Iterator<Item = (&dyn std::any::Any, Vec<&dyn std::any::Any>)> {
+        self.brokers
+            .iter()
+            .map(|b| (b.broker_any(), b.sources_any()))
+    }
+
     /// The mounted brokers, for the AsyncAPI document.
     pub(crate) fn mounted(&self) -> impl Iterator<Item = &dyn MountedBroker> {
         self.brokers.iter().map(AsRef::as_ref)
@@ -273,6 +283,8 @@ pub(crate) trait MountedBroker: Send + Sync + 'static {
     /// The broker itself, so a test harness can find a broker of a given type
     /// (`broker_any().downcast_ref::<RedisBroker>()`) and reconfigure it before the app starts.
     fn broker_any(&self) -> &dyn std::any::Any;
+    /// The subscribers' sources, for operator tools.
+    fn sources_any(&self) -> Vec<&dyn std::any::Any>;
 }
 
 struct BrokerApp<B: Broker> {
@@ -353,6 +365,13 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
 
     fn broker_any(&self) -> &dyn std::any::Any {
         &*self.broker
+    }
+
+    fn sources_any(&self) -> Vec<&dyn std::any::Any> {
+        self.subscribers
+            .iter()
+            .map(|s| &s.source as &dyn std::any::Any)
+            .collect()
     }
 
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc> {

@@ -178,6 +178,12 @@ impl RedisBroker {
         self.conns.keys.prefix()
     }
 
+    /// The operator's view of `sources` on this broker (inspect, dead letters, delayed entries,
+    /// pause): the `ruststream` CLI's `inspect`, `dead`, `delayed`, `pause` and `resume`.
+    pub fn operator(&self, sources: &[RedisSource]) -> crate::operate::Operator {
+        crate::operate::Operator::new(self.conns.clone(), sources)
+    }
+
     /// The full name of the delayed set that holds delayed publishes to `key` (prefixed, and on
     /// a cluster derived into `key`'s slot).
     pub fn delayed_set_key(&self, key: &str) -> String {

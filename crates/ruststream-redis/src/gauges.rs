@@ -10,23 +10,14 @@ use std::time::Duration;
 use fred::prelude::*;
 use tokio_util::sync::CancellationToken;
 
+use crate::keys::SourceKeys;
+
 /// How often the sizes are read.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
-/// The keys whose sizes one subscription reports.
-pub(crate) struct QueueKeys {
-    /// The queue (list or stream), as a label and a key.
-    pub(crate) queue: String,
-    /// The processing list (reliable lists).
-    pub(crate) processing: Option<String>,
-    /// The consumer group (streams).
-    pub(crate) group: Option<String>,
-    pub(crate) delayed: String,
-    pub(crate) dead: Option<String>,
-}
-
-/// Samples the sizes until `stop`.
-pub(crate) fn spawn(pool: Pool, keys: QueueKeys, stop: CancellationToken) {
+/// Samples the sizes of the keys of a list or stream subscription until `stop`; the label is
+/// the queue's full name.
+pub(crate) fn spawn(pool: Pool, keys: SourceKeys, stop: CancellationToken) {
     tokio::spawn(async move {
         let label = keys.queue.clone();
         let ready = metrics::gauge!("ruststream_queue_ready", "queue" => label.clone());
@@ -74,7 +65,7 @@ pub(crate) fn spawn_dead(pool: Pool, label: String, dead: Option<String>, stop: 
     });
 }
 
-async fn sample(pool: &Pool, k: &QueueKeys) -> Result<[i64; 4], fred::error::Error> {
+async fn sample(pool: &Pool, k: &SourceKeys) -> Result<[i64; 4], fred::error::Error> {
     let p = pool.next().pipeline();
     match &k.group {
         None => {
@@ -94,7 +85,10 @@ async fn sample(pool: &Pool, k: &QueueKeys) -> Result<[i64; 4], fred::error::Err
                 .await?;
         }
     }
-    let _: () = p.zcard(&k.delayed).await?;
+    match &k.delayed {
+        Some(delayed) => p.zcard(delayed).await?,
+        None => p.custom(fred::cmd!("ECHO"), vec!["0"]).await?,
+    }
     match &k.dead {
         Some(dead) => p.llen(dead).await?,
         None => p.custom(fred::cmd!("ECHO"), vec!["0"]).await?,

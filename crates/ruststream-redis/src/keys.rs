@@ -9,6 +9,7 @@
 //! | `K.processing` | a reliable list's claimed entries (or the name `.processing(..)` gives) |
 //! | `K.delayed`, `K.delayed.payloads` | delayed publishes and retries waiting for their time |
 //! | `K.dead` | dead letters, with a `reason` header (or the name `.dead_letter(..)` gives) |
+//! | `K.paused` | present while an operator has paused the subscription (`pause`/`resume`) |
 //!
 //! On a cluster, every key one script touches must hash to one slot. A key with a hash tag passes
 //! it on (`{thumbnails}.dead`); the default derived names of an untagged key put the whole key in
@@ -74,6 +75,11 @@ impl KeySpace {
         }
     }
 
+    /// The key whose existence pauses every reader of the full key `full`.
+    pub(crate) fn paused(&self, full: &str) -> String {
+        self.derived(full, ".paused")
+    }
+
     /// The full dead-letter list of the user's key `key`, as `dead` says; `None` when off.
     pub(crate) fn dead(&self, key: &str, dead: &DeadLetter) -> Option<String> {
         match dead {
@@ -113,6 +119,44 @@ impl KeySpace {
         }
         Ok(())
     }
+}
+
+/// Every key of one subscription, by full name (prefixed, tagged as the cluster needs): what the
+/// operator tools read and change, and what the startup log shows.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct SourceKeys {
+    /// The subscription's key (or channel) as the user named it.
+    pub name: String,
+    /// `list`, `stream` or `pubsub`.
+    pub transport: &'static str,
+    /// `simple`, `reliable`, `reliable, no recovery`, `group <g>`, `channel` or `pattern`.
+    pub mode: String,
+    /// The queue: a list, a stream, or a channel (or pattern) name.
+    pub queue: String,
+    /// A reliable list's processing list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processing: Option<String>,
+    /// A reliable list's recovery set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<String>,
+    /// A stream's consumer group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The delayed set (lists and streams).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delayed: Option<String>,
+    /// The delayed set's payload hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delayed_payloads: Option<String>,
+    /// The dead-letter list, unless dead letters are off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead: Option<String>,
+    /// The key whose existence pauses the subscription (lists and streams).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<String>,
+    /// Most handlers running at once, per process.
+    pub concurrency: usize,
 }
 
 /// A delayed set and its payload hash.

@@ -58,7 +58,9 @@ mod lua;
 pub mod memory;
 #[cfg(not(feature = "testing"))]
 mod memory;
+pub mod operate;
 mod options;
+mod pause;
 mod policy;
 mod publish;
 pub mod pubsub;
@@ -68,6 +70,7 @@ mod transport;
 
 pub use broker::RedisBroker;
 pub use frame::REASON_HEADER;
+pub use keys::SourceKeys;
 pub use list::RedisList;
 pub use options::DEFAULT_MIN_IDLE;
 pub use policy::PublishPolicy;

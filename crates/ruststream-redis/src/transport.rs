@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conn::Connections;
 use crate::frame::{Frame, encode_parts};
-use crate::keys::KeySpace;
+use crate::keys::{KeySpace, SourceKeys};
 use crate::options::SourceOptions;
+use crate::pause::Gate;
 use crate::policy::PublishPolicy;
 
 /// Equality across transport types: `other` equals `self` when it is a `Self` that compares
@@ -42,6 +43,8 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     fn options(&self) -> &SourceOptions;
     /// The channel, for the AsyncAPI document.
     fn describe(&self) -> ChannelDoc;
+    /// Every key of the subscription, by full name, in `keys`.
+    fn source_keys(&self, keys: &KeySpace) -> SourceKeys;
     /// What becomes of a retry of this transport's messages.
     fn retries(&self) -> Retries {
         Retries::Redeliver
@@ -219,11 +222,24 @@ pub(crate) trait Settle: Send + Sync + 'static {
 }
 
 /// The receiver of one Redis subscription, whatever its transport.
-pub struct RedisReceiver(Box<dyn Receive>);
+pub struct RedisReceiver {
+    receive: Box<dyn Receive>,
+    /// Holds reads while an operator has paused the subscription.
+    gate: Option<Gate>,
+}
 
 impl RedisReceiver {
     pub(crate) fn new(receive: impl Receive) -> Self {
-        Self(Box::new(receive))
+        Self {
+            receive: Box::new(receive),
+            gate: None,
+        }
+    }
+
+    /// The same receiver, not reading while `gate` (if any) says the subscription is paused.
+    pub(crate) fn gated(mut self, gate: Option<Gate>) -> Self {
+        self.gate = gate;
+        self
     }
 }
 
@@ -232,11 +248,16 @@ impl Receiver for RedisReceiver {
     type Settler = RedisSettler;
 
     async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
-        self.0.receive(max).await
+        if let Some(gate) = &mut self.gate
+            && !gate.wait_open().await
+        {
+            return Ok(Vec::new());
+        }
+        self.receive.receive(max).await
     }
 
     fn settler(&self) -> RedisSettler {
-        self.0.settler()
+        self.receive.settler()
     }
 }
 

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::push;
 use crate::conn::Connections;
-use crate::keys::{Delayed, KeySpace};
+use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
 use crate::transport::{RedisReceiver, Transport};
@@ -261,6 +261,29 @@ impl Transport for RedisList {
             address: self.key.clone(),
             transport: "list",
             bindings,
+        }
+    }
+
+    fn source_keys(&self, space: &KeySpace) -> SourceKeys {
+        let keys = self.keys(space);
+        let mode = match (self.mode, self.no_recovery) {
+            (Mode::Simple, _) => "simple",
+            (Mode::Reliable, false) => "reliable",
+            (Mode::Reliable, true) => "reliable, no recovery",
+        };
+        SourceKeys {
+            name: self.key.clone(),
+            transport: "list",
+            mode: mode.to_owned(),
+            paused: Some(space.paused(&keys.queue)),
+            queue: keys.queue,
+            processing: keys.processing,
+            recovery: keys.recovery,
+            group: None,
+            delayed: Some(keys.delayed.set),
+            delayed_payloads: Some(keys.delayed.payloads),
+            dead: keys.dead,
+            concurrency: self.options.core.concurrency,
         }
     }
 

@@ -27,9 +27,11 @@ use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::error::core;
-use crate::gauges::{self, QueueKeys};
+use crate::gauges;
 use crate::lua;
 use crate::memory::BlockingRead;
+use crate::pause::Gate;
+use crate::transport::Transport;
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes};
 
 /// Most stale claims one read moves back to the queue.
@@ -60,17 +62,12 @@ pub(super) async fn open(
         Destination::List,
     )
     .await?;
-    gauges::spawn(
-        pool.clone(),
-        QueueKeys {
-            queue: keys.queue.clone(),
-            processing: keys.processing.clone(),
-            group: None,
-            delayed: keys.delayed.set.clone(),
-            dead: keys.dead.clone(),
-        },
-        stop.clone(),
-    );
+    let all = list.source_keys(&conns.keys);
+    gauges::spawn(pool.clone(), all.clone(), stop.clone());
+    let gate = match all.paused {
+        Some(key) => Some(Gate::open(conns, key, stop.clone()).await?),
+        None => None,
+    };
     let reader = Reader {
         conn,
         stop,
@@ -78,7 +75,7 @@ pub(super) async fn open(
         block: list.options.block,
         mover,
     };
-    Ok(match list.mode {
+    let receiver = match list.mode {
         Mode::Simple => RedisReceiver::new(SimpleList {
             settler: RedisSettler::new(PushDeadLetters {
                 pool,
@@ -88,7 +85,8 @@ pub(super) async fn open(
             reader,
         }),
         Mode::Reliable => open_reliable(list, keys, pool, reader),
-    })
+    };
+    Ok(receiver.gated(gate))
 }
 
 /// The receiver of a reliable list, with its leases and settler.

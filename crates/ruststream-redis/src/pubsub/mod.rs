@@ -65,7 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conn::Connections;
 use crate::error::core;
-use crate::keys::KeySpace;
+use crate::keys::{KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};
 pub use crate::policy::ChannelPublish as Publish;
 use crate::policy::PublishPolicy;
@@ -144,6 +144,15 @@ impl RedisChannel {
     pub fn is_pattern(&self) -> bool {
         self.pattern
     }
+
+    /// The channel with the broker's prefix (in a pattern, the prefix escaped).
+    fn full_name(&self, space: &KeySpace) -> String {
+        if self.pattern {
+            format!("{}{}", escape_glob(space.prefix()), self.name)
+        } else {
+            space.key(&self.name)
+        }
+    }
 }
 
 impl Transport for RedisChannel {
@@ -153,6 +162,23 @@ impl Transport for RedisChannel {
 
     fn options(&self) -> &SourceOptions {
         &self.options
+    }
+
+    fn source_keys(&self, space: &KeySpace) -> SourceKeys {
+        SourceKeys {
+            name: self.name.clone(),
+            transport: "pubsub",
+            mode: if self.pattern { "pattern" } else { "channel" }.to_owned(),
+            queue: self.full_name(space),
+            processing: None,
+            recovery: None,
+            group: None,
+            delayed: None,
+            delayed_payloads: None,
+            dead: space.dead(&self.name, &self.options.dead_letter),
+            paused: None,
+            concurrency: self.options.core.concurrency,
+        }
     }
 
     /// Pub/Sub stores nothing, so a retry goes to the dead-letter list with [`NO_REDELIVERY`].

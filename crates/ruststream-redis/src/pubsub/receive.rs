@@ -17,7 +17,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{FRED_BUFFER, RedisChannel, escape_glob};
+use super::{FRED_BUFFER, RedisChannel};
 use crate::conn::Connections;
 use crate::dead::PushDeadLetters;
 use crate::gauges;
@@ -126,11 +126,7 @@ pub(super) async fn open(
 ) -> Result<RedisReceiver> {
     let pool = conns.pool()?;
     let prefix = conns.keys.prefix();
-    let full = if source.pattern {
-        format!("{}{}", escape_glob(prefix), source.name)
-    } else {
-        conns.keys.key(&source.name)
-    };
+    let full = source.full_name(&conns.keys);
     let feed = match conns.memory.channel_feed(&full, source.pattern) {
         Some(feed) => Feed::Memory(feed),
         None => subscribe(conns, source, &full).await?,

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::{add, fields};
 use crate::conn::Connections;
-use crate::keys::{Delayed, KeySpace};
+use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};
 use crate::policy::PublishPolicy;
 pub use crate::policy::StreamPublish as Publish;
@@ -161,6 +161,24 @@ impl Transport for RedisStream {
         }
     }
 
+    fn source_keys(&self, space: &KeySpace) -> SourceKeys {
+        let keys = self.keys(space);
+        SourceKeys {
+            name: self.key.clone(),
+            transport: "stream",
+            mode: format!("group {}", self.group_name()),
+            paused: Some(space.paused(&keys.stream)),
+            queue: keys.stream,
+            processing: None,
+            recovery: None,
+            group: Some(self.group_name().to_owned()),
+            delayed: Some(keys.delayed.set),
+            delayed_payloads: Some(keys.delayed.payloads),
+            dead: keys.dead,
+            concurrency: self.options.core.concurrency,
+        }
+    }
+
     fn validate(&self, space: &KeySpace) -> Result<()> {
         let key = &self.key;
         if self.group.as_deref().is_none_or(str::is_empty) {
@@ -237,20 +255,30 @@ async fn has_group(client: &Client, key: &str, group: &str) -> bool {
         return false;
     };
     groups.into_iter().any(|g| {
-        let fields: Vec<Value> = match g {
-            Value::Array(fields) => fields,
-            Value::Map(map) => map
-                .inner()
-                .into_iter()
-                .flat_map(|(k, v)| [Value::from(k), v])
-                .collect(),
-            _ => return false,
-        };
-        fields.chunks(2).any(|kv| {
-            kv[0].as_str().as_deref() == Some("name")
-                && kv.get(1).and_then(Value::as_str).as_deref() == Some(group)
-        })
+        pairs(g)
+            .iter()
+            .any(|(k, v)| k == "name" && v.as_str().as_deref() == Some(group))
     })
+}
+
+/// The fields of one `XINFO` record (a flat array of names and values, or a map).
+pub(crate) fn pairs(record: Value) -> Vec<(String, Value)> {
+    match record {
+        Value::Array(fields) => {
+            let mut out = Vec::with_capacity(fields.len() / 2);
+            let mut it = fields.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                out.push((k.as_string().unwrap_or_default(), v));
+            }
+            out
+        }
+        Value::Map(map) => map
+            .inner()
+            .into_iter()
+            .map(|(k, v)| (k.as_str().map(str::to_owned).unwrap_or_default(), v))
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 #[cfg(test)]

@@ -17,9 +17,11 @@ use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
 use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::frame::{Frame, FrameError, FramePart};
-use crate::gauges::{self, QueueKeys};
+use crate::gauges;
 use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
+use crate::pause::Gate;
+use crate::transport::Transport;
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes,
 };
@@ -48,17 +50,12 @@ pub(super) async fn open(
         Destination::Stream,
     )
     .await?;
-    gauges::spawn(
-        pool.clone(),
-        QueueKeys {
-            queue: keys.stream.clone(),
-            processing: None,
-            group: Some(group.clone()),
-            delayed: keys.delayed.set.clone(),
-            dead: keys.dead.clone(),
-        },
-        stop.clone(),
-    );
+    let all = stream.source_keys(&conns.keys);
+    gauges::spawn(pool.clone(), all.clone(), stop.clone());
+    let gate = match all.paused {
+        Some(key) => Some(Gate::open(conns, key, stop.clone()).await?),
+        None => None,
+    };
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
@@ -75,7 +72,7 @@ pub(super) async fn open(
     let held = recovery.as_ref().map(|r| r.held.clone());
     let clock = mover.as_ref().map(Mover::clock);
     let settler = StreamSettle::new(pool, &keys, group.clone(), clock, held);
-    Ok(RedisReceiver::new(StreamReceiver {
+    let receiver = RedisReceiver::new(StreamReceiver {
         conn,
         stop,
         source: stream.key.as_str().into(),
@@ -88,7 +85,8 @@ pub(super) async fn open(
         mover,
         recovery,
         settler: RedisSettler::new(settler),
-    }))
+    });
+    Ok(receiver.gated(gate))
 }
 
 struct StreamReceiver {

@@ -1,0 +1,227 @@
+//! Dead letters: read (`LRANGE`, `LINDEX`), requeue (`requeue.lua`) and purge (`purge.lua`).
+//!
+//! A dead-letter list grows at its head (`LPUSH`), so its oldest entry is its last. Entries are
+//! shown oldest first; one without a message id (a raw value that was never a frame) is named
+//! `#N`, the N-th oldest.
+
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use ruststream_core::{Error, Headers, Result};
+use serde::Serialize;
+
+use super::{Operator, Select};
+use crate::error::core;
+use crate::frame::{Frame, REASON_HEADER};
+use crate::keys::SourceKeys;
+use crate::lua;
+
+/// Dead letters one requeue or purge call takes at most.
+const BATCH: usize = 1000;
+
+static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("requeue.lua"),
+        &[lua::GUARD, crate::frame::LUA],
+    )
+});
+
+static PURGE: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("purge.lua"), &[lua::GUARD]));
+
+/// One dead letter, decoded.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct DeadLetter {
+    /// The message id, or `#N` (the N-th oldest) for an entry without one.
+    pub id: String,
+    /// The deliveries it had.
+    pub attempt: u32,
+    /// Why it is here (`max-attempts`, `dropped`, `decode: ...`).
+    pub reason: Option<String>,
+    /// Its headers, without the reason (`dead-history` holds the reasons of earlier requeues).
+    pub headers: Headers,
+    /// The payload: JSON when it parses as JSON, else its text, else a note of its size.
+    pub payload: serde_json::Value,
+    /// The stored value's size in bytes.
+    pub size: usize,
+}
+
+impl DeadLetter {
+    fn of(raw: &Bytes, position: usize) -> Self {
+        let frame = Frame::decode(raw.clone());
+        let mut headers = frame.headers;
+        let reason = headers.remove(REASON_HEADER);
+        Self {
+            id: if frame.id.is_empty() {
+                format!("#{position}")
+            } else {
+                frame.id
+            },
+            attempt: frame.attempt,
+            reason,
+            headers,
+            payload: payload_view(&frame.payload),
+            size: raw.len(),
+        }
+    }
+}
+
+/// The payload as JSON, text, or a note of its size.
+pub(super) fn payload_view(payload: &[u8]) -> serde_json::Value {
+    if let Ok(v) = serde_json::from_slice(payload) {
+        return v;
+    }
+    match std::str::from_utf8(payload) {
+        Ok(text) => serde_json::Value::String(text.to_owned()),
+        Err(_) => serde_json::Value::String(format!("<{} bytes, not UTF-8>", payload.len())),
+    }
+}
+
+impl Operator {
+    /// The `limit` oldest dead letters of the subscription `name`, oldest first.
+    pub async fn dead_letters(&self, name: &str, limit: usize) -> Result<Vec<DeadLetter>> {
+        let dead = dead_key(self.queue(name)?)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let client = self.conns.pool()?.next().clone();
+        let values: Vec<Bytes> = client
+            .lrange(&dead, -i64::try_from(limit).unwrap_or(i64::MAX), -1)
+            .await
+            .map_err(core)?;
+        Ok(values
+            .iter()
+            .rev()
+            .enumerate()
+            .map(|(i, v)| DeadLetter::of(v, i + 1))
+            .collect())
+    }
+
+    /// The dead letter `id` (a message id, or `#N`) of the subscription `name`, if it is there.
+    pub async fn dead_letter(&self, name: &str, id: &str) -> Result<Option<DeadLetter>> {
+        let dead = dead_key(self.queue(name)?)?;
+        let client = self.conns.pool()?.next().clone();
+        Ok(find(&client, &dead, id)
+            .await?
+            .map(|(raw, position)| DeadLetter::of(&raw, position)))
+    }
+
+    /// Moves dead letters of the subscription `name` back to its queue, atomically, each with
+    /// its attempt count reset to 1 and its reason appended to a `dead-history` header. Returns
+    /// how many moved (0 when `Select::Id` names none).
+    pub async fn requeue(&self, name: &str, select: &Select) -> Result<usize> {
+        let q = self.queue(name)?;
+        let dead = dead_key(q)?;
+        let (kind, dest, channel) = match q.transport {
+            "list" => ("list", q.queue.clone(), String::new()),
+            "stream" => ("stream", q.queue.clone(), String::new()),
+            _ if q.mode == "pattern" => {
+                return Err(Error::config(format!(
+                    "`{name}` is a pattern subscription: its dead letters came from many channels and RustStream does not know which; publish them again by hand"
+                )));
+            }
+            _ => ("pubsub", dead.clone(), q.queue.clone()),
+        };
+        let keys = vec![dead.clone(), dest];
+        let head = vec![Value::from(kind), Value::from(channel)];
+        self.apply(&REQUEUE, &dead, keys, head, select).await
+    }
+
+    /// Deletes dead letters of the subscription `name`. Returns how many.
+    pub async fn purge(&self, name: &str, select: &Select) -> Result<usize> {
+        let dead = dead_key(self.queue(name)?)?;
+        self.apply(&PURGE, &dead, vec![dead.clone()], Vec::new(), select)
+            .await
+    }
+
+    /// Runs `script` on the entries `select` names: by value for one id, in batches of the
+    /// oldest for all (never more than the list held when it started, so dead letters that
+    /// arrive meanwhile are left alone).
+    async fn apply(
+        &self,
+        script: &Script,
+        dead: &str,
+        keys: Vec<String>,
+        head: Vec<Value>,
+        select: &Select,
+    ) -> Result<usize> {
+        let client = self.conns.pool()?.next().clone();
+        let run = |tail: Vec<Value>| {
+            let mut args = head.clone();
+            args.extend(tail);
+            script.evalsha_with_reload::<i64, _, _>(&client, keys.clone(), args)
+        };
+        match select {
+            Select::Id(id) => {
+                let Some((raw, _)) = find(&client, dead, id).await? else {
+                    return Ok(0);
+                };
+                let n = run(vec![Value::from("values"), Value::Bytes(raw)])
+                    .await
+                    .map_err(core)?;
+                Ok(usize::try_from(n).unwrap_or(0))
+            }
+            Select::All { limit } => {
+                let len: usize = client.llen(dead).await.map_err(core)?;
+                let mut left = limit.map_or(len, |l| l.min(len));
+                let mut done = 0;
+                while left > 0 {
+                    let take = left.min(BATCH);
+                    let n = run(vec![Value::from("oldest"), Value::from(take as i64)])
+                        .await
+                        .map_err(core)?;
+                    let n = usize::try_from(n).unwrap_or(0);
+                    done += n;
+                    left = left.saturating_sub(take);
+                    if n < take {
+                        break;
+                    }
+                }
+                Ok(done)
+            }
+        }
+    }
+}
+
+/// The dead-letter list of `q`, or an error when dead letters are off.
+fn dead_key(q: &SourceKeys) -> Result<String> {
+    q.dead.clone().ok_or_else(|| {
+        Error::config(format!(
+            "`{}` has no dead-letter list (no_dead_letter): nothing is kept",
+            q.name
+        ))
+    })
+}
+
+/// The value and position (N-th oldest) of the dead letter `id` in the list `dead`, looked for
+/// from the oldest, a page at a time.
+async fn find(client: &Client, dead: &str, id: &str) -> Result<Option<(Bytes, usize)>> {
+    if let Some(n) = id.strip_prefix('#').and_then(|n| n.parse::<i64>().ok()) {
+        if n < 1 {
+            return Ok(None);
+        }
+        let v: Option<Bytes> = client.lindex(dead, -n).await.map_err(core)?;
+        return Ok(v.and_then(|v| usize::try_from(n).ok().map(|n| (v, n))));
+    }
+    let page = BATCH as i64;
+    let mut from_tail = 0_i64;
+    loop {
+        let values: Vec<Bytes> = client
+            .lrange(dead, -(from_tail + page), -(from_tail + 1))
+            .await
+            .map_err(core)?;
+        for (i, v) in values.iter().rev().enumerate() {
+            if Frame::decode(v.clone()).id == id {
+                let position = usize::try_from(from_tail).unwrap_or(0) + i + 1;
+                return Ok(Some((v.clone(), position)));
+            }
+        }
+        if values.len() < BATCH {
+            return Ok(None);
+        }
+        from_tail += page;
+    }
+}

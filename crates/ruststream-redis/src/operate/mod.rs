@@ -1,0 +1,129 @@
+//! What an operator does to a running service's queues without writing code: look at them
+//! ([`Operator::inspect`]), read, requeue and purge dead letters, list, promote and cancel
+//! delayed entries, pause and resume a subscription. The `ruststream` crate's CLI subcommands
+//! (`inspect`, `dead`, `delayed`, `pause`, `resume`) and its web dashboard are built on this.
+//!
+//! An [`Operator`] is made from the app's own subscriptions ([`RedisBroker::operator`]), so the
+//! keys, prefix and hash tags are the ones the service uses, on any topology.
+//!
+//! | file | what | Redis |
+//! |---|---|---|
+//! | `inspect.rs` | sizes, ages, group state | `TIME`, `LLEN`, `ZRANGE .. WITHSCORES`, `ZCARD`, `XLEN`, `XINFO GROUPS`/`CONSUMERS`, `EXISTS`, `PUBSUB NUMSUB` |
+//! | `dead.rs` | dead letters | `LRANGE`, `requeue.lua` (`LREM`/`LTRIM`, then `RPUSH`, `XADD` or `PUBLISH`), `purge.lua` (`LREM`, `LTRIM`, `DEL`) |
+//! | `delayed.rs` | delayed entries | `ZRANGE .. WITHSCORES`, `HMGET`, `delayed.lua` (`ZADD XX CH` + `PUBLISH`, or `ZREM` + `HDEL`) |
+//!
+//! Pause and resume are `crate::pause`'s `SET`/`DEL` of `K.paused` with a `PUBLISH`.
+//!
+//! [`RedisBroker::operator`]: crate::RedisBroker::operator
+
+mod dead;
+mod delayed;
+mod inspect;
+
+use std::sync::Arc;
+
+use ruststream_core::{Error, Result};
+
+pub use self::dead::DeadLetter;
+pub use self::delayed::DelayedEntry;
+pub use self::inspect::{Consumer, GroupState, Inspection};
+use crate::conn::Connections;
+use crate::keys::SourceKeys;
+use crate::transport::RedisSource;
+
+/// Which entries an operator's change applies to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Select {
+    /// The entry with this message id (for a dead letter without an id, `#N`: the N-th oldest).
+    Id(String),
+    /// Every entry, oldest (or earliest due) first, up to `limit` when given.
+    All {
+        /// Most entries to change.
+        limit: Option<usize>,
+    },
+}
+
+/// The operator's view of one broker's subscriptions.
+#[derive(Clone)]
+pub struct Operator {
+    conns: Arc<Connections>,
+    queues: Vec<SourceKeys>,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator")
+            .field("target", &self.conns.target())
+            .field("queues", &self.queues)
+            .finish()
+    }
+}
+
+impl Operator {
+    /// The operator of `sources` (one entry per key: a key subscribed twice is one queue).
+    pub(crate) fn new(conns: Arc<Connections>, sources: &[RedisSource]) -> Self {
+        let mut queues: Vec<SourceKeys> = Vec::new();
+        for s in sources {
+            let keys = s.transport().source_keys(&conns.keys);
+            if !queues.iter().any(|q| q.name == keys.name) {
+                queues.push(keys);
+            }
+        }
+        Self { conns, queues }
+    }
+
+    /// Connects to Redis (the broker's pool), if not yet connected.
+    pub async fn connect(&self) -> Result<()> {
+        self.conns.connect().await
+    }
+
+    /// Where it connects, with passwords removed.
+    pub fn target(&self) -> String {
+        self.conns.target()
+    }
+
+    /// Every subscription's keys, in the order the app mounts them.
+    pub fn subscriptions(&self) -> &[SourceKeys] {
+        &self.queues
+    }
+
+    /// The subscription on `name` (its key or channel as the app names it).
+    pub fn find(&self, name: &str) -> Option<&SourceKeys> {
+        self.queues.iter().find(|q| q.name == name)
+    }
+
+    /// The subscription on `name`, or an error listing the app's subscriptions.
+    fn queue(&self, name: &str) -> Result<&SourceKeys> {
+        self.find(name).ok_or_else(|| {
+            let names: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
+            Error::config(format!(
+                "no subscription named `{name}`; this app has: {}",
+                names.join(", ")
+            ))
+        })
+    }
+
+    /// Pauses every reader of the subscription `name`, in every instance of the service, until
+    /// [`resume`](Self::resume); handlers already running finish. `note` is kept in the pause
+    /// key (who paused it and why). A Pub/Sub subscription cannot be paused: it stores nothing,
+    /// so a paused subscriber would lose what is published meanwhile.
+    pub async fn pause(&self, name: &str, note: &str) -> Result<()> {
+        let key = self.pause_key(name)?;
+        crate::pause::pause(&self.conns.pool()?, &key, note).await
+    }
+
+    /// Lets the readers of the subscription `name` read again.
+    pub async fn resume(&self, name: &str) -> Result<()> {
+        let key = self.pause_key(name)?;
+        crate::pause::resume(&self.conns.pool()?, &key).await
+    }
+
+    fn pause_key(&self, name: &str) -> Result<String> {
+        let q = self.queue(name)?;
+        q.paused.clone().ok_or_else(|| {
+            Error::config(format!(
+                "`{name}` is a Pub/Sub subscription: it stores nothing, so pausing it would lose what is published meanwhile; stop the service instead"
+            ))
+        })
+    }
+}
