@@ -83,6 +83,8 @@ pub(crate) struct Connections {
     /// Wake-up channel name → the notifier of its readers.
     wakes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     subscriber: tokio::sync::OnceCell<SubscriberClient>,
+    /// Pause key → whether it is set, shared by every reader of that key in this process.
+    pub(crate) pauses: crate::pause::Pauses,
     /// The in-memory server commands go to instead of Redis, in tests.
     pub(crate) memory: MemorySlot,
 }
@@ -97,6 +99,7 @@ impl Connections {
             connecting: tokio::sync::Mutex::new(()),
             wakes: Arc::default(),
             subscriber: tokio::sync::OnceCell::new(),
+            pauses: crate::pause::Pauses::default(),
             memory: MemorySlot::default(),
         }
     }

@@ -8,7 +8,8 @@
 //! wake-up subscription), and every [`POLL`] in case a `PUBLISH` was missed. A reader blocked in
 //! a read when the pause comes finishes that read first: the pause takes hold within one read.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -16,33 +17,54 @@ use ruststream_core::Result;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::conn::Connections;
 use crate::error::core;
 
 /// How often a reader looks at its pause key when no `PUBLISH` told it to.
 pub const POLL: Duration = Duration::from_secs(2);
 
-/// Whether one subscription may read, kept current by a task of its own.
+/// Pause key → the watch of whether it is set: one watcher per key per broker, however many
+/// readers of that key the process has (a `PUBLISH` wakes one waiter of a channel).
+#[derive(Default)]
+pub(crate) struct Pauses(Mutex<HashMap<String, watch::Sender<bool>>>);
+
+/// Whether one subscription may read, kept current by its key's watcher.
 pub(crate) struct Gate {
     paused: watch::Receiver<bool>,
     stop: CancellationToken,
 }
 
 impl Gate {
-    /// Reads the pause key `key` (full name) once, then watches it until `stop`.
+    /// The gate of a reader of the pause key `key` (full name): it joins the key's watcher, or
+    /// reads the key once and starts one (which runs until its last gate is gone). `wake` is
+    /// the notifier of `PUBLISH`es on `key`.
     pub(crate) async fn open(
-        conns: &Connections,
+        pauses: &Pauses,
+        pool: Pool,
+        wake: Arc<Notify>,
         key: String,
         stop: CancellationToken,
     ) -> Result<Self> {
-        let pool = conns.pool()?;
-        let wake = conns.notifier(&key).await?;
+        let joined = pauses
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .filter(|tx| !tx.is_closed())
+            .map(watch::Sender::subscribe);
+        if let Some(paused) = joined {
+            return Ok(Self { paused, stop });
+        }
         let now = is_paused(&pool, &key).await?;
         if now {
             tracing::warn!(pause_key = %key, "this subscription is paused: it reads nothing until `resume`");
         }
         let (tx, paused) = watch::channel(now);
-        tokio::spawn(watch_key(pool, key, wake, tx, stop.clone()));
+        pauses
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), tx.clone());
+        tokio::spawn(watch_key(pool, key, wake, tx));
         Ok(Self { paused, stop })
     }
 
@@ -60,17 +82,10 @@ impl Gate {
     }
 }
 
-/// Keeps `tx` equal to whether `key` exists, until `stop` or until every receiver is gone.
-async fn watch_key(
-    pool: Pool,
-    key: String,
-    wake: Arc<Notify>,
-    tx: watch::Sender<bool>,
-    stop: CancellationToken,
-) {
+/// Keeps `tx` equal to whether `key` exists, until every gate is gone.
+async fn watch_key(pool: Pool, key: String, wake: Arc<Notify>, tx: watch::Sender<bool>) {
     loop {
         tokio::select! {
-            () = stop.cancelled() => return,
             () = tx.closed() => return,
             () = wake.notified() => {}
             () = tokio::time::sleep(POLL) => {}

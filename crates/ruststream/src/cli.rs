@@ -1,5 +1,6 @@
 //! The command line every RustStream service gets from [`run_main`]: `run` (the default),
-//! `check`, and `asyncapi [-o FILE] [--yaml]`.
+//! `check`, `asyncapi [-o FILE] [--yaml]`, and the operator's `inspect`, `dead`, `delayed`,
+//! `pause` and `resume` (see [`operate`](crate::operate)).
 
 use std::process::ExitCode;
 
@@ -25,6 +26,9 @@ enum Command {
     },
     /// Validate every subscription and connect, then exit: 0 when all is well.
     Check,
+    /// Operator commands on the app's subscriptions (see `ruststream::operate`).
+    #[command(flatten)]
+    Operate(crate::operate::Operate),
     /// Print the AsyncAPI 3.0 document of the service (JSON, or YAML with --yaml).
     Asyncapi {
         /// Write to this file instead of standard output.
@@ -77,13 +81,14 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
                 if let Some(addr) = metrics_addr {
                     serve_metrics(addr)?;
                 }
-                run(app).await
+                run(app).await.map(|()| ExitCode::SUCCESS)
             }
             Command::Check => {
                 app.check().await?;
                 println!("ok: every subscription is valid and the brokers answer");
-                Ok(())
+                Ok(ExitCode::SUCCESS)
             }
+            Command::Operate(command) => crate::operate::run(app.into_rust_stream(), command).await,
             Command::Asyncapi { output, yaml } => {
                 let doc = crate::asyncapi::document(&app.into_rust_stream());
                 let format = if yaml { Format::Yaml } else { Format::Json };
@@ -97,11 +102,12 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
                         Ok(())
                     }
                 }
+                .map(|()| ExitCode::SUCCESS)
             }
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             tracing::error!(error = %e, "stopped");
             eprintln!("error: {e}");

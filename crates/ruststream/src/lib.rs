@@ -1,6 +1,7 @@
 #![doc = include_str!("../../../README.md")]
 
 pub mod cli;
+pub mod operate;
 
 pub use cli::run_main;
 pub use ruststream_core::{

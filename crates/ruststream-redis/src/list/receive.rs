@@ -65,7 +65,11 @@ pub(super) async fn open(
     let all = list.source_keys(&conns.keys);
     gauges::spawn(pool.clone(), all.clone(), stop.clone());
     let gate = match all.paused {
-        Some(key) => Some(Gate::open(conns, key, stop.clone()).await?),
+        Some(key) => {
+            let wake = conns.notifier(&key).await?;
+            let pool = pool.clone();
+            Some(Gate::open(&conns.pauses, pool, wake, key, stop.clone()).await?)
+        }
         None => None,
     };
     let reader = Reader {

@@ -16,7 +16,6 @@ use crate::keys::SourceKeys;
 #[non_exhaustive]
 pub struct Inspection {
     /// The subscription's keys, transport and mode.
-    #[serde(flatten)]
     pub keys: SourceKeys,
     /// Entries waiting to be read (a stream: entries the group has not read yet, its lag).
     pub ready: Option<u64>,
@@ -167,14 +166,22 @@ fn count_of_numsub(v: Value) -> Option<u64> {
 }
 
 async fn group_state(client: &Client, stream: &str, group: &str) -> Result<GroupState> {
-    let groups: Value = client
+    let mut state = GroupState::default();
+    let groups: Value = match client
         .custom(
             fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
             vec!["GROUPS", stream],
         )
         .await
-        .map_err(core)?;
-    let mut state = GroupState::default();
+    {
+        Ok(v) => v,
+        // The stream (and so the group) does not exist yet: nothing waits or runs.
+        Err(e) if e.details().contains("no such key") => {
+            state.lag = Some(0);
+            return Ok(state);
+        }
+        Err(e) => return Err(core(e)),
+    };
     for g in list_of(groups) {
         let f = crate::stream::pairs(g);
         if field(&f, "name").and_then(Value::as_string).as_deref() != Some(group) {
@@ -186,13 +193,17 @@ async fn group_state(client: &Client, stream: &str, group: &str) -> Result<Group
             .and_then(Value::as_string)
             .unwrap_or_default();
     }
-    let consumers: Value = client
+    let consumers: Value = match client
         .custom(
             fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
             vec!["CONSUMERS", stream, group],
         )
         .await
-        .map_err(core)?;
+    {
+        Ok(v) => v,
+        Err(e) if e.details().contains("NOGROUP") => return Ok(state),
+        Err(e) => return Err(core(e)),
+    };
     for c in list_of(consumers) {
         let f = crate::stream::pairs(c);
         state.consumers.push(Consumer {

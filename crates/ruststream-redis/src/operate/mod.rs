@@ -29,6 +29,7 @@ pub use self::delayed::DelayedEntry;
 pub use self::inspect::{Consumer, GroupState, Inspection};
 use crate::conn::Connections;
 use crate::keys::SourceKeys;
+pub use crate::pause::POLL as PAUSE_POLL;
 use crate::transport::RedisSource;
 
 /// Which entries an operator's change applies to.

@@ -53,7 +53,11 @@ pub(super) async fn open(
     let all = stream.source_keys(&conns.keys);
     gauges::spawn(pool.clone(), all.clone(), stop.clone());
     let gate = match all.paused {
-        Some(key) => Some(Gate::open(conns, key, stop.clone()).await?),
+        Some(key) => {
+            let wake = conns.notifier(&key).await?;
+            let pool = pool.clone();
+            Some(Gate::open(&conns.pauses, pool, wake, key, stop.clone()).await?)
+        }
         None => None,
     };
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);

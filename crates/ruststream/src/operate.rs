@@ -1,0 +1,472 @@
+//! The operator's subcommands of [`run_main`](crate::run_main): `inspect`, `dead`, `delayed`,
+//! `pause` and `resume`, on the app's own subscriptions (see `ruststream_redis::operate`).
+//!
+//! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
+//! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use ruststream_redis::operate::{Inspection, Operator, Select};
+use ruststream_redis::{RedisBroker, RedisSource};
+
+use crate::{Error, Result, RustStream};
+
+/// Exit code: nothing matched.
+const NOTHING_MATCHED: u8 = 3;
+/// Exit code: a usage error.
+const USAGE: u8 = 2;
+
+/// The operator's commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Operate {
+    /// Per subscription: transport and keys; ready, in flight, delayed, dead; paused.
+    Inspect {
+        /// Only this subscription (its key or channel).
+        subscription: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dead letters: list, show, requeue, purge.
+    #[command(subcommand)]
+    Dead(Dead),
+    /// Delayed entries: list, promote, cancel.
+    #[command(subcommand)]
+    Delayed(Delayed),
+    /// Every worker of the subscription stops claiming (in-flight work finishes) until `resume`.
+    Pause {
+        /// The subscription.
+        subscription: String,
+        /// Kept with the pause: who and why.
+        #[arg(long, default_value = "paused from the command line")]
+        note: String,
+    },
+    /// The subscription's workers claim again.
+    Resume {
+        /// The subscription.
+        subscription: String,
+    },
+}
+
+/// `dead ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Dead {
+    /// The oldest dead letters, decoded.
+    List(ListArgs),
+    /// One dead letter, decoded.
+    Show(ShowArgs),
+    /// Move dead letters back to their queue, attempt count reset, reason kept in `dead-history`.
+    Requeue(ChangeArgs),
+    /// Delete dead letters (asks for confirmation unless --yes).
+    Purge(ChangeArgs),
+}
+
+/// `delayed ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Delayed {
+    /// The earliest delayed entries.
+    List(ListArgs),
+    /// Make delayed entries due now.
+    Promote(ChangeArgs),
+    /// Remove delayed entries (asks for confirmation unless --yes).
+    Cancel(ChangeArgs),
+}
+
+/// A listing.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// The subscription.
+    subscription: String,
+    /// Most entries shown.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One entry.
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The subscription.
+    subscription: String,
+    /// The message id (or `#N`, the N-th oldest, for an entry without one).
+    #[arg(long)]
+    id: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A change to one entry or to all.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["id", "all"])))]
+pub(crate) struct ChangeArgs {
+    /// The subscription.
+    subscription: String,
+    /// The message id (or `#N`).
+    #[arg(long)]
+    id: Option<String>,
+    /// Every entry, oldest first.
+    #[arg(long)]
+    all: bool,
+    /// With --all: at most this many.
+    #[arg(long, requires = "all")]
+    limit: Option<usize>,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ChangeArgs {
+    fn select(&self) -> Select {
+        match &self.id {
+            Some(id) => Select::Id(id.clone()),
+            None => Select::All { limit: self.limit },
+        }
+    }
+}
+
+/// The operators of every Redis broker of `app`, each with its subscriptions.
+pub fn operators(app: &RustStream) -> Vec<Operator> {
+    app.broker_sources()
+        .filter_map(|(broker, sources)| {
+            let broker = broker.downcast_ref::<RedisBroker>()?;
+            let sources: Vec<RedisSource> = sources
+                .into_iter()
+                .filter_map(|s| s.downcast_ref::<RedisSource>().cloned())
+                .collect();
+            Some(broker.operator(&sources))
+        })
+        .collect()
+}
+
+/// The operator's commands alone, for [`run_args`].
+#[derive(Debug, clap::Parser)]
+#[command(name = "operate")]
+struct OperateCli {
+    #[command(subcommand)]
+    command: Operate,
+}
+
+/// Runs one operator command given as words (`["dead", "list", "jobs", "--json"]`) on `app`'s
+/// subscriptions, as `run_main` does for `app dead list jobs --json`: for a CLI of your own, or
+/// a test. Prints what the command prints; returns its exit code (see the [module docs](self)).
+pub async fn run_args<I, T>(app: RustStream, args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let words = std::iter::once(std::ffi::OsString::from("operate"))
+        .chain(args.into_iter().map(Into::into));
+    let cli = match <OperateCli as clap::Parser>::try_parse_from(words) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(USAGE);
+        }
+    };
+    match run(app, cli.command).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs an operator command on `app`'s subscriptions.
+pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
+    let ops = operators(&app);
+    let name = match &command {
+        Operate::Inspect { subscription, .. } => subscription.clone(),
+        other => Some(subscription_of(other).to_owned()),
+    };
+    let targets: Vec<&Operator> = match &name {
+        None => ops.iter().collect(),
+        Some(n) => match ops.iter().find(|o| o.find(n).is_some()) {
+            Some(o) => vec![o],
+            None => {
+                let known: Vec<&str> = ops
+                    .iter()
+                    .flat_map(|o| o.subscriptions().iter().map(|s| s.name.as_str()))
+                    .collect();
+                eprintln!(
+                    "error: no subscription named `{n}`; this app has: {}",
+                    known.join(", ")
+                );
+                return Ok(ExitCode::from(USAGE));
+            }
+        },
+    };
+    for o in &targets {
+        o.connect().await?;
+    }
+    match command {
+        Operate::Inspect { json, .. } => {
+            let mut all = Vec::new();
+            for o in targets {
+                all.extend(o.inspect(name.as_deref()).await?);
+            }
+            print_out(json, &all, || inspect_text(&all))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Operate::Pause {
+            subscription, note, ..
+        } => {
+            targets[0].pause(&subscription, &note).await?;
+            println!(
+                "paused `{subscription}`: its workers claim nothing until `resume {subscription}`"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Operate::Resume { subscription } => {
+            targets[0].resume(&subscription).await?;
+            println!("resumed `{subscription}`");
+            Ok(ExitCode::SUCCESS)
+        }
+        Operate::Dead(d) => dead(targets[0], d).await,
+        Operate::Delayed(d) => delayed(targets[0], d).await,
+    }
+}
+
+fn subscription_of(command: &Operate) -> &str {
+    match command {
+        Operate::Inspect { subscription, .. } => subscription.as_deref().unwrap_or(""),
+        Operate::Pause { subscription, .. } | Operate::Resume { subscription } => subscription,
+        Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => &a.subscription,
+        Operate::Dead(Dead::Show(a)) => &a.subscription,
+        Operate::Dead(Dead::Requeue(a) | Dead::Purge(a))
+        | Operate::Delayed(Delayed::Promote(a) | Delayed::Cancel(a)) => &a.subscription,
+    }
+}
+
+async fn dead(o: &Operator, command: Dead) -> Result<ExitCode> {
+    match command {
+        Dead::List(a) => {
+            let letters = o.dead_letters(&a.subscription, a.limit).await?;
+            print_out(a.json, &letters, || {
+                letters
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "{}  attempt {}  reason {}  {}\n",
+                            d.id,
+                            d.attempt,
+                            d.reason.as_deref().unwrap_or("-"),
+                            d.payload
+                        )
+                    })
+                    .collect()
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Dead::Show(a) => match o.dead_letter(&a.subscription, &a.id).await? {
+            Some(d) => {
+                print_out(a.json, &d, || pretty(&d))?;
+                Ok(ExitCode::SUCCESS)
+            }
+            None => not_found(&a.subscription, &a.id, "dead letter"),
+        },
+        Dead::Requeue(a) => {
+            let n = o.requeue(&a.subscription, &a.select()).await?;
+            changed(&a, n, "requeued", "dead letters")
+        }
+        Dead::Purge(a) => {
+            if !confirm(&a, "delete dead letters of")? {
+                return Ok(ExitCode::from(USAGE));
+            }
+            let n = o.purge(&a.subscription, &a.select()).await?;
+            changed(&a, n, "purged", "dead letters")
+        }
+    }
+}
+
+async fn delayed(o: &Operator, command: Delayed) -> Result<ExitCode> {
+    match command {
+        Delayed::List(a) => {
+            let entries = o.delayed(&a.subscription, a.limit).await?;
+            print_out(a.json, &entries, || {
+                entries
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{}  due in {}  attempt {}  {}\n",
+                            e.id,
+                            ms_text(e.due_in_ms),
+                            e.attempt,
+                            e.payload
+                        )
+                    })
+                    .collect()
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Delayed::Promote(a) => {
+            let n = o.promote(&a.subscription, &a.select()).await?;
+            changed(&a, n, "promoted", "delayed entries")
+        }
+        Delayed::Cancel(a) => {
+            if !confirm(&a, "cancel delayed entries of")? {
+                return Ok(ExitCode::from(USAGE));
+            }
+            let n = o.cancel(&a.subscription, &a.select()).await?;
+            changed(&a, n, "cancelled", "delayed entries")
+        }
+    }
+}
+
+/// Prints what a change did; exit code 3 when `--id` matched nothing.
+fn changed(a: &ChangeArgs, n: usize, done: &str, what: &str) -> Result<ExitCode> {
+    if a.json {
+        println!("{}", serde_json::json!({ done: n }));
+    } else {
+        println!("{done} {n} {what} of `{}`", a.subscription);
+    }
+    if n == 0 && a.id.is_some() {
+        return Ok(ExitCode::from(NOTHING_MATCHED));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn not_found(subscription: &str, id: &str, what: &str) -> Result<ExitCode> {
+    eprintln!("no {what} `{id}` in `{subscription}`");
+    Ok(ExitCode::from(NOTHING_MATCHED))
+}
+
+/// Asks on the terminal unless `--yes`; refuses when nobody can answer.
+fn confirm(a: &ChangeArgs, action: &str) -> Result<bool> {
+    if a.yes {
+        return Ok(true);
+    }
+    let which =
+        a.id.as_ref()
+            .map_or_else(|| "all".to_owned(), |id| format!("`{id}`"));
+    if !std::io::stdin().is_terminal() {
+        eprintln!(
+            "error: about to {action} `{}` ({which}); add --yes to confirm without a terminal",
+            a.subscription
+        );
+        return Ok(false);
+    }
+    eprint!("{action} `{}` ({which})? type yes: ", a.subscription);
+    std::io::stderr().flush().map_err(io)?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).map_err(io)?;
+    if line.trim() == "yes" {
+        Ok(true)
+    } else {
+        eprintln!("not confirmed: nothing changed");
+        Ok(false)
+    }
+}
+
+fn io(e: std::io::Error) -> Error {
+    Error::config(format!("cannot talk to the terminal: {e}"))
+}
+
+/// Prints `value` as JSON, or the text `text` makes.
+fn print_out<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce() -> String,
+) -> Result<()> {
+    if json {
+        let s = serde_json::to_string_pretty(value).map_err(|e| Error::Encode(e.to_string()))?;
+        println!("{s}");
+    } else {
+        print!("{}", text());
+    }
+    Ok(())
+}
+
+fn pretty<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).map_or_else(|e| e.to_string(), |s| s + "\n")
+}
+
+/// `1.5s`, `-200ms`.
+fn ms_text(ms: i64) -> String {
+    if ms.abs() >= 1000 {
+        #[allow(clippy::cast_precision_loss)]
+        let s = ms as f64 / 1000.0;
+        format!("{s:.1}s")
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+fn inspect_text(all: &[Inspection]) -> String {
+    let mut out = String::new();
+    for i in all {
+        let k = &i.keys;
+        out.push_str(&format!(
+            "{}  {} {}  concurrency {}{}\n",
+            k.name,
+            k.transport,
+            k.mode,
+            k.concurrency,
+            if i.paused == Some(true) {
+                "  PAUSED"
+            } else {
+                ""
+            }
+        ));
+        let mut keys = vec![format!("queue {}", k.queue)];
+        for (label, key) in [
+            ("processing", &k.processing),
+            ("recovery", &k.recovery),
+            ("delayed", &k.delayed),
+            ("dead", &k.dead),
+        ] {
+            if let Some(key) = key {
+                keys.push(format!("{label} {key}"));
+            }
+        }
+        out.push_str(&format!("  keys: {}\n", keys.join(", ")));
+        out.push_str(&format!("  {}\n", counts(i).join(" · ")));
+        if let Some(g) = &i.group {
+            for c in &g.consumers {
+                out.push_str(&format!(
+                    "  consumer {}: pending {}, idle {}\n",
+                    c.name,
+                    c.pending,
+                    ms_text(i64::try_from(c.idle_ms).unwrap_or(i64::MAX))
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn counts(i: &Inspection) -> Vec<String> {
+    let mut parts = Vec::new();
+    let n = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
+    if i.keys.transport == "pubsub" {
+        parts.push(format!("subscribers {}", n(i.subscribers)));
+    } else {
+        parts.push(format!("ready {}", n(i.ready)));
+        if let Some(in_flight) = i.in_flight {
+            let mut flight = format!("in flight {in_flight}");
+            if let Some(idle) = i.oldest_claim_idle_ms {
+                let idle = ms_text(i64::try_from(idle).unwrap_or(i64::MAX));
+                flight.push_str(&format!(" (oldest claim renewed {idle} ago)"));
+            }
+            parts.push(flight);
+        }
+        let mut delayed = format!("delayed {}", n(i.delayed));
+        if let Some(due) = i.next_due_in_ms {
+            delayed.push_str(&format!(" (next due in {})", ms_text(due)));
+        }
+        parts.push(delayed);
+    }
+    parts.push(format!("dead {}", n(i.dead)));
+    if let Some(g) = &i.group {
+        parts.push(format!("group lag {}, pending {}", n(g.lag), g.pending));
+    }
+    parts
+}
