@@ -126,7 +126,8 @@ impl Consumer {
                 KeyValue::new("messaging.system", "redis"),
                 KeyValue::new("messaging.operation.name", "process"),
                 KeyValue::new("messaging.operation.type", "process"),
-                KeyValue::new("messaging.destination.name", info.source.to_string()),
+                // The source is shared (`Arc<str>`): no copy per message.
+                KeyValue::new("messaging.destination.name", info.source.clone()),
                 KeyValue::new(
                     "messaging.destination.subscription.name",
                     subscription.to_owned(),
