@@ -229,10 +229,13 @@ impl<B: Broker> Subscription<B> {
         meters.in_flight.increment(1.0);
         let started = std::time::Instant::now();
         let mut outcome = None;
-        let mut settlement = self
-            .handle(&delivery, opts, &mut outcome)
-            .instrument(span)
-            .await;
+        let handled = self.handle(&delivery, opts, &mut outcome).instrument(span);
+        // The consumer span is the OpenTelemetry context the handler (and its publishes) run in.
+        #[cfg(feature = "otel")]
+        let consumer = crate::otel::Consumer::start(&self.name, &delivery.info);
+        #[cfg(feature = "otel")]
+        let handled = opentelemetry::context::FutureExt::with_context(handled, consumer.context());
+        let mut settlement = handled.await;
         if let Settlement::Retry { .. } = settlement {
             match self.source.retries() {
                 Retries::Redeliver => {}
@@ -251,6 +254,8 @@ impl<B: Broker> Subscription<B> {
                 }
             }
         }
+        #[cfg(feature = "otel")]
+        consumer.end(&settlement, self.source.retries());
         self.observe_settled(&delivery, outcome, &settlement);
         meters.duration.record(started.elapsed().as_secs_f64());
         meters.in_flight.decrement(1.0);
@@ -271,6 +276,8 @@ impl<B: Broker> Subscription<B> {
         if let Some(why) = &d.unreadable {
             tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %why,
                 "message cannot be read: to the dead-letter list");
+            #[cfg(feature = "otel")]
+            crate::otel::failed(|| format!("message cannot be read: {why}"));
             return Settlement::Dead {
                 reason: format!("decode: {why}"),
             };
@@ -313,6 +320,8 @@ impl<B: Broker> Subscription<B> {
             }
             Ok(Handled::Failed(e)) => {
                 tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %e, "message cannot be handled");
+                #[cfg(feature = "otel")]
+                crate::otel::failed(|| e.to_string());
                 Settlement::Dead {
                     reason: e.to_string(),
                 }
@@ -324,6 +333,8 @@ impl<B: Broker> Subscription<B> {
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
                 tracing::error!(subscription = %self.name, message_id = %d.info.message_id, panic = %what, "handler panicked");
+                #[cfg(feature = "otel")]
+                crate::otel::failed(|| format!("handler panicked: {what}"));
                 retry(&d.info, None, opts)
             }
         }
@@ -331,7 +342,16 @@ impl<B: Broker> Subscription<B> {
 
     async fn publish_reply(&self, reply: OutMessage) -> crate::Result<()> {
         match &self.reply_policy {
-            Some(policy) => self.broker.publish_with(policy, vec![reply]).await,
+            Some(policy) => {
+                #[cfg(feature = "otel")]
+                let (replies, span) = crate::otel::Producer::start(vec![reply]);
+                #[cfg(not(feature = "otel"))]
+                let replies = vec![reply];
+                let result = self.broker.publish_with(policy, replies).await;
+                #[cfg(feature = "otel")]
+                span.end(&result);
+                result
+            }
             None => self.publisher.send(vec![reply]).await,
         }
     }

@@ -5,6 +5,9 @@
 //! ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the dispatch loop (concurrency,
 //! panics, retries, graceful shutdown), [`RustStream`] apps and the AsyncAPI document.
 //! It sends no command to any server itself.
+//!
+//! With the feature `otel`, publishes and handled messages are OpenTelemetry spans of one trace
+//! across services, carried in a W3C `traceparent` header: see the `otel` module.
 
 pub mod app;
 pub mod asyncapi;
@@ -15,6 +18,8 @@ pub mod error;
 pub mod handler;
 pub mod message;
 pub mod observe;
+#[cfg(feature = "otel")]
+pub mod otel;
 pub mod outcome;
 pub mod publish;
 pub mod retry;
@@ -35,6 +40,12 @@ pub use retry::Backoff;
 pub use subscriber::{
     IntoSubscriber, MessageDoc, ReplyBuilder, Subscriber, SubscriberBuilder, subscriber,
 };
+
+/// The OpenTelemetry API this crate makes its spans with (feature `otel`): install a tracer
+/// provider through this very crate (`opentelemetry::global::set_tracer_provider`), so that both
+/// sides use one version of it.
+#[cfg(feature = "otel")]
+pub use opentelemetry;
 
 /// Re-exports used by the macros; not a public API.
 #[doc(hidden)]

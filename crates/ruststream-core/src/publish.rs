@@ -92,12 +92,18 @@ impl Publisher {
         }
     }
 
-    /// Publishes already encoded messages.
+    /// Publishes already encoded messages. With the `otel` feature, in a producer span whose
+    /// trace context goes into each message's headers (see [`crate::otel`]).
     pub async fn send(&self, messages: Vec<OutMessage>) -> Result<()> {
         if messages.is_empty() {
             return Ok(());
         }
-        self.0.publish(messages).await
+        #[cfg(feature = "otel")]
+        let (messages, span) = crate::otel::Producer::start(messages);
+        let result = self.0.publish(messages).await;
+        #[cfg(feature = "otel")]
+        span.end(&result);
+        result
     }
 }
 

@@ -4,6 +4,10 @@ pub mod cli;
 pub mod operate;
 
 pub use cli::run_main;
+/// The OpenTelemetry API RustStream makes its spans with (feature `otel`): install your tracer
+/// provider through it, so that it is the version RustStream reads.
+#[cfg(feature = "otel")]
+pub use ruststream_core::opentelemetry;
 pub use ruststream_core::{
     App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
     IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
