@@ -13,6 +13,7 @@ pub mod context;
 mod dispatch;
 pub mod error;
 pub mod handler;
+pub mod health;
 pub mod message;
 pub mod observe;
 pub mod outcome;
@@ -28,6 +29,7 @@ pub use broker::{
 pub use context::{Context, DeliveryInfo};
 pub use error::{Error, Result};
 pub use handler::{Handle, IntoHandlerResult};
+pub use health::{Health, Probe, SubscriptionState};
 pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
 pub use publish::{Due, OutMessage, PublishBackend, PublishBuilder, Publisher};

@@ -210,6 +210,8 @@ pub(crate) trait Receive: Send + 'static {
     fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>>;
     /// The settler of what this receiver delivers.
     fn settler(&self) -> RedisSettler;
+    /// Whether its connection is up (see [`Receiver::probe`]).
+    fn probe(&self) -> Option<ruststream_core::Probe>;
 }
 
 /// One transport's settling of one subscription.
@@ -237,6 +239,10 @@ impl Receiver for RedisReceiver {
 
     fn settler(&self) -> RedisSettler {
         self.0.settler()
+    }
+
+    fn probe(&self) -> Option<ruststream_core::Probe> {
+        self.0.probe()
     }
 }
 

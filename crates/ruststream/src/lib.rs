@@ -1,12 +1,15 @@
 #![doc = include_str!("../../../README.md")]
 
 pub mod cli;
+#[cfg(feature = "http")]
+pub mod http;
 
 pub use cli::run_main;
 pub use ruststream_core::{
     App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
-    IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
-    RunningApp, RustStream, Settlement, Source, Subscriber, asyncapi, outgoing, subscriber,
+    Health, IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
+    RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
+    subscriber,
 };
 pub use ruststream_macros::{Outgoing, app, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
