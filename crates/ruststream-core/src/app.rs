@@ -10,7 +10,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Subscription;
-use crate::{Broker, BrokerSource, Error, IntoSubscriber, Result, Subscriber};
+use crate::health::{BrokerCheck, Health, StateCell, Watched};
+use crate::{Broker, BrokerSource, Error, IntoSubscriber, Receiver, Result, Subscriber};
 
 /// The service's name and version, shown in logs and the AsyncAPI document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,15 +170,19 @@ impl App for RustStream {
         let mut tasks = JoinSet::new();
         let mut subscriptions = HashMap::new();
         let mut closers = Vec::new();
+        let mut watched = Vec::new();
+        let mut checks = Vec::new();
         for b in self.brokers {
             let started = b
                 .start(stop.clone(), self.shutdown_timeout, self.observer.clone())
                 .await?;
-            for (name, token, task) in started.subscriptions {
+            for (watch, token, task) in started.subscriptions {
                 tasks.spawn(task);
-                subscriptions.insert(name, token);
+                subscriptions.insert(watch.name.clone(), token);
+                watched.push(watch);
             }
             closers.push(started.close);
+            checks.push(started.ready);
         }
         tracing::info!(app = %self.info.title, version = %self.info.version, subscriptions = subscriptions.len(), "started");
         Ok(RunningApp {
@@ -185,6 +190,7 @@ impl App for RustStream {
             tasks,
             subscriptions,
             closers,
+            health: Health::new(watched, checks),
         })
     }
 
@@ -199,9 +205,17 @@ pub struct RunningApp {
     tasks: JoinSet<()>,
     subscriptions: HashMap<String, CancellationToken>,
     closers: Vec<BoxFuture<'static, ()>>,
+    health: Health,
 }
 
 impl RunningApp {
+    /// A cheap, clonable handle that says whether every broker is connected and every
+    /// subscription is reading (see [`crate::health`]); it stays valid after the app stops
+    /// (and then says every subscription stopped).
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
     /// The names of the running subscriptions (their source keys).
     pub fn subscriptions(&self) -> impl Iterator<Item = &str> {
         self.subscriptions.keys().map(String::as_str)
@@ -257,12 +271,13 @@ impl RunningApp {
     }
 }
 
-type SubscriptionTask = (String, CancellationToken, BoxFuture<'static, ()>);
+type SubscriptionTask = (Watched, CancellationToken, BoxFuture<'static, ()>);
 
 /// What starting one broker yields.
 pub(crate) struct Started {
     subscriptions: Vec<SubscriptionTask>,
     close: BoxFuture<'static, ()>,
+    ready: BrokerCheck,
 }
 
 /// A broker with its subscribers, types erased so one app can hold several brokers.
@@ -342,6 +357,11 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                 let name = if *n == 1 { key } else { format!("{key}#{n}") };
                 let token = stop.child_token();
                 let receiver = self.broker.receiver(&s.source, token.clone()).await?;
+                let watch = Watched {
+                    name: name.clone(),
+                    state: StateCell::reading(),
+                    probe: receiver.probe(),
+                };
                 let sub = Arc::new(Subscription {
                     name: name.clone(),
                     broker: self.broker.clone(),
@@ -351,14 +371,17 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                     publisher: publisher.clone(),
                     shutdown_timeout,
                     observer: observer.clone(),
+                    state: watch.state.clone(),
                 });
                 let run: BoxFuture<'static, ()> = Box::pin(sub.run(receiver, token.clone()));
-                subscriptions.push((name, token, run));
+                subscriptions.push((watch, token, run));
             }
             let broker = self.broker;
+            let probed = broker.clone();
             Ok(Started {
                 subscriptions,
                 close: Box::pin(async move { broker.close().await }),
+                ready: Box::new(move || probed.ready()),
             })
         })
     }

@@ -120,6 +120,13 @@ pub trait Receiver: Send + 'static {
 
     /// The settler for messages of this receiver.
     fn settler(&self) -> Self::Settler;
+
+    /// A cheap check of whether this receiver's connection is up, for readiness probes (see
+    /// [`crate::health`]); `None` (the default) when the receiver cannot tell, and then only
+    /// failed receives count.
+    fn probe(&self) -> Option<crate::Probe> {
+        None
+    }
 }
 
 /// Carries out settlements, many per round trip.
@@ -182,4 +189,11 @@ pub trait Broker: Send + Sync + Sized + 'static {
 
     /// Closes every connection.
     fn close(&self) -> impl Future<Output = ()> + Send;
+
+    /// Whether the broker's shared connections (those that publish and settle) are up, for
+    /// readiness probes: `Err` says, in a short sentence, what is not. It must not block or do
+    /// I/O. `Ok(())` by default.
+    fn ready(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }

@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::health::{StateCell, SubscriptionState};
 use crate::subscriber::{ErasedHandler, Handled};
 use crate::{
     Broker, BrokerSource, Delivery, DeliveryInfo, HandlerOutcome, OutMessage, Publisher, Receiver,
@@ -45,6 +46,8 @@ pub(crate) struct Subscription<B: Broker> {
     pub(crate) shutdown_timeout: Duration,
     /// Told of every call and settlement (see [`crate::observe`]).
     pub(crate) observer: crate::observe::SharedObserver,
+    /// Whether it reads, for [`crate::health`]: stored only when it changes.
+    pub(crate) state: Arc<StateCell>,
 }
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
@@ -57,7 +60,18 @@ struct Meters {
     dead: Counter,
     duration: Histogram,
     in_flight: Gauge,
+    /// `ruststream_dead_lettered_total` of this subscription, one per [`REASONS`] label.
+    dead_lettered: [Counter; REASONS.len()],
 }
+
+/// The bounded labels of a dead-letter reason; `decode: <error>` counts as `decode`.
+const REASONS: [&str; 5] = [
+    "max-attempts",
+    "dropped",
+    "decode",
+    "no-redelivery",
+    "other",
+];
 
 impl Meters {
     fn new(subscription: &str) -> Self {
@@ -69,6 +83,7 @@ impl Meters {
             dead: handled("dead"),
             duration: metrics::histogram!("ruststream_handler_duration_seconds", "subscription" => subscription.to_owned()),
             in_flight: metrics::gauge!("ruststream_in_flight", "subscription" => subscription.to_owned()),
+            dead_lettered: REASONS.map(|reason| metrics::counter!("ruststream_dead_lettered_total", "subscription" => subscription.to_owned(), "reason" => reason)),
         }
     }
 
@@ -79,21 +94,19 @@ impl Meters {
             Settlement::Retry { .. } => self.retried.increment(1),
             Settlement::Dead { reason } => {
                 self.dead.increment(1);
-                metrics::counter!("ruststream_dead_lettered_total", "reason" => reason_label(reason)).increment(1);
+                self.dead_lettered[reason_index(reason)].increment(1);
             }
         }
     }
 }
 
-/// A bounded label for a dead-letter reason (`decode: <error>` becomes `decode`).
-fn reason_label(reason: &str) -> &'static str {
-    match reason.split(':').next() {
-        Some("max-attempts") => "max-attempts",
-        Some("dropped") => "dropped",
-        Some("decode") => "decode",
-        Some("no-redelivery") => "no-redelivery",
-        _ => "other",
-    }
+/// The index in [`REASONS`] of a dead-letter reason's label (`decode: <error>` is `decode`).
+fn reason_index(reason: &str) -> usize {
+    let head = reason.split(':').next().unwrap_or_default();
+    REASONS
+        .iter()
+        .position(|r| *r == head)
+        .unwrap_or(REASONS.len() - 1)
 }
 type Done<B> = (Token<B>, Settlement, Option<OwnedSemaphorePermit>);
 
@@ -114,6 +127,7 @@ impl<B: Broker> Subscription<B> {
         let mut batches = JoinSet::new();
         let mut backoff = ErrorBackoff::default();
         let meters = Arc::new(Meters::new(&self.name));
+        let mut failing = false;
 
         while !stop.is_cancelled() {
             let mut held = tokio::select! {
@@ -130,10 +144,18 @@ impl<B: Broker> Subscription<B> {
             }
             let batch = match receiver.receive(held.num_permits()).await {
                 Ok(batch) => {
-                    backoff.reset();
+                    if failing {
+                        failing = false;
+                        backoff.reset();
+                        self.state.set(SubscriptionState::Reading);
+                    }
                     batch
                 }
                 Err(e) => {
+                    if !failing {
+                        failing = true;
+                        self.state.set(SubscriptionState::Failing);
+                    }
                     let wait = backoff.next();
                     tracing::warn!(subscription = %self.name, error = %e, retry_in = ?wait, "receive failed");
                     tokio::select! {
@@ -159,6 +181,7 @@ impl<B: Broker> Subscription<B> {
             while batches.try_join_next().is_some() {}
         }
 
+        self.state.set(SubscriptionState::Stopped);
         drop(done_tx);
         self.drain(batches, &permits, concurrency).await;
         if settler.await.is_err() {

@@ -16,6 +16,7 @@ pub mod context;
 mod dispatch;
 pub mod error;
 pub mod handler;
+pub mod health;
 pub mod message;
 pub mod observe;
 #[cfg(feature = "otel")]
@@ -33,6 +34,7 @@ pub use broker::{
 pub use context::{Context, DeliveryInfo};
 pub use error::{Error, Result};
 pub use handler::{Handle, IntoHandlerResult};
+pub use health::{Health, Probe, SubscriptionState};
 pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
 pub use publish::{Due, OutMessage, PublishBackend, PublishBuilder, Publisher};

@@ -276,4 +276,9 @@ impl Broker for RedisBroker {
     async fn close(&self) {
         self.conns.close().await;
     }
+
+    /// Whether every connection of the shared pool is up.
+    fn ready(&self) -> std::result::Result<(), String> {
+        self.conns.ready()
+    }
 }

@@ -205,6 +205,22 @@ impl Connections {
         Ok(notify)
     }
 
+    /// `Ok` when every connection of the shared pool is up; else what is down (no I/O).
+    pub(crate) fn ready(&self) -> std::result::Result<(), String> {
+        let down = match self.pool.read().ok().and_then(|p| p.clone()) {
+            None => return Err(format!("redis {}: not connected", self.target())),
+            Some(pool) => pool.clients().iter().filter(|c| !c.is_connected()).count(),
+        };
+        if down == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "redis {}: {down} shared connection(s) down, reconnecting",
+                self.target()
+            ))
+        }
+    }
+
     /// Where this broker connects, with passwords removed.
     pub(crate) fn target(&self) -> String {
         let s = &self.settings;
@@ -329,6 +345,12 @@ pub(crate) struct ReadConn {
 impl ReadConn {
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Whether the connection is up (fred's own state: no I/O).
+    pub(crate) fn probe(&self) -> ruststream_core::Probe {
+        let client = self.client.clone();
+        std::sync::Arc::new(move || client.is_connected())
     }
 
     /// Runs the blocking read `read`, which waits up to `wait`. When `interrupt` resolves first,

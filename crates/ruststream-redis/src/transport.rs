@@ -213,6 +213,8 @@ pub(crate) trait Receive: Send + 'static {
     fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>>;
     /// The settler of what this receiver delivers.
     fn settler(&self) -> RedisSettler;
+    /// Whether its connection is up (see [`Receiver::probe`]).
+    fn probe(&self) -> Option<ruststream_core::Probe>;
 }
 
 /// One transport's settling of one subscription.
@@ -258,6 +260,10 @@ impl Receiver for RedisReceiver {
 
     fn settler(&self) -> RedisSettler {
         self.receive.settler()
+    }
+
+    fn probe(&self) -> Option<ruststream_core::Probe> {
+        self.0.probe()
     }
 }
 

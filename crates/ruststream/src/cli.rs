@@ -19,7 +19,7 @@ struct Cli {
 enum Command {
     /// Connect and handle messages until SIGINT or SIGTERM (the default).
     Run {
-        /// Serve Prometheus metrics on this address (e.g. 0.0.0.0:9000), at any path.
+        /// Serve /metrics (Prometheus), /healthz and /readyz on this address (e.g. 0.0.0.0:9000).
         #[cfg(feature = "prometheus")]
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
@@ -79,7 +79,7 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
             } => {
                 #[cfg(feature = "prometheus")]
                 if let Some(addr) = metrics_addr {
-                    serve_metrics(addr)?;
+                    return run_serving_metrics(app, addr).await;
                 }
                 run(app).await.map(|()| ExitCode::SUCCESS)
             }
@@ -142,23 +142,26 @@ pub fn render(doc: &serde_json::Value, format: Format) -> crate::Result<String> 
     Ok(text)
 }
 
-/// Installs the Prometheus recorder with its HTTP listener (inside the runtime).
+/// `run --metrics-addr`: installs the recorder and binds the metrics server before the app
+/// starts (so a busy port fails at once and `/healthz` answers during startup), then runs the
+/// app with `/readyz` watching it; the server stops after the app.
 #[cfg(feature = "prometheus")]
-fn serve_metrics(addr: std::net::SocketAddr) -> crate::Result<()> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| {
-            crate::Error::config(format!(
-                "cannot serve metrics on {addr}: {e}; choose a free address with --metrics-addr"
-            ))
-        })?;
-    tracing::info!(%addr, "serving Prometheus metrics");
-    Ok(())
+async fn run_serving_metrics<A: App>(app: A, addr: std::net::SocketAddr) -> crate::Result<()> {
+    use crate::http::metrics::{MetricsServer, install_recorder};
+    let server = MetricsServer::start(addr, install_recorder()?).await?;
+    let result = run_watched(app, |health| server.watch(health)).await;
+    server.stop().await;
+    result
 }
 
 async fn run<A: App>(app: A) -> crate::Result<()> {
+    run_watched(app, |_| {}).await
+}
+
+/// Starts `app`, hands its health to `watch`, and runs it until a signal.
+async fn run_watched<A: App>(app: A, watch: impl FnOnce(crate::Health)) -> crate::Result<()> {
     let running = app.start().await?;
+    watch(running.health());
     let stop = running.stop_token();
     tokio::spawn(async move {
         wait_for_signal().await;

@@ -2,6 +2,8 @@
 
 pub mod cli;
 pub mod operate;
+#[cfg(feature = "http")]
+pub mod http;
 
 pub use cli::run_main;
 /// The OpenTelemetry API RustStream makes its spans with (feature `otel`): install your tracer
@@ -10,8 +12,9 @@ pub use cli::run_main;
 pub use ruststream_core::opentelemetry;
 pub use ruststream_core::{
     App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
-    IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
-    RunningApp, RustStream, Settlement, Source, Subscriber, asyncapi, outgoing, subscriber,
+    Health, IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
+    RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
+    subscriber,
 };
 pub use ruststream_macros::{Outgoing, app, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).

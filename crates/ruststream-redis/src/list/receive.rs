@@ -204,6 +204,10 @@ impl Receive for SimpleList {
     fn settler(&self) -> RedisSettler {
         self.settler.clone()
     }
+
+    fn probe(&self) -> Option<ruststream_core::Probe> {
+        Some(self.reader.conn.probe())
+    }
 }
 
 /// A reliable list's recovery set.
@@ -342,6 +346,10 @@ impl Receive for ReliableList {
 
     fn settler(&self) -> RedisSettler {
         self.settler.clone()
+    }
+
+    fn probe(&self) -> Option<ruststream_core::Probe> {
+        Some(self.reader.conn.probe())
     }
 }
 

@@ -254,6 +254,15 @@ impl Receive for ChannelReceiver {
     fn settler(&self) -> RedisSettler {
         self.settler.clone()
     }
+    fn probe(&self) -> Option<ruststream_core::Probe> {
+        match &self.feed {
+            Feed::Redis { client, .. } => {
+                let client = client.clone();
+                Some(Arc::new(move || client.is_connected()))
+            }
+            Feed::Memory(_) => None,
+        }
+    }
 }
 
 impl Drop for ChannelReceiver {

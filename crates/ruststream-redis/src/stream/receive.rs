@@ -183,6 +183,9 @@ impl Receive for StreamReceiver {
     fn settler(&self) -> RedisSettler {
         self.settler.clone()
     }
+    fn probe(&self) -> Option<ruststream_core::Probe> {
+        Some(self.conn.probe())
+    }
 }
 
 /// `<host>-<pid>-<random>`: unique per process, readable in `XINFO CONSUMERS`.

@@ -13,6 +13,8 @@
 //!   with a printed message, except under `CI`, where it fails the test ([`stand_var`]).
 //! - **Dedicated servers** for fault tests (killed, restarted): [`stand`].
 //!
+//! - **HTTP** ([`http`]): GET a server's endpoints (the metrics server's).
+//!
 //! Every helper exists once, here: [`redis_url`], [`unique`], [`wait_until`], [`bounded`].
 //! Every wait is bounded; a condition is polled, never slept on.
 
@@ -20,6 +22,7 @@
 #![allow(dead_code, unused_imports, unused_macros)]
 
 mod env;
+pub mod http;
 pub mod process;
 pub mod proxy;
 pub mod stand;
