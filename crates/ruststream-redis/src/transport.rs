@@ -263,7 +263,7 @@ impl Receiver for RedisReceiver {
     }
 
     fn probe(&self) -> Option<ruststream_core::Probe> {
-        self.0.probe()
+        self.receive.probe()
     }
 }
 

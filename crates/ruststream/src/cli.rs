@@ -79,7 +79,9 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
             } => {
                 #[cfg(feature = "prometheus")]
                 if let Some(addr) = metrics_addr {
-                    return run_serving_metrics(app, addr).await;
+                    return run_serving_metrics(app, addr)
+                        .await
+                        .map(|()| ExitCode::SUCCESS);
                 }
                 run(app).await.map(|()| ExitCode::SUCCESS)
             }

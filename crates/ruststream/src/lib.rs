@@ -1,9 +1,9 @@
 #![doc = include_str!("../../../README.md")]
 
 pub mod cli;
-pub mod operate;
 #[cfg(feature = "http")]
 pub mod http;
+pub mod operate;
 
 pub use cli::run_main;
 /// The OpenTelemetry API RustStream makes its spans with (feature `otel`): install your tracer
