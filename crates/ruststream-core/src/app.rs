@@ -169,12 +169,14 @@ impl App for RustStream {
         let mut tasks = JoinSet::new();
         let mut subscriptions = HashMap::new();
         let mut closers = Vec::new();
+        let mut tallies = Vec::new();
         for b in self.brokers {
             let started = b
                 .start(stop.clone(), self.shutdown_timeout, self.observer.clone())
                 .await?;
-            for (name, token, task) in started.subscriptions {
+            for (name, token, task, tally) in started.subscriptions {
                 tasks.spawn(task);
+                tallies.push((name.clone(), tally));
                 subscriptions.insert(name, token);
             }
             closers.push(started.close);
@@ -185,6 +187,7 @@ impl App for RustStream {
             tasks,
             subscriptions,
             closers,
+            tallies,
         })
     }
 
@@ -199,9 +202,16 @@ pub struct RunningApp {
     tasks: JoinSet<()>,
     subscriptions: HashMap<String, CancellationToken>,
     closers: Vec<BoxFuture<'static, ()>>,
+    tallies: Vec<(String, Arc<crate::observe::Tally>)>,
 }
 
 impl RunningApp {
+    /// Each subscription's name with its running totals of settled deliveries, in start order;
+    /// they stay live after the app is waited on, e.g. for a dashboard's rates.
+    pub fn tallies(&self) -> Vec<(String, Arc<crate::observe::Tally>)> {
+        self.tallies.clone()
+    }
+
     /// The names of the running subscriptions (their source keys).
     pub fn subscriptions(&self) -> impl Iterator<Item = &str> {
         self.subscriptions.keys().map(String::as_str)
@@ -257,7 +267,12 @@ impl RunningApp {
     }
 }
 
-type SubscriptionTask = (String, CancellationToken, BoxFuture<'static, ()>);
+type SubscriptionTask = (
+    String,
+    CancellationToken,
+    BoxFuture<'static, ()>,
+    Arc<crate::observe::Tally>,
+);
 
 /// What starting one broker yields.
 pub(crate) struct Started {
@@ -351,9 +366,11 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                     publisher: publisher.clone(),
                     shutdown_timeout,
                     observer: observer.clone(),
+                    tally: Arc::default(),
                 });
+                let tally = sub.tally.clone();
                 let run: BoxFuture<'static, ()> = Box::pin(sub.run(receiver, token.clone()));
-                subscriptions.push((name, token, run));
+                subscriptions.push((name, token, run, tally));
             }
             let broker = self.broker;
             Ok(Started {

@@ -45,6 +45,8 @@ pub(crate) struct Subscription<B: Broker> {
     pub(crate) shutdown_timeout: Duration,
     /// Told of every call and settlement (see [`crate::observe`]).
     pub(crate) observer: crate::observe::SharedObserver,
+    /// Settled deliveries so far (see [`crate::observe::Tally`]).
+    pub(crate) tally: Arc<crate::observe::Tally>,
 }
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
@@ -252,6 +254,7 @@ impl<B: Broker> Subscription<B> {
             }
         }
         self.observe_settled(&delivery, outcome, &settlement);
+        self.tally.record(&settlement);
         meters.duration.record(started.elapsed().as_secs_f64());
         meters.in_flight.decrement(1.0);
         meters.record(&settlement, self.source.retries());
