@@ -1,5 +1,5 @@
 //! The command line every RustStream service gets from [`run_main`]: `run` (the default),
-//! `check`, and `asyncapi [-o FILE] [--yaml]`.
+//! `check`, `asyncapi [-o FILE] [--yaml]` and `dashboard [--addr ADDR] [--token TOKEN]`.
 
 use std::process::ExitCode;
 
@@ -22,6 +22,34 @@ enum Command {
         #[cfg(feature = "prometheus")]
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Serve the web dashboard, with live rates, on this address (e.g. 127.0.0.1:8080).
+        #[cfg(feature = "dashboard")]
+        #[arg(long, value_name = "ADDR")]
+        dashboard: Option<std::net::SocketAddr>,
+        /// The dashboard's token, required on a non-loopback address.
+        #[cfg(feature = "dashboard")]
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "RUSTSTREAM_DASHBOARD_TOKEN",
+            hide_env_values = true
+        )]
+        dashboard_token: Option<String>,
+    },
+    /// Serve the web dashboard of the service's queues, without running its handlers.
+    #[cfg(feature = "dashboard")]
+    Dashboard {
+        /// The address to serve on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        addr: std::net::SocketAddr,
+        /// The token operators log in with, required on a non-loopback address.
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "RUSTSTREAM_DASHBOARD_TOKEN",
+            hide_env_values = true
+        )]
+        token: Option<String>,
     },
     /// Validate every subscription and connect, then exit: 0 when all is well.
     Check,
@@ -67,17 +95,37 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
         let command = cli.command.unwrap_or(Command::Run {
             #[cfg(feature = "prometheus")]
             metrics_addr: None,
+            #[cfg(feature = "dashboard")]
+            dashboard: None,
+            #[cfg(feature = "dashboard")]
+            dashboard_token: None,
         });
         match command {
             Command::Run {
                 #[cfg(feature = "prometheus")]
                 metrics_addr,
+                #[cfg(feature = "dashboard")]
+                dashboard,
+                #[cfg(feature = "dashboard")]
+                dashboard_token,
             } => {
                 #[cfg(feature = "prometheus")]
                 if let Some(addr) = metrics_addr {
                     serve_metrics(addr)?;
                 }
+                #[cfg(feature = "dashboard")]
+                if let Some(addr) = dashboard {
+                    return run_with_dashboard(app.into_rust_stream(), addr, dashboard_token).await;
+                }
                 run(app).await
+            }
+            #[cfg(feature = "dashboard")]
+            Command::Dashboard { addr, token } => {
+                let app = app.into_rust_stream();
+                crate::dashboard::Dashboard::bind(&app, addr, token)
+                    .await?
+                    .serve(wait_for_signal())
+                    .await
             }
             Command::Check => {
                 app.check().await?;
@@ -151,8 +199,24 @@ fn serve_metrics(addr: std::net::SocketAddr) -> crate::Result<()> {
     Ok(())
 }
 
-async fn run<A: App>(app: A) -> crate::Result<()> {
+/// `run --dashboard ADDR`: binds the dashboard first (a bad address fails before the app starts).
+#[cfg(feature = "dashboard")]
+async fn run_with_dashboard(
+    app: crate::RustStream,
+    addr: std::net::SocketAddr,
+    token: Option<String>,
+) -> crate::Result<()> {
+    let dashboard = crate::dashboard::Dashboard::bind(&app, addr, token).await?;
     let running = app.start().await?;
+    dashboard.spawn_beside(&running);
+    serve_until_signal(running).await
+}
+
+async fn run<A: App>(app: A) -> crate::Result<()> {
+    serve_until_signal(app.start().await?).await
+}
+
+async fn serve_until_signal(running: crate::RunningApp) -> crate::Result<()> {
     let stop = running.stop_token();
     tokio::spawn(async move {
         wait_for_signal().await;

@@ -1,6 +1,8 @@
 #![doc = include_str!("../../../README.md")]
 
 pub mod cli;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 
 pub use cli::run_main;
 pub use ruststream_core::{
