@@ -172,12 +172,14 @@ impl App for RustStream {
         let mut closers = Vec::new();
         let mut watched = Vec::new();
         let mut checks = Vec::new();
+        let mut tallies = Vec::new();
         for b in self.brokers {
             let started = b
                 .start(stop.clone(), self.shutdown_timeout, self.observer.clone())
                 .await?;
-            for (watch, token, task) in started.subscriptions {
+            for (watch, token, task, tally) in started.subscriptions {
                 tasks.spawn(task);
+                tallies.push((watch.name.clone(), tally));
                 subscriptions.insert(watch.name.clone(), token);
                 watched.push(watch);
             }
@@ -191,6 +193,7 @@ impl App for RustStream {
             subscriptions,
             closers,
             health: Health::new(watched, checks),
+            tallies,
         })
     }
 
@@ -206,6 +209,7 @@ pub struct RunningApp {
     subscriptions: HashMap<String, CancellationToken>,
     closers: Vec<BoxFuture<'static, ()>>,
     health: Health,
+    tallies: Vec<(String, Arc<crate::observe::Tally>)>,
 }
 
 impl RunningApp {
@@ -214,6 +218,12 @@ impl RunningApp {
     /// (and then says every subscription stopped).
     pub fn health(&self) -> Health {
         self.health.clone()
+    }
+
+    /// Each subscription's name with its running totals of settled deliveries, in start order;
+    /// they stay live after the app is waited on, e.g. for a dashboard's rates.
+    pub fn tallies(&self) -> Vec<(String, Arc<crate::observe::Tally>)> {
+        self.tallies.clone()
     }
 
     /// The names of the running subscriptions (their source keys).
@@ -271,7 +281,12 @@ impl RunningApp {
     }
 }
 
-type SubscriptionTask = (Watched, CancellationToken, BoxFuture<'static, ()>);
+type SubscriptionTask = (
+    Watched,
+    CancellationToken,
+    BoxFuture<'static, ()>,
+    Arc<crate::observe::Tally>,
+);
 
 /// What starting one broker yields.
 pub(crate) struct Started {
@@ -372,9 +387,11 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                     shutdown_timeout,
                     observer: observer.clone(),
                     state: watch.state.clone(),
+                    tally: Arc::default(),
                 });
+                let tally = sub.tally.clone();
                 let run: BoxFuture<'static, ()> = Box::pin(sub.run(receiver, token.clone()));
-                subscriptions.push((watch, token, run));
+                subscriptions.push((watch, token, run, tally));
             }
             let broker = self.broker;
             let probed = broker.clone();

@@ -48,6 +48,8 @@ pub(crate) struct Subscription<B: Broker> {
     pub(crate) observer: crate::observe::SharedObserver,
     /// Whether it reads, for [`crate::health`]: stored only when it changes.
     pub(crate) state: Arc<StateCell>,
+    /// Settled deliveries so far (see [`crate::observe::Tally`]).
+    pub(crate) tally: Arc<crate::observe::Tally>,
 }
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
@@ -280,6 +282,7 @@ impl<B: Broker> Subscription<B> {
         #[cfg(feature = "otel")]
         consumer.end(&settlement, self.source.retries());
         self.observe_settled(&delivery, outcome, &settlement);
+        self.tally.record(&settlement);
         meters.duration.record(started.elapsed().as_secs_f64());
         meters.in_flight.decrement(1.0);
         meters.record(&settlement, self.source.retries());

@@ -7,8 +7,12 @@
 //! app without an observer pays one `Option` check per message.
 //!
 //! Observers are called on the handler's task, synchronously: keep them quick and never block.
+//!
+//! Every subscription also keeps a [`Tally`] (two relaxed atomic increments a message), which
+//! [`RunningApp::tallies`](crate::RunningApp::tallies) hands out, e.g. for live rates.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -84,6 +88,33 @@ impl<B: Broker> Subscription<B> {
             subscription: &self.name,
             info: &d.info,
             payload: &d.payload,
+        }
+    }
+}
+
+/// Running totals of one subscription's settled deliveries since the app started.
+#[derive(Debug, Default)]
+pub struct Tally {
+    handled: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Tally {
+    /// Deliveries settled, whatever their outcome.
+    pub fn handled(&self) -> u64 {
+        self.handled.load(Ordering::Relaxed)
+    }
+
+    /// Deliveries settled other than acknowledged: retried or dead-lettered.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Counts one settlement.
+    pub(crate) fn record(&self, settlement: &Settlement) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        if !matches!(settlement, Settlement::Ack) {
+            self.failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

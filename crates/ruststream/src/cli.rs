@@ -1,6 +1,6 @@
 //! The command line every RustStream service gets from [`run_main`]: `run` (the default),
-//! `check`, `asyncapi [-o FILE] [--yaml]`, and the operator's `inspect`, `dead`, `delayed`,
-//! `pause` and `resume` (see [`operate`](crate::operate)).
+//! `check`, `asyncapi [-o FILE] [--yaml]`, `dashboard [--addr ADDR] [--token TOKEN]`, and the
+//! operator's `inspect`, `dead`, `delayed`, `pause` and `resume` (see [`operate`](crate::operate)).
 
 use std::process::ExitCode;
 
@@ -23,6 +23,34 @@ enum Command {
         #[cfg(feature = "prometheus")]
         #[arg(long, value_name = "ADDR")]
         metrics_addr: Option<std::net::SocketAddr>,
+        /// Serve the web dashboard, with live rates, on this address (e.g. 127.0.0.1:8080).
+        #[cfg(feature = "dashboard")]
+        #[arg(long, value_name = "ADDR")]
+        dashboard: Option<std::net::SocketAddr>,
+        /// The dashboard's token, required on a non-loopback address.
+        #[cfg(feature = "dashboard")]
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "RUSTSTREAM_DASHBOARD_TOKEN",
+            hide_env_values = true
+        )]
+        dashboard_token: Option<String>,
+    },
+    /// Serve the web dashboard of the service's queues, without running its handlers.
+    #[cfg(feature = "dashboard")]
+    Dashboard {
+        /// The address to serve on.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        addr: std::net::SocketAddr,
+        /// The token operators log in with, required on a non-loopback address.
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "RUSTSTREAM_DASHBOARD_TOKEN",
+            hide_env_values = true
+        )]
+        token: Option<String>,
     },
     /// Validate every subscription and connect, then exit: 0 when all is well.
     Check,
@@ -71,19 +99,38 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
         let command = cli.command.unwrap_or(Command::Run {
             #[cfg(feature = "prometheus")]
             metrics_addr: None,
+            #[cfg(feature = "dashboard")]
+            dashboard: None,
+            #[cfg(feature = "dashboard")]
+            dashboard_token: None,
         });
         match command {
             Command::Run {
                 #[cfg(feature = "prometheus")]
                 metrics_addr,
+                #[cfg(feature = "dashboard")]
+                dashboard,
+                #[cfg(feature = "dashboard")]
+                dashboard_token,
             } => {
-                #[cfg(feature = "prometheus")]
-                if let Some(addr) = metrics_addr {
-                    return run_serving_metrics(app, addr)
-                        .await
-                        .map(|()| ExitCode::SUCCESS);
-                }
-                run(app).await.map(|()| ExitCode::SUCCESS)
+                let serve = Serve {
+                    #[cfg(feature = "prometheus")]
+                    metrics: metrics_addr,
+                    #[cfg(feature = "dashboard")]
+                    dashboard: dashboard.map(|addr| (addr, dashboard_token)),
+                };
+                run(app.into_rust_stream(), serve)
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
+            }
+            #[cfg(feature = "dashboard")]
+            Command::Dashboard { addr, token } => {
+                let app = app.into_rust_stream();
+                crate::dashboard::Dashboard::bind(&app, addr, token)
+                    .await?
+                    .serve(wait_for_signal())
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
             }
             Command::Check => {
                 app.check().await?;
@@ -144,26 +191,51 @@ pub fn render(doc: &serde_json::Value, format: Format) -> crate::Result<String> 
     Ok(text)
 }
 
-/// `run --metrics-addr`: installs the recorder and binds the metrics server before the app
-/// starts (so a busy port fails at once and `/healthz` answers during startup), then runs the
-/// app with `/readyz` watching it; the server stops after the app.
-#[cfg(feature = "prometheus")]
-async fn run_serving_metrics<A: App>(app: A, addr: std::net::SocketAddr) -> crate::Result<()> {
-    use crate::http::metrics::{MetricsServer, install_recorder};
-    let server = MetricsServer::start(addr, install_recorder()?).await?;
-    let result = run_watched(app, |health| server.watch(health)).await;
-    server.stop().await;
+/// What `run` serves beside the app.
+struct Serve {
+    /// `--metrics-addr`.
+    #[cfg(feature = "prometheus")]
+    metrics: Option<std::net::SocketAddr>,
+    /// `--dashboard` and its token.
+    #[cfg(feature = "dashboard")]
+    dashboard: Option<(std::net::SocketAddr, Option<String>)>,
+}
+
+/// `run`: binds the metrics server (installing the recorder) and the dashboard before the app
+/// starts, so a busy port or a bad address fails at once and `/healthz` answers during startup;
+/// then runs the app until a signal, `/readyz` watching it; the metrics server stops after it.
+async fn run(app: crate::RustStream, serve: Serve) -> crate::Result<()> {
+    #[cfg(feature = "prometheus")]
+    let metrics = match serve.metrics {
+        Some(addr) => {
+            use crate::http::metrics::{MetricsServer, install_recorder};
+            Some(MetricsServer::start(addr, install_recorder()?).await?)
+        }
+        None => None,
+    };
+    #[cfg(feature = "dashboard")]
+    let dashboard = match serve.dashboard {
+        Some((addr, token)) => Some(crate::dashboard::Dashboard::bind(&app, addr, token).await?),
+        None => None,
+    };
+    let running = app.start().await?;
+    #[cfg(feature = "prometheus")]
+    if let Some(m) = &metrics {
+        m.watch(running.health());
+    }
+    #[cfg(feature = "dashboard")]
+    if let Some(d) = dashboard {
+        d.spawn_beside(&running);
+    }
+    let result = serve_until_signal(running).await;
+    #[cfg(feature = "prometheus")]
+    if let Some(m) = metrics {
+        m.stop().await;
+    }
     result
 }
 
-async fn run<A: App>(app: A) -> crate::Result<()> {
-    run_watched(app, |_| {}).await
-}
-
-/// Starts `app`, hands its health to `watch`, and runs it until a signal.
-async fn run_watched<A: App>(app: A, watch: impl FnOnce(crate::Health)) -> crate::Result<()> {
-    let running = app.start().await?;
-    watch(running.health());
+async fn serve_until_signal(running: crate::RunningApp) -> crate::Result<()> {
     let stop = running.stop_token();
     tokio::spawn(async move {
         wait_for_signal().await;

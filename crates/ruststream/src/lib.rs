@@ -1,6 +1,8 @@
 #![doc = include_str!("../../../README.md")]
 
 pub mod cli;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod operate;
