@@ -203,10 +203,11 @@ async fn the_metrics_server_serves_metrics_health_and_readiness(env: &Env) {
     // Redis goes away (the proxy stops listening): the subscription cannot read.
     drop(proxy);
     let mut body = String::new();
-    wait_until("/readyz says 503", Duration::from_secs(10), async || {
+    wait_until("/readyz says 503, naming the subscription", Duration::from_secs(10), async || {
         let (status, text) = http::get(&format!("{base}/readyz")).await;
+        let named = text.contains("{served}");
         body = text;
-        status == 503
+        status == 503 && named
     })
     .await;
     assert!(body.contains("{served}"), "{body}");
