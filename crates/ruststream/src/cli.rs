@@ -204,6 +204,10 @@ struct Serve {
 /// `run`: binds the metrics server (installing the recorder) and the dashboard before the app
 /// starts, so a busy port or a bad address fails at once and `/healthz` answers during startup;
 /// then runs the app until a signal, `/readyz` watching it; the metrics server stops after it.
+#[cfg_attr(
+    not(any(feature = "prometheus", feature = "dashboard")),
+    allow(unused_variables)
+)]
 async fn run(app: crate::RustStream, serve: Serve) -> crate::Result<()> {
     #[cfg(feature = "prometheus")]
     let metrics = match serve.metrics {

@@ -203,12 +203,16 @@ async fn the_metrics_server_serves_metrics_health_and_readiness(env: &Env) {
     // Redis goes away (the proxy stops listening): the subscription cannot read.
     drop(proxy);
     let mut body = String::new();
-    wait_until("/readyz says 503, naming the subscription", Duration::from_secs(10), async || {
-        let (status, text) = http::get(&format!("{base}/readyz")).await;
-        let named = text.contains("{served}");
-        body = text;
-        status == 503 && named
-    })
+    wait_until(
+        "/readyz says 503, naming the subscription",
+        Duration::from_secs(10),
+        async || {
+            let (status, text) = http::get(&format!("{base}/readyz")).await;
+            let named = text.contains("{served}");
+            body = text;
+            status == 503 && named
+        },
+    )
     .await;
     assert!(body.contains("{served}"), "{body}");
     assert_eq!(http::get(&format!("{base}/healthz")).await.0, 200);

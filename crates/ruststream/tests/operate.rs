@@ -569,3 +569,45 @@ async fn the_command_words_and_their_exit_codes(env: &Env) {
     assert_eq!(code(&["resume", "{cli}"]).await, ExitCode::SUCCESS);
     assert!(!env.exists("{cli}.paused").await);
 }
+
+/// `inspect --metrics-url`: two scrapes of a metrics endpoint a window apart give the rates. The
+/// endpoint here counts up by 5 acks and 2 retries per scrape, as a busy service's would.
+#[tokio::test]
+async fn inspect_reads_rates_off_a_metrics_endpoint() {
+    use std::sync::atomic::AtomicU64;
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let counter = scrapes.clone();
+    let router = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+            async move {
+                format!(
+                    "ruststream_handled_total{{subscription=\"{{jobs}}\",outcome=\"ack\"}} {}\n\
+                     ruststream_handled_total{{subscription=\"{{jobs}}\",outcome=\"retry\"}} {}\n",
+                    5 * n,
+                    2 * n
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, router).await });
+    let rates = ruststream::operate::rates::sample(&url).await.unwrap();
+    let window = ruststream::operate::rates::WINDOW.as_secs_f64();
+    assert_eq!(
+        rates["{jobs}"],
+        ruststream::operate::Rates {
+            handled_per_s: 5.0 / window,
+            failed_per_s: 2.0 / window
+        }
+    );
+    assert_eq!(scrapes.load(Ordering::SeqCst), 2);
+    let err = ruststream::operate::rates::sample("http://127.0.0.1:1/metrics")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot reach"), "{err}");
+    server.abort();
+}

@@ -4,6 +4,9 @@
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
 //! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
 
+#[cfg(feature = "prometheus")]
+pub mod rates;
+
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
@@ -11,7 +14,19 @@ use clap::{Args, Subcommand};
 use ruststream_redis::operate::{Inspection, Operator, Select};
 use ruststream_redis::{RedisBroker, RedisSource};
 
+#[cfg(not(feature = "prometheus"))]
+use std::collections::HashMap;
+
 use crate::{Error, Result, RustStream};
+
+/// One subscription's message rates over a short window (`inspect --metrics-url`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Rates {
+    /// Messages acknowledged per second.
+    pub handled_per_s: f64,
+    /// Messages retried, dropped, dead-lettered or ignored per second.
+    pub failed_per_s: f64,
+}
 
 /// Exit code: nothing matched.
 const NOTHING_MATCHED: u8 = 3;
@@ -28,6 +43,11 @@ pub(crate) enum Operate {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// A running instance's metrics endpoint (`run --metrics-addr`), e.g.
+        /// http://127.0.0.1:9000/metrics: adds its handled and failed messages per second.
+        #[cfg(feature = "prometheus")]
+        #[arg(long, value_name = "URL")]
+        metrics_url: Option<String>,
     },
     /// Dead letters: list, show, requeue, purge.
     #[command(subcommand)]
@@ -208,12 +228,33 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
         o.connect().await?;
     }
     match command {
-        Operate::Inspect { json, .. } => {
+        Operate::Inspect {
+            json,
+            #[cfg(feature = "prometheus")]
+            metrics_url,
+            ..
+        } => {
             let mut all = Vec::new();
             for o in targets {
                 all.extend(o.inspect(name.as_deref()).await?);
             }
-            print_out(json, &all, || inspect_text(&all))?;
+            #[cfg(feature = "prometheus")]
+            let rates = match metrics_url {
+                Some(url) => Some(rates::sample(&url).await?),
+                None => None,
+            };
+            #[cfg(not(feature = "prometheus"))]
+            let rates: Option<HashMap<String, Rates>> = None;
+            let rows: Vec<Row<'_>> = all
+                .iter()
+                .map(|i| Row {
+                    inspection: i,
+                    rates: rates
+                        .as_ref()
+                        .map(|r| r.get(&i.keys.name).copied().unwrap_or_default()),
+                })
+                .collect();
+            print_out(json, &rows, || inspect_text(&rows))?;
             Ok(ExitCode::SUCCESS)
         }
         Operate::Pause {
@@ -400,9 +441,19 @@ fn ms_text(ms: i64) -> String {
     }
 }
 
-fn inspect_text(all: &[Inspection]) -> String {
+/// One subscription's line of `inspect`: its state, and its rates when asked for.
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    #[serde(flatten)]
+    inspection: &'a Inspection,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rates: Option<Rates>,
+}
+
+fn inspect_text(rows: &[Row<'_>]) -> String {
     let mut out = String::new();
-    for i in all {
+    for row in rows {
+        let i = row.inspection;
         let k = &i.keys;
         out.push_str(&format!(
             "{}  {} {}  concurrency {}{}\n",
@@ -428,7 +479,14 @@ fn inspect_text(all: &[Inspection]) -> String {
             }
         }
         out.push_str(&format!("  keys: {}\n", keys.join(", ")));
-        out.push_str(&format!("  {}\n", counts(i).join(" · ")));
+        let mut counts = counts(i);
+        if let Some(r) = row.rates {
+            counts.push(format!(
+                "{:.1} handled/s, {:.1} failed/s",
+                r.handled_per_s, r.failed_per_s
+            ));
+        }
+        out.push_str(&format!("  {}\n", counts.join(" · ")));
         if let Some(g) = &i.group {
             for c in &g.consumers {
                 out.push_str(&format!(
