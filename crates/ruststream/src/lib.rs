@@ -3,8 +3,9 @@
 pub mod cli;
 #[cfg(feature = "http")]
 pub mod http;
+mod logs;
 
-pub use cli::run_main;
+pub use cli::{run_main, run_main_from};
 pub use ruststream_core::{
     App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
     Health, IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
