@@ -223,6 +223,7 @@ impl Broker for RedisBroker {
     type Receiver = RedisReceiver;
 
     fn validate(&self, sources: &[&RedisSource]) -> Result<()> {
+        self.conns.settings.check_urls()?;
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }
@@ -238,6 +239,14 @@ impl Broker for RedisBroker {
         self.conns.connect().await?;
         for s in sources {
             s.transport().prepare(&self.conns).await?;
+        }
+        let redis = self.conns.target();
+        for s in sources {
+            let t = s.transport();
+            let line = t.startup(&self.conns.keys);
+            tracing::info!(subscription = t.key(), transport = line.transport, mode = %line.mode,
+                keys = %line.keys, concurrency = t.options().core.concurrency, %redis,
+                "subscription ready");
         }
         Ok(())
     }

@@ -57,7 +57,22 @@ pub(crate) struct Settings {
     pub(crate) scheduling: bool,
 }
 
+/// The URL schemes a broker connects with, for errors.
+const SCHEMES: &str = "use redis://[user:password@]host:port[/db], or rediss:// for TLS (cluster nodes and sentinels may also be host:port)";
+
 impl Settings {
+    /// Checks the scheme of every URL: `redis://` or `rediss://` (cluster nodes and sentinels
+    /// may also be bare `host:port`).
+    pub(crate) fn check_urls(&self) -> Result<()> {
+        let others: &[String] = match &self.topology {
+            Topology::Standalone => &[],
+            Topology::Cluster(nodes) => nodes,
+            Topology::Sentinel { sentinels, .. } => sentinels,
+        };
+        check_scheme(&self.url, false)?;
+        others.iter().try_for_each(|url| check_scheme(url, true))
+    }
+
     pub(crate) fn standalone(url: String) -> Self {
         Self {
             url,
@@ -252,7 +267,7 @@ impl Connections {
         CoreError::Broker(format!(
             "cannot connect to {}: {}; {hint}",
             self.target(),
-            redact(e.details())
+            crate::error::in_words(e)
         ))
     }
 
@@ -278,6 +293,7 @@ impl Connections {
 
     fn builder(&self, blocking: bool) -> Result<Builder> {
         let s = &self.settings;
+        s.check_urls()?;
         let mut config = Config::from_url(&s.url).map_err(|e| self.connect_error(&e))?;
         match &s.topology {
             Topology::Standalone => {}
@@ -311,6 +327,23 @@ impl Connections {
                 c.max_command_attempts = 3;
             });
         Ok(builder)
+    }
+}
+
+/// Refuses a URL whose scheme fred would not read as Redis (`http://` would be taken for a
+/// plain TCP server); `bare` allows `host:port`.
+fn check_scheme(url: &str, bare: bool) -> Result<()> {
+    match url.split_once("://") {
+        Some(("redis" | "rediss", _)) => Ok(()),
+        None if bare => Ok(()),
+        Some((scheme, _)) => Err(CoreError::config(format!(
+            "cannot connect to {}: unsupported URL scheme `{scheme}://`; {SCHEMES}",
+            redact(url)
+        ))),
+        None => Err(CoreError::config(format!(
+            "cannot connect to `{}`: the URL has no scheme; {SCHEMES}",
+            redact(url)
+        ))),
     }
 }
 

@@ -36,6 +36,7 @@ impl Settle for PushDeadLetters {
                         .lpush(dead, dead_letters)
                         .await
                         .map_err(core)?;
+                    logged(batch, dead);
                 }
                 None => {
                     for (t, s) in batch {
@@ -47,6 +48,16 @@ impl Settle for PushDeadLetters {
             }
             Ok(())
         })
+    }
+}
+
+/// Logs each dead letter of `batch`, once its settle pushed it onto `dead` (the full key).
+pub(crate) fn logged(batch: &[(Token, Settlement)], dead: &str) {
+    for (t, s) in batch {
+        if let Settlement::Dead { reason } = s {
+            tracing::warn!(message_id = %t.frame.id, attempt = t.frame.attempt, reason = %reason,
+                dead_letter = %dead, "message dead-lettered");
+        }
     }
 }
 

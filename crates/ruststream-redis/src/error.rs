@@ -9,8 +9,47 @@ pub struct RedisError(String);
 
 impl From<fred::error::Error> for RedisError {
     fn from(e: fred::error::Error) -> Self {
-        Self(redact(&format!("{:?}: {}", e.kind(), e.details())))
+        match e.kind() {
+            fred::error::ErrorKind::IO => Self(in_words(&e)),
+            kind => Self(redact(&format!("{kind:?}: {}", e.details()))),
+        }
     }
+}
+
+/// The details of `e` for a person: an I/O error, which fred keeps as the `Debug` text of
+/// `std::io::Error` (`Os { code: 111, kind: ConnectionRefused, .. }`), becomes words
+/// (`connection refused`); passwords are removed.
+pub(crate) fn in_words(e: &fred::error::Error) -> String {
+    let details = redact(e.details());
+    if *e.kind() != fred::error::ErrorKind::IO {
+        return details;
+    }
+    io_words(&details).unwrap_or(details)
+}
+
+/// Words for the `Debug` text of a `std::io::Error`, when it can be read.
+fn io_words(debug: &str) -> Option<String> {
+    let after = |field: &str| debug.find(field).map(|i| &debug[i + field.len()..]);
+    let kind = after("kind: ").map(|k| {
+        let end = k.find([',', ' ', '}', ')']).unwrap_or(k.len());
+        &k[..end]
+    });
+    let words = match kind? {
+        "ConnectionRefused" => "connection refused",
+        "ConnectionReset" => "connection reset by the server",
+        "ConnectionAborted" | "BrokenPipe" | "UnexpectedEof" => "connection closed",
+        "TimedOut" => "timed out",
+        "HostUnreachable" => "host unreachable",
+        "NetworkUnreachable" => "network unreachable",
+        "AddrNotAvailable" => "address not available",
+        "PermissionDenied" => "permission denied",
+        _ => {
+            // `message: "..."` (an OS error) or `error: "..."` (a custom one, e.g. DNS).
+            let quoted = after("message: \"").or_else(|| after("error: \""))?;
+            return quoted.find('"').map(|end| quoted[..end].to_lowercase());
+        }
+    };
+    Some(words.to_owned())
 }
 
 impl From<RedisError> for CoreError {
@@ -73,7 +112,19 @@ pub fn redact(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{io_words, redact};
+
+    #[test]
+    fn io_errors_are_said_in_words() {
+        let refused = r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#;
+        assert_eq!(io_words(refused).as_deref(), Some("connection refused"));
+        let dns = r#"Custom { kind: Uncategorized, error: "failed to lookup address information: Name or service not known" }"#;
+        assert_eq!(
+            io_words(dns).as_deref(),
+            Some("failed to lookup address information: name or service not known")
+        );
+        assert_eq!(io_words("something else"), None);
+    }
 
     #[test]
     fn passwords_are_removed() {

@@ -1,18 +1,42 @@
 //! The command line every RustStream service gets from [`run_main`]: `run` (the default),
 //! `check`, `asyncapi [-o FILE] [--yaml]`, `dashboard [--addr ADDR] [--token TOKEN]`, and the
-//! operator's `inspect`, `dead`, `delayed`, `pause` and `resume` (see [`operate`](crate::operate)).
+//! operator's `inspect`, `dead`, `delayed`, `pause` and `resume` (see [`operate`](crate::operate));
+//! `--help` and `-V` name the app (its [`AppInfo`](crate::AppInfo)), `--log-format text|json` sets
+//! the log output (see `logs`).
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::App;
+use crate::logs::LogFormat;
 
 #[derive(Parser)]
 #[command(about = "A RustStream service", version)]
 struct Cli {
+    /// How log lines are written to stderr: `text`, or one JSON object a line for log shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+impl Cli {
+    /// Parses `args` with the app's name, version and description in `--help` and `-V`; on a
+    /// parse error, `--help` or `-V`, prints what clap says and exits.
+    fn parse_for(info: &crate::AppInfo, args: impl IntoIterator<Item = OsString>) -> Self {
+        let about = info
+            .description
+            .clone()
+            .unwrap_or_else(|| format!("{}: a RustStream service", info.title));
+        let command = Cli::command()
+            .name(info.title.clone())
+            .version(info.version.clone())
+            .about(about);
+        let matches = command.get_matches_from(args);
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
 }
 
 #[derive(Subcommand)]
@@ -68,8 +92,10 @@ enum Command {
     },
 }
 
-/// Runs a service: parses the command line, installs a `tracing` subscriber (fmt to stderr,
-/// `RUST_LOG` honoured, `info` by default) unless one is installed, and runs the command.
+/// Runs a service: builds the app, parses the command line, installs a `tracing` subscriber
+/// (stderr, text or `--log-format json`, `RUST_LOG` honoured, `info` by default) unless one is
+/// installed, and runs the command. A failure is printed once, as an error log line (or on
+/// stderr when the application installed its own subscriber), and the exit code is 1.
 ///
 /// ```no_run
 /// use ruststream::prelude::*;
@@ -82,8 +108,18 @@ enum Command {
 /// }
 /// ```
 pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
-    let cli = Cli::parse();
-    init_tracing();
+    run_main_from(std::env::args_os(), app)
+}
+
+/// [`run_main`] with the command line given as `args` (the first one is the program's name),
+/// for services that build their arguments themselves, and for tests.
+pub fn run_main_from<A: App>(
+    args: impl IntoIterator<Item = impl Into<OsString>>,
+    app: impl FnOnce() -> A,
+) -> ExitCode {
+    let app = app();
+    let cli = Cli::parse_for(app.info(), args.into_iter().map(Into::into));
+    let logging = crate::logs::init(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -94,7 +130,6 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let app = app();
     let result = runtime.block_on(async move {
         let command = cli.command.unwrap_or(Command::Run {
             #[cfg(feature = "prometheus")]
@@ -158,8 +193,11 @@ pub fn run_main<A: App>(app: impl FnOnce() -> A) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            tracing::error!(error = %e, "stopped");
-            eprintln!("error: {e}");
+            if logging {
+                tracing::error!("{e}");
+            } else {
+                eprintln!("error: {e}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -269,14 +307,4 @@ async fn wait_for_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-}
-
-fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // Fails when the application installed its own subscriber: keep that one.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

@@ -5,9 +5,10 @@ pub mod cli;
 pub mod dashboard;
 #[cfg(feature = "http")]
 pub mod http;
+mod logs;
 pub mod operate;
 
-pub use cli::run_main;
+pub use cli::{run_main, run_main_from};
 /// The OpenTelemetry API RustStream makes its spans with (feature `otel`): install your tracer
 /// provider through it, so that it is the version RustStream reads.
 #[cfg(feature = "otel")]

@@ -775,7 +775,7 @@ async fn testapp_pattern_subscription_and_no_redelivery() -> ruststream::Result<
         sample(
             &text,
             "ruststream_dead_lettered_total",
-            &["reason=\"no-redelivery\""]
+            &["subscription=\"events.*\"", "reason=\"no-redelivery\""]
         )
         .is_some_and(|n| n >= 1.0),
         "{text}"

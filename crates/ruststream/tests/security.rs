@@ -6,8 +6,7 @@
 mod harness;
 
 use std::future::Future;
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -20,34 +19,6 @@ on!(
     an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list,
     a_wrong_password_stops_the_app_at_startup_without_showing_it,
 );
-
-/// Everything logged in this test process, at every level, fred's `log` records included.
-fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let sink = buf.clone();
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Sink(sink.clone()))
-            .try_init()
-            .expect("the only subscriber of this test binary");
-        buf
-    })
-    .clone()
-}
-
-struct Sink(Arc<Mutex<Vec<u8>>>);
-impl Write for Sink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -220,34 +191,14 @@ async fn a_tls_server_with_a_private_ca() {
     assert!(e.contains("/nonexistent/ca.pem"), "{e}");
 }
 
-/// An ACL user on the stand's server that may touch only keys and channels under `prefix`.
-async fn acl_user(admin: &Client, user: &str, password: &str, prefix: &str) {
-    let _: Value = admin
-        .custom(
-            fred::cmd!("ACL"),
-            vec![
-                "SETUSER".to_owned(),
-                user.to_owned(),
-                "reset".to_owned(),
-                "on".to_owned(),
-                format!(">{password}"),
-                format!("~{prefix}*"),
-                format!("&{prefix}*"),
-                "+@all".to_owned(),
-            ],
-        )
-        .await
-        .expect("ACL SETUSER");
-}
-
 async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list(env: &Env) {
-    let logs = logs();
+    let logs = harness::logs::captured();
     let admin = &env.client;
     let url = env.url().expect("the standalone server");
     let user = unique("app");
     let password = format!("pw-{}", unique("secret"));
     let prefix = &env.prefix;
-    acl_user(admin, &user, &password, prefix).await;
+    stand::acl_user(admin, &user, &password, prefix).await;
 
     let handled = reliable_list_with_recovery(|| {
         RedisBroker::standalone(url)
@@ -280,12 +231,12 @@ async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list(env: &Env) {
 }
 
 async fn a_wrong_password_stops_the_app_at_startup_without_showing_it(env: &Env) {
-    let logs = logs();
+    let logs = harness::logs::captured();
     let admin = &env.client;
     let url = env.url().expect("the standalone server");
     let user = unique("app");
     let prefix = &env.prefix;
-    acl_user(admin, &user, "the-right-one", prefix).await;
+    stand::acl_user(admin, &user, "the-right-one", prefix).await;
     let wrong = format!("wrong-{}", unique("secret"));
     // Once through the builder, once in the URL.
     let with_url = url.replacen("://", &format!("://{user}:{wrong}@"), 1);

@@ -31,7 +31,7 @@ use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
-use crate::transport::{RedisReceiver, Transport};
+use crate::transport::{RedisReceiver, Startup, Transport};
 
 /// How entries leave the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,6 +288,29 @@ impl Transport for RedisList {
     }
 
     /// A simple list popped the entry before its handler ran: a retry settles nothing.
+    fn startup(&self, space: &KeySpace) -> Startup {
+        let keys = self.keys(space);
+        let mode = match (self.mode, self.no_recovery) {
+            (Mode::Simple, _) => "simple (popped: at most once)".to_owned(),
+            (Mode::Reliable, true) => "reliable without recovery".to_owned(),
+            (Mode::Reliable, false) => {
+                format!("reliable with recovery (min_idle {:?})", self.idle())
+            }
+        };
+        Startup {
+            transport: "list",
+            mode,
+            keys: Startup::keys([
+                ("queue", Some(keys.queue.as_str())),
+                ("processing", keys.processing.as_deref()),
+                ("claims", keys.recovery.as_deref()),
+                ("settles", keys.settle_tokens.as_deref()),
+                ("dead", keys.dead.as_deref()),
+                ("delayed", Some(keys.delayed.set.as_str())),
+            ]),
+        }
+    }
+
     fn retries(&self) -> Retries {
         match self.mode {
             Mode::Simple => Retries::Ignored,

@@ -16,7 +16,7 @@ use ruststream_core::{Result, Settlement};
 
 use super::ListKeys;
 use super::lease::Leases;
-use crate::dead::discarded;
+use crate::dead::{discarded, logged};
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
 use crate::lua;
@@ -115,6 +115,9 @@ impl ReliableSettle {
         self.leases
             .release(batch.iter().filter_map(|(t, _)| t.claim));
         settled.map_err(core)?;
+        if self.has_dead {
+            logged(batch, &self.keys[2]);
+        }
         if let (Some(clock), Some(d)) = (&self.clock, earliest) {
             clock.retry_in(d);
         }

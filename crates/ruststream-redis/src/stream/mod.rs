@@ -28,7 +28,7 @@ use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};
 use crate::policy::PublishPolicy;
 pub use crate::policy::StreamPublish as Publish;
-use crate::transport::{RedisReceiver, Transport};
+use crate::transport::{RedisReceiver, Startup, Transport};
 
 /// The field that holds an entry's payload.
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -176,6 +176,27 @@ impl Transport for RedisStream {
             delayed_payloads: Some(keys.delayed.payloads),
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
+        }
+    }
+
+    fn startup(&self, space: &KeySpace) -> Startup {
+        let keys = self.keys(space);
+        let recovery = if self.no_recovery {
+            "without recovery".to_owned()
+        } else {
+            format!(
+                "recovering entries pending over {:?}",
+                self.min_idle.unwrap_or(crate::options::DEFAULT_MIN_IDLE)
+            )
+        };
+        Startup {
+            transport: "stream",
+            mode: format!("group `{}`, {recovery}", self.group_name()),
+            keys: Startup::keys([
+                ("stream", Some(keys.stream.as_str())),
+                ("dead", keys.dead.as_deref()),
+                ("delayed", Some(keys.delayed.set.as_str())),
+            ]),
         }
     }
 

@@ -13,7 +13,7 @@ use ruststream_core::{Result, Settlement};
 
 use super::StreamKeys;
 use super::recover::Held;
-use crate::dead::discarded;
+use crate::dead::{discarded, logged};
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
 use crate::lua;
@@ -131,6 +131,9 @@ impl StreamSettle {
             held.release(batch.iter().map(|(t, _)| &t.raw));
         }
         script.and(xack).map_err(core)?;
+        if self.has_dead {
+            logged(batch, &self.keys[1]);
+        }
         if let (Some(clock), Some(d)) = (&self.clock, earliest) {
             clock.retry_in(d);
         }

@@ -14,6 +14,7 @@
 //! - **Dedicated servers** for fault tests (killed, restarted): [`stand`].
 //!
 //! - **HTTP** ([`http`]): GET a server's endpoints (the metrics server's).
+//! - **Logs** ([`logs`]): capture what a test process logs.
 //!
 //! Every helper exists once, here: [`redis_url`], [`unique`], [`wait_until`], [`bounded`].
 //! Every wait is bounded; a condition is polled, never slept on.
@@ -23,6 +24,7 @@
 
 mod env;
 pub mod http;
+pub mod logs;
 pub mod process;
 pub mod proxy;
 pub mod stand;

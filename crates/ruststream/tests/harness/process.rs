@@ -2,7 +2,8 @@
 //! `#[ignore]`d test (the worker's body, which reads its settings from the environment), its
 //! stderr in a log file. SIGKILL ([`WorkerProcess::kill`]) is a crash; SIGTERM
 //! ([`WorkerProcess::stop`]) a clean shutdown; dropping it kills it if it still runs. The
-//! worker's side is [`serve_until_sigterm`].
+//! worker's side is [`serve_until_sigterm`]. [`run_to_end`] runs such a test that ends by
+//! itself (a command line) and returns its exit status and output.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -23,6 +24,58 @@ pub async fn serve_until_sigterm(app: RustStream) {
     term.recv().await;
     running.shutdown().await.expect("the worker shuts down");
     tracing::info!("worker stopped");
+}
+
+/// What a process of the test binary did: its exit code and output.
+pub struct Finished {
+    /// The exit code (`None` when a signal ended it).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error (a file, not a terminal).
+    pub stderr: String,
+}
+
+/// Runs the test `test` of this binary (`--exact --ignored`) with `env`, stdout and stderr in
+/// files (not terminals), until it exits, bounded by `timeout` (then it is killed and the test
+/// fails).
+pub async fn run_to_end(test: &str, env: &[(&str, String)], timeout: Duration) -> Finished {
+    let dir = std::env::temp_dir();
+    let name = super::unique("run");
+    let (out_path, err_path) = (
+        dir.join(format!("{name}.out")),
+        dir.join(format!("{name}.err")),
+    );
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--ignored", "--nocapture"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).expect("a stdout file"))
+        .stderr(File::create(&err_path).expect("a stderr file"))
+        .spawn()
+        .expect("the process starts");
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the process's status") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`{test}` did not exit within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let read = |p: &PathBuf| {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        let _ = std::fs::remove_file(p);
+        text
+    };
+    Finished {
+        code: status.code(),
+        stdout: read(&out_path),
+        stderr: read(&err_path),
+    }
 }
 
 /// A worker process of the test binary.

@@ -1,7 +1,7 @@
 //! Servers and raw clients outside a test's [`Env`](super::Env): connections to one node, and
 //! servers of a test's own for fault tests that kill or restart them (and so must not disturb
 //! the shared stand): [`Stand`] (sets started by scripts/stand's functions), [`OwnRedis`] (one
-//! persistent redis-server), [`server_pid`] and [`kill9`].
+//! persistent redis-server), [`server_pid`] and [`kill9`]; ACL users ([`acl_user`]).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -241,4 +241,24 @@ impl Drop for OwnRedis {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// An ACL user on the stand's server that may touch only keys and channels under `prefix`.
+pub async fn acl_user(admin: &Client, user: &str, password: &str, prefix: &str) {
+    let _: Value = admin
+        .custom(
+            fred::cmd!("ACL"),
+            vec![
+                "SETUSER".to_owned(),
+                user.to_owned(),
+                "reset".to_owned(),
+                "on".to_owned(),
+                format!(">{password}"),
+                format!("~{prefix}*"),
+                format!("&{prefix}*"),
+                "+@all".to_owned(),
+            ],
+        )
+        .await
+        .expect("ACL SETUSER");
 }
