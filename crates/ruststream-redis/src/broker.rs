@@ -243,10 +243,10 @@ impl Broker for RedisBroker {
         let redis = self.conns.target();
         for s in sources {
             let t = s.transport();
-            let line = t.startup(&self.conns.keys);
-            tracing::info!(subscription = t.key(), transport = line.transport, mode = %line.mode,
-                keys = %line.keys, concurrency = t.options().core.concurrency, %redis,
-                "subscription ready");
+            let keys = t.source_keys(&self.conns.keys);
+            tracing::info!(subscription = t.key(), transport = keys.transport,
+                mode = %keys.mode_in_words(), keys = %keys.key_list(),
+                concurrency = keys.concurrency, %redis, "subscription ready");
         }
         Ok(())
     }

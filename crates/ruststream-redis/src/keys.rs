@@ -140,6 +140,13 @@ pub struct SourceKeys {
     /// A reliable list's recovery set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<String>,
+    /// A reliable list without recovery: the settle tokens already used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settle_tokens: Option<String>,
+    /// With crash recovery (reliable lists, streams): how long a dead worker's entries take to
+    /// come back, in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_idle_ms: Option<u64>,
     /// A stream's consumer group.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
@@ -157,6 +164,53 @@ pub struct SourceKeys {
     pub paused: Option<String>,
     /// Most handlers running at once, per process.
     pub concurrency: usize,
+}
+
+impl SourceKeys {
+    /// How entries are taken, in words: `simple (popped: at most once)`, `reliable with
+    /// recovery (min_idle 30s)`, `group \`g\`, without recovery`, `subscribe (at most once)`.
+    pub fn mode_in_words(&self) -> String {
+        let idle = self
+            .min_idle_ms
+            .map(|ms| format!("{:?}", std::time::Duration::from_millis(ms)));
+        match (self.transport, self.mode.as_str(), idle) {
+            ("list", "simple", _) => "simple (popped: at most once)".to_owned(),
+            ("list", _, Some(idle)) => format!("reliable with recovery (min_idle {idle})"),
+            ("list", _, None) => "reliable without recovery".to_owned(),
+            ("stream", _, Some(idle)) => format!(
+                "group `{}`, recovering entries pending over {idle}",
+                self.group.as_deref().unwrap_or_default()
+            ),
+            ("stream", _, None) => format!(
+                "group `{}`, without recovery",
+                self.group.as_deref().unwrap_or_default()
+            ),
+            (_, "pattern", _) => "psubscribe (at most once)".to_owned(),
+            _ => "subscribe (at most once)".to_owned(),
+        }
+    }
+
+    /// Every key as `name=key` pairs: `queue=app:jobs processing=app:jobs.processing ...`.
+    pub fn key_list(&self) -> String {
+        let queue = match (self.transport, self.mode.as_str()) {
+            ("stream", _) => "stream",
+            ("pubsub", "pattern") => "pattern",
+            ("pubsub", _) => "channel",
+            _ => "queue",
+        };
+        [
+            (queue, Some(&self.queue)),
+            ("processing", self.processing.as_ref()),
+            ("claims", self.recovery.as_ref()),
+            ("settles", self.settle_tokens.as_ref()),
+            ("dead", self.dead.as_ref()),
+            ("delayed", self.delayed.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(name, key)| Some(format!("{name}={}", key?)))
+        .collect::<Vec<_>>()
+        .join(" ")
+    }
 }
 
 /// A delayed set and its payload hash.

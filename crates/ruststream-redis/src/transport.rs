@@ -45,8 +45,6 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     fn describe(&self) -> ChannelDoc;
     /// Every key of the subscription, by full name, in `keys`.
     fn source_keys(&self, keys: &KeySpace) -> SourceKeys;
-    /// Its mode and full key names, for the startup log line.
-    fn startup(&self, keys: &KeySpace) -> Startup;
     /// What becomes of a retry of this transport's messages.
     fn retries(&self) -> Retries {
         Retries::Redeliver
@@ -66,27 +64,6 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
         conns: &'a Connections,
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>>;
-}
-
-/// What a subscription's startup log line says of it (see [`Transport::startup`]).
-pub(crate) struct Startup {
-    /// `list`, `stream`, `pubsub`.
-    pub(crate) transport: &'static str,
-    /// How entries are taken: `simple`, `reliable with recovery (min_idle 30s)`, ...
-    pub(crate) mode: String,
-    /// Every key it uses, full names: `queue=app:jobs dead=app:jobs.dead ...`.
-    pub(crate) keys: String,
-}
-
-impl Startup {
-    /// `name=key` pairs, skipping absent keys.
-    pub(crate) fn keys<'a>(pairs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
-        pairs
-            .into_iter()
-            .filter_map(|(name, key)| Some(format!("{name}={}", key?)))
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 }
 
 /// A subscription's source on Redis: a [`RedisList`](crate::RedisList),

@@ -31,7 +31,7 @@ use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
-use crate::transport::{RedisReceiver, Startup, Transport};
+use crate::transport::{RedisReceiver, Transport};
 
 /// How entries leave the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,7 +278,12 @@ impl Transport for RedisList {
             paused: Some(space.paused(&keys.queue)),
             queue: keys.queue,
             processing: keys.processing,
+            min_idle_ms: keys
+                .recovery
+                .is_some()
+                .then(|| u64::try_from(self.idle().as_millis()).unwrap_or(u64::MAX)),
             recovery: keys.recovery,
+            settle_tokens: keys.settle_tokens,
             group: None,
             delayed: Some(keys.delayed.set),
             delayed_payloads: Some(keys.delayed.payloads),
@@ -288,29 +293,6 @@ impl Transport for RedisList {
     }
 
     /// A simple list popped the entry before its handler ran: a retry settles nothing.
-    fn startup(&self, space: &KeySpace) -> Startup {
-        let keys = self.keys(space);
-        let mode = match (self.mode, self.no_recovery) {
-            (Mode::Simple, _) => "simple (popped: at most once)".to_owned(),
-            (Mode::Reliable, true) => "reliable without recovery".to_owned(),
-            (Mode::Reliable, false) => {
-                format!("reliable with recovery (min_idle {:?})", self.idle())
-            }
-        };
-        Startup {
-            transport: "list",
-            mode,
-            keys: Startup::keys([
-                ("queue", Some(keys.queue.as_str())),
-                ("processing", keys.processing.as_deref()),
-                ("claims", keys.recovery.as_deref()),
-                ("settles", keys.settle_tokens.as_deref()),
-                ("dead", keys.dead.as_deref()),
-                ("delayed", Some(keys.delayed.set.as_str())),
-            ]),
-        }
-    }
-
     fn retries(&self) -> Retries {
         match self.mode {
             Mode::Simple => Retries::Ignored,

@@ -69,7 +69,7 @@ use crate::keys::{KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};
 pub use crate::policy::ChannelPublish as Publish;
 use crate::policy::PublishPolicy;
-use crate::transport::{RedisReceiver, Startup, Transport};
+use crate::transport::{RedisReceiver, Transport};
 
 /// The dead-letter reason of a message whose handler asked for a retry.
 pub const NO_REDELIVERY: &str =
@@ -172,6 +172,8 @@ impl Transport for RedisChannel {
             queue: self.full_name(space),
             processing: None,
             recovery: None,
+            settle_tokens: None,
+            min_idle_ms: None,
             group: None,
             delayed: None,
             delayed_payloads: None,
@@ -198,21 +200,6 @@ impl Transport for RedisChannel {
             address: self.name.clone(),
             transport: "pubsub",
             bindings,
-        }
-    }
-
-    fn startup(&self, space: &KeySpace) -> Startup {
-        let full = space.key(&self.name);
-        let dead = space.dead(&self.name, &self.options.dead_letter);
-        let (what, mode) = if self.pattern {
-            ("pattern", "psubscribe (at most once)")
-        } else {
-            ("channel", "subscribe (at most once)")
-        };
-        Startup {
-            transport: "pubsub",
-            mode: mode.to_owned(),
-            keys: Startup::keys([(what, Some(full.as_str())), ("dead", dead.as_deref())]),
         }
     }
 

@@ -28,7 +28,7 @@ use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};
 use crate::policy::PublishPolicy;
 pub use crate::policy::StreamPublish as Publish;
-use crate::transport::{RedisReceiver, Startup, Transport};
+use crate::transport::{RedisReceiver, Transport};
 
 /// The field that holds an entry's payload.
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -171,32 +171,16 @@ impl Transport for RedisStream {
             queue: keys.stream,
             processing: None,
             recovery: None,
+            settle_tokens: None,
+            min_idle_ms: (!self.no_recovery).then(|| {
+                let idle = self.min_idle.unwrap_or(crate::options::DEFAULT_MIN_IDLE);
+                u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
+            }),
             group: Some(self.group_name().to_owned()),
             delayed: Some(keys.delayed.set),
             delayed_payloads: Some(keys.delayed.payloads),
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
-        }
-    }
-
-    fn startup(&self, space: &KeySpace) -> Startup {
-        let keys = self.keys(space);
-        let recovery = if self.no_recovery {
-            "without recovery".to_owned()
-        } else {
-            format!(
-                "recovering entries pending over {:?}",
-                self.min_idle.unwrap_or(crate::options::DEFAULT_MIN_IDLE)
-            )
-        };
-        Startup {
-            transport: "stream",
-            mode: format!("group `{}`, {recovery}", self.group_name()),
-            keys: Startup::keys([
-                ("stream", Some(keys.stream.as_str())),
-                ("dead", keys.dead.as_deref()),
-                ("delayed", Some(keys.delayed.set.as_str())),
-            ]),
         }
     }
 
