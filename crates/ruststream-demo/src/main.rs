@@ -1,8 +1,8 @@
 //! The README's demo: publishes a few thumbnail jobs to a reliable list on `REDIS_URL`, handles
 //! them, prints each one, and stops by itself.
 //!
-//! `cargo run -p ruststream --example demo` (scripts/demo starts a throwaway Redis when
-//! `REDIS_URL` is not set).
+//! `scripts/demo` runs it (`cargo run --profile demo -p ruststream-demo`), against a throwaway
+//! Redis when `REDIS_URL` is not set.
 
 use std::future::{Future, ready};
 use std::process::ExitCode;
