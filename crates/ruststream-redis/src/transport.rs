@@ -66,6 +66,24 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     ) -> BoxFuture<'a, Result<RedisReceiver>>;
 }
 
+/// What every list or stream reader runs beside its reads: the queue gauges of its keys, and the
+/// gate that holds its reads while an operator has paused it.
+pub(crate) async fn watch_source(
+    conns: &Connections,
+    source: &dyn Transport,
+    pool: &fred::clients::Pool,
+    stop: &CancellationToken,
+) -> Result<Option<Gate>> {
+    let keys = source.source_keys(&conns.keys);
+    crate::gauges::spawn(pool.clone(), keys.clone(), stop.clone());
+    let Some(key) = keys.paused else {
+        return Ok(None);
+    };
+    let wake = conns.notifier(&key).await?;
+    let gate = Gate::open(&conns.pauses, pool.clone(), wake, key, stop.clone()).await?;
+    Ok(Some(gate))
+}
+
 /// A subscription's source on Redis: a [`RedisList`](crate::RedisList),
 /// [`RedisStream`](crate::RedisStream) or [`RedisChannel`](crate::RedisChannel), made with
 /// `RedisSource::from(..)` or by the `#[subscriber]` macro.

@@ -2,7 +2,8 @@
 //! by a real headless Chromium through chromedriver (Debian's `chromium` and `chromium-driver`,
 //! which scripts/test installs): a poisoned message dead-letters, the operator sees it on the
 //! dashboard, fixes the handler and requeues it, and the handler gets it with attempt 1; the
-//! pause and resume buttons set and clear the pause key. A plain HTTP client checks the guards:
+//! pause and resume buttons set and clear the pause key; a delayed entry is promoted (and
+//! handled) and another cancelled. A plain HTTP client checks the guards:
 //! a POST without the CSRF token or from another origin is refused, a foreign `Host` is refused,
 //! a token protects the pages, and a non-loopback address without a token does not start.
 //!
@@ -155,6 +156,39 @@ async fn the_operator_requeues_a_fixed_dead_letter_in_chromium(env: &Env) {
         !env.exists("{orders}.paused").await,
         "the pause key is gone"
     );
+
+    // The delayed entries: promote one (it is handled now), cancel another (it is gone).
+    click(
+        &browser,
+        r#"form[data-op="promote"][data-id="later-order"] button"#,
+    )
+    .await;
+    wait_for_done(&browser, "promoted 1").await;
+    wait_until("the handler gets the promoted order", WAIT, async || {
+        orders
+            .handled
+            .lock()
+            .expect("lock")
+            .contains(&(Order { poison: false }, 1))
+    })
+    .await;
+    publisher
+        .message(&Order { poison: false })
+        .to("{orders}")
+        .id("cancelled-order")
+        .delay(Duration::from_secs(3600))
+        .publish()
+        .await
+        .expect("publish a delayed order");
+    browser.refresh().await.expect("reload the page");
+    click(
+        &browser,
+        r#"form[data-op="cancel"][data-id="cancelled-order"] button"#,
+    )
+    .await;
+    wait_for_done(&browser, "cancelled 1").await;
+    assert_eq!(env.zcard("{orders}.delayed").await, 0);
+    assert_eq!(env.hlen("{orders}.delayed.payloads").await, 0);
 
     let _ = browser.close().await;
     env.stop(running).await;

@@ -611,3 +611,41 @@ async fn inspect_reads_rates_off_a_metrics_endpoint() {
     assert!(err.contains("cannot reach"), "{err}");
     server.abort();
 }
+
+/// Through the sentinels: the operator finds the primary the sentinels name, as the app does.
+#[tokio::test]
+async fn the_operator_works_through_the_sentinels() {
+    let (Some(service), Some(hosts)) = (
+        harness::stand_var("RUSTSTREAM_SENTINEL_SERVICE"),
+        harness::stand_var("RUSTSTREAM_SENTINEL_HOSTS"),
+    ) else {
+        return;
+    };
+    let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
+    let prefix = format!("{}:", harness::unique("sentinel-operate"));
+    let broker = RedisBroker::sentinel(service, hosts).prefix(&prefix);
+    let app = RustStream::new(AppInfo::new("sentinel", "0.0.0")).with_broker(broker.clone(), |b| {
+        b.include(subscriber(RedisList::new("{s}").reliable(), Poisonable::default()).build());
+    });
+    let op = operator_of(&app).await;
+    broker.connect().await.unwrap();
+    broker
+        .publisher()
+        .message(&job(1, false))
+        .to("{s}")
+        .delay(Duration::from_secs(600))
+        .id("d1")
+        .publish()
+        .await
+        .unwrap();
+    let i = op.inspect(Some("{s}")).await.unwrap().remove(0);
+    assert_eq!(
+        (i.ready, i.delayed, i.paused),
+        (Some(0), Some(1), Some(false))
+    );
+    op.pause("{s}", "test").await.unwrap();
+    assert_eq!(op.inspect(Some("{s}")).await.unwrap()[0].paused, Some(true));
+    op.resume("{s}").await.unwrap();
+    assert_eq!(op.cancel("{s}", &Select::Id("d1".into())).await.unwrap(), 1);
+    assert_eq!(op.inspect(Some("{s}")).await.unwrap()[0].delayed, Some(0));
+}

@@ -27,12 +27,11 @@ use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::error::core;
-use crate::gauges;
 use crate::lua;
 use crate::memory::BlockingRead;
-use crate::pause::Gate;
-use crate::transport::Transport;
-use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes};
+use crate::transport::{
+    Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes, watch_source,
+};
 
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
@@ -62,16 +61,7 @@ pub(super) async fn open(
         Destination::List,
     )
     .await?;
-    let all = list.source_keys(&conns.keys);
-    gauges::spawn(pool.clone(), all.clone(), stop.clone());
-    let gate = match all.paused {
-        Some(key) => {
-            let wake = conns.notifier(&key).await?;
-            let pool = pool.clone();
-            Some(Gate::open(&conns.pauses, pool, wake, key, stop.clone()).await?)
-        }
-        None => None,
-    };
+    let gate = watch_source(conns, list, &pool, &stop).await?;
     let reader = Reader {
         conn,
         stop,

@@ -17,13 +17,10 @@ use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
 use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::frame::{Frame, FrameError, FramePart};
-use crate::gauges;
 use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
-use crate::pause::Gate;
-use crate::transport::Transport;
 use crate::transport::{
-    Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes,
+    Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes, watch_source,
 };
 
 /// Opens the receiver of `stream`: its keys, mover, gauges and settler.
@@ -50,16 +47,7 @@ pub(super) async fn open(
         Destination::Stream,
     )
     .await?;
-    let all = stream.source_keys(&conns.keys);
-    gauges::spawn(pool.clone(), all.clone(), stop.clone());
-    let gate = match all.paused {
-        Some(key) => {
-            let wake = conns.notifier(&key).await?;
-            let pool = pool.clone();
-            Some(Gate::open(&conns.pauses, pool, wake, key, stop.clone()).await?)
-        }
-        None => None,
-    };
+    let gate = watch_source(conns, stream, &pool, &stop).await?;
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
