@@ -1,7 +1,8 @@
 //! The web dashboard (`ruststream::dashboard`) on the standalone server and the cluster, driven
 //! by a real headless Chromium through chromedriver (Debian's `chromium` and `chromium-driver`,
 //! which scripts/test installs): a poisoned message dead-letters, the operator sees it on the
-//! dashboard, fixes the handler and requeues it, and the handler gets it with attempt 1; the
+//! dashboard, fixes the handler and requeues it, and the handler gets it with attempt 1; another is
+//! purged; the
 //! pause and resume buttons set and clear the pause key; a delayed entry is promoted (and
 //! handled) and another cancelled. A plain HTTP client checks the guards:
 //! a POST without the CSRF token or from another origin is refused, a foreign `Host` is refused,
@@ -146,6 +147,31 @@ async fn the_operator_requeues_a_fixed_dead_letter_in_chromium(env: &Env) {
     })
     .await;
     assert_eq!(env.llen("{orders}.dead").await, 0);
+
+    // Another poisoned order, purged from the page: it is gone, not handled.
+    orders.broken.store(true, Ordering::SeqCst);
+    publisher
+        .message(&Order { poison: true })
+        .to("{orders}")
+        .id("purged-order")
+        .publish()
+        .await
+        .expect("publish");
+    wait_until(
+        "the second poisoned order is dead-lettered",
+        WAIT,
+        async || env.llen("{orders}.dead").await == 1,
+    )
+    .await;
+    browser.refresh().await.expect("reload the page");
+    click(
+        &browser,
+        r#"form[data-op="purge"][data-id="purged-order"] button"#,
+    )
+    .await;
+    wait_for_done(&browser, "purged 1").await;
+    assert_eq!(env.llen("{orders}.dead").await, 0);
+    orders.broken.store(false, Ordering::SeqCst);
 
     click(&browser, r#"form[data-op="pause"] button"#).await;
     wait_for_done(&browser, "paused").await;
