@@ -24,6 +24,7 @@ on!(
     delayed_entries_are_listed_promoted_and_cancelled,
     a_pause_holds_every_reader_until_resume_and_outlives_a_restart,
     inspect_shows_sizes_keys_and_group_state,
+    inspect_shows_how_old_the_oldest_claim_is,
     the_command_words_and_their_exit_codes
 );
 
@@ -648,4 +649,59 @@ async fn the_operator_works_through_the_sentinels() {
     op.resume("{s}").await.unwrap();
     assert_eq!(op.cancel("{s}", &Select::Id("d1".into())).await.unwrap(), 1);
     assert_eq!(op.inspect(Some("{s}")).await.unwrap()[0].delayed, Some(0));
+}
+
+/// Holds every job until the test opens the gate.
+#[derive(Clone)]
+struct Held(Arc<tokio::sync::Semaphore>);
+
+impl Handle<Job> for Held {
+    fn handle(
+        &self,
+        _job: &Job,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> {
+        let gate = self.0.clone();
+        async move {
+            let _ = gate.acquire().await;
+            Ok(())
+        }
+    }
+}
+
+async fn inspect_shows_how_old_the_oldest_claim_is(env: &Env) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Held(gate.clone());
+    let mount = move |b: &mut Mount<RedisBroker>| {
+        b.include(subscriber(RedisList::new("{held}").reliable(), held.clone()).build());
+    };
+    let op = operator_of(&env.app(mount.clone())).await;
+    let running = env.start_with(mount).await;
+    let published = std::time::Instant::now();
+    env.broker()
+        .publisher()
+        .message(&job(1, false))
+        .to("{held}")
+        .publish()
+        .await
+        .unwrap();
+    let mut seen = None;
+    env.eventually("the claim is in flight", async || {
+        let i = op.inspect(Some("{held}")).await.unwrap().remove(0);
+        let found = i.in_flight == Some(1) && i.oldest_claim_age_ms.is_some();
+        seen = Some(i);
+        found
+    })
+    .await;
+    let i = seen.expect("an inspection");
+    let age = i.oldest_claim_age_ms.expect("an age");
+    let bound = u64::try_from(published.elapsed().as_millis()).unwrap() + 50;
+    assert!(
+        age <= bound,
+        "claimed {age} ms ago, published {bound} ms ago"
+    );
+    assert!(i.oldest_claim_idle_ms.is_some_and(|idle| idle <= bound));
+    gate.add_permits(1);
+    env.stop(running).await;
 }

@@ -1,15 +1,26 @@
 //! `inspect`: how much waits, runs, is delayed or dead in each subscription, read in one pipeline
-//! per subscription: `TIME`, `LLEN`, `ZRANGE 0 0 WITHSCORES`, `ZCARD`, `EXISTS` (lists);
+//! per subscription: `TIME`, `LLEN`, `ZRANGE 0 0 WITHSCORES`, `ZCARD`, `EXISTS`,
+//! `oldest_claim.lua` (a read-only `ZRANGE` of the recovery set) (lists);
 //! `XINFO GROUPS`, `XINFO CONSUMERS`, `XLEN` (streams); `PUBSUB NUMSUB` (Pub/Sub).
+
+use std::sync::LazyLock;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
+use fred::types::scripts::Script;
 use ruststream_core::Result;
 use serde::Serialize;
 
 use super::Operator;
 use crate::error::core;
 use crate::keys::SourceKeys;
+
+/// Most claims `inspect` reads to find the oldest (claims in flight are bounded by the workers'
+/// concurrency; this bounds the reply).
+pub const CLAIMS_READ: i64 = 10_000;
+
+static OLDEST_CLAIM: LazyLock<Script> =
+    LazyLock::new(|| crate::lua::script(include_str!("oldest_claim.lua"), &[]));
 
 /// One subscription's state.
 #[derive(Debug, Clone, Serialize)]
@@ -21,6 +32,9 @@ pub struct Inspection {
     pub ready: Option<u64>,
     /// Entries claimed and not settled (a reliable list's processing list, a group's pending).
     pub in_flight: Option<u64>,
+    /// A reliable list with recovery: how long ago the oldest claim was made (a handler that
+    /// runs long, or is stuck, shows here), among the first [`CLAIMS_READ`] claims.
+    pub oldest_claim_age_ms: Option<u64>,
     /// A reliable list with recovery: how long ago the stalest claim was last renewed by its
     /// worker (claims of a dead worker grow past `min_idle`, then come back to the queue).
     pub oldest_claim_idle_ms: Option<u64>,
@@ -85,6 +99,7 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
         keys: q.clone(),
         ready: None,
         in_flight: None,
+        oldest_claim_age_ms: None,
         oldest_claim_idle_ms: None,
         delayed: None,
         next_due_in_ms: None,
@@ -114,9 +129,13 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
                 i.in_flight = Some(client.llen(p).await.map_err(core)?);
             }
             if let Some(z) = &q.recovery {
-                i.oldest_claim_idle_ms = first_score(client, z)
-                    .await?
-                    .map(|at| now.saturating_sub(at).max(0).unsigned_abs());
+                let since = |at: i64| now.saturating_sub(at).max(0).unsigned_abs();
+                i.oldest_claim_idle_ms = first_score(client, z).await?.map(since);
+                let (_, oldest): (i64, i64) = OLDEST_CLAIM
+                    .evalsha_with_reload(client, vec![z.clone()], vec![CLAIMS_READ])
+                    .await
+                    .map_err(core)?;
+                i.oldest_claim_age_ms = (oldest >= 0).then(|| since(oldest));
             }
         }
     }

@@ -26,7 +26,7 @@ use ruststream_core::{Error, Result};
 
 pub use self::dead::DeadLetter;
 pub use self::delayed::DelayedEntry;
-pub use self::inspect::{Consumer, GroupState, Inspection};
+pub use self::inspect::{CLAIMS_READ, Consumer, GroupState, Inspection};
 use crate::conn::Connections;
 use crate::keys::SourceKeys;
 pub use crate::pause::POLL as PAUSE_POLL;

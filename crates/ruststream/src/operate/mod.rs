@@ -510,9 +510,17 @@ fn counts(i: &Inspection) -> Vec<String> {
         parts.push(format!("ready {}", n(i.ready)));
         if let Some(in_flight) = i.in_flight {
             let mut flight = format!("in flight {in_flight}");
-            if let Some(idle) = i.oldest_claim_idle_ms {
-                let idle = ms_text(i64::try_from(idle).unwrap_or(i64::MAX));
-                flight.push_str(&format!(" (oldest claim renewed {idle} ago)"));
+            let ms = |v: u64| ms_text(i64::try_from(v).unwrap_or(i64::MAX));
+            match (i.oldest_claim_age_ms, i.oldest_claim_idle_ms) {
+                (Some(age), Some(idle)) => flight.push_str(&format!(
+                    " (oldest claimed {} ago; stalest renewal {} ago)",
+                    ms(age),
+                    ms(idle)
+                )),
+                (None, Some(idle)) => {
+                    flight.push_str(&format!(" (stalest renewal {} ago)", ms(idle)));
+                }
+                _ => {}
             }
             parts.push(flight);
         }
