@@ -12,14 +12,11 @@ use fred::types::scripts::Script;
 use ruststream_core::{Error, Headers, Result};
 use serde::Serialize;
 
-use super::{Operator, Select};
+use super::{BATCH, Operator, Select, in_batches};
 use crate::error::core;
 use crate::frame::{Frame, REASON_HEADER};
 use crate::keys::SourceKeys;
 use crate::lua;
-
-/// Dead letters one requeue or purge call takes at most.
-const BATCH: usize = 1000;
 
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
@@ -166,21 +163,11 @@ impl Operator {
             }
             Select::All { limit } => {
                 let len: usize = client.llen(dead).await.map_err(core)?;
-                let mut left = limit.map_or(len, |l| l.min(len));
-                let mut done = 0;
-                while left > 0 {
-                    let take = left.min(BATCH);
-                    let n = run(vec![Value::from("oldest"), Value::from(take as i64)])
-                        .await
-                        .map_err(core)?;
-                    let n = usize::try_from(n).unwrap_or(0);
-                    done += n;
-                    left = left.saturating_sub(take);
-                    if n < take {
-                        break;
-                    }
-                }
-                Ok(done)
+                in_batches(len, *limit, |take| {
+                    let call = run(vec![Value::from("oldest"), Value::from(take as i64)]);
+                    async move { Ok(usize::try_from(call.await.map_err(core)?).unwrap_or(0)) }
+                })
+                .await
             }
         }
     }

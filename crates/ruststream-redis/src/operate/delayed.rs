@@ -9,7 +9,7 @@ use fred::types::scripts::Script;
 use ruststream_core::{Error, Headers, Result};
 use serde::Serialize;
 
-use super::{Operator, Select};
+use super::{Operator, Select, in_batches};
 use crate::error::core;
 use crate::frame::Frame;
 use crate::keys::SourceKeys;
@@ -17,9 +17,6 @@ use crate::lua;
 
 static CHANGE: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("delayed.lua"), &[lua::GUARD]));
-
-/// Entries one promote or cancel call takes at most (the script's own bound).
-const BATCH: usize = 1000;
 
 /// One delayed entry.
 #[derive(Debug, Clone, Serialize)]
@@ -108,29 +105,22 @@ impl Operator {
             args.extend(tail);
             CHANGE.evalsha_with_reload::<i64, _, _>(&client, keys.clone(), args)
         };
-        let n = match select {
-            Select::Id(id) => run(vec![Value::from("ids"), Value::from(id.as_str())])
-                .await
-                .map_err(core)?,
+        match select {
+            Select::Id(id) => {
+                let n = run(vec![Value::from("ids"), Value::from(id.as_str())])
+                    .await
+                    .map_err(core)?;
+                Ok(usize::try_from(n).unwrap_or(0))
+            }
             Select::All { limit } => {
                 let len: usize = client.zcard(&set).await.map_err(core)?;
-                let mut left = limit.map_or(len, |l| l.min(len));
-                let mut done = 0;
-                while left > 0 {
-                    let take = left.min(BATCH);
-                    let n = run(vec![Value::from("earliest"), Value::from(take as i64)])
-                        .await
-                        .map_err(core)?;
-                    done += n;
-                    left = left.saturating_sub(take);
-                    if usize::try_from(n).unwrap_or(0) < take {
-                        break;
-                    }
-                }
-                done
+                in_batches(len, *limit, |take| {
+                    let call = run(vec![Value::from("earliest"), Value::from(take as i64)]);
+                    async move { Ok(usize::try_from(call.await.map_err(core)?).unwrap_or(0)) }
+                })
+                .await
             }
-        };
-        Ok(usize::try_from(n).unwrap_or(0))
+        }
     }
 }
 

@@ -44,6 +44,34 @@ pub enum Select {
     },
 }
 
+/// Entries one script call of the operator changes at most (the scripts' own bound), and the
+/// page size of a dead-letter search.
+const BATCH: usize = 1000;
+
+/// Runs `call(take)` (a script that changes up to `take` entries and says how many it changed)
+/// on `limit` of `len` entries (all without a limit), [`BATCH`] at a time, stopping early when
+/// a call changes fewer than asked (the rest went meanwhile). Returns how many changed. Never
+/// more than `len`, what the set or list held when the command started, so entries that arrive
+/// meanwhile are left alone.
+async fn in_batches<F, Fut>(len: usize, limit: Option<usize>, mut call: F) -> Result<usize>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<usize>>,
+{
+    let mut left = limit.map_or(len, |l| l.min(len));
+    let mut done = 0;
+    while left > 0 {
+        let take = left.min(BATCH);
+        let n = call(take).await?;
+        done += n;
+        left = left.saturating_sub(take);
+        if n < take {
+            break;
+        }
+    }
+    Ok(done)
+}
+
 /// The operator's view of one broker's subscriptions.
 #[derive(Clone)]
 pub struct Operator {

@@ -4,6 +4,7 @@
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
 //! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
 
+mod print;
 #[cfg(feature = "prometheus")]
 pub mod rates;
 
@@ -11,12 +12,13 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use ruststream_redis::operate::{Inspection, Operator, Select};
+use ruststream_redis::operate::{Operator, Select};
 use ruststream_redis::{RedisBroker, RedisSource};
 
 #[cfg(not(feature = "prometheus"))]
 use std::collections::HashMap;
 
+use self::print::{Row, inspect_text, ms_text, pretty, print_out};
 use crate::{Error, Result, RustStream};
 
 /// One subscription's message rates over a short window (`inspect --metrics-url`).
@@ -409,130 +411,4 @@ fn confirm(a: &ChangeArgs, action: &str) -> Result<bool> {
 
 fn io(e: std::io::Error) -> Error {
     Error::config(format!("cannot talk to the terminal: {e}"))
-}
-
-/// Prints `value` as JSON, or the text `text` makes.
-fn print_out<T: serde::Serialize>(
-    json: bool,
-    value: &T,
-    text: impl FnOnce() -> String,
-) -> Result<()> {
-    if json {
-        let s = serde_json::to_string_pretty(value).map_err(|e| Error::Encode(e.to_string()))?;
-        println!("{s}");
-    } else {
-        print!("{}", text());
-    }
-    Ok(())
-}
-
-fn pretty<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string_pretty(value).map_or_else(|e| e.to_string(), |s| s + "\n")
-}
-
-/// `1.5s`, `-200ms`.
-fn ms_text(ms: i64) -> String {
-    if ms.abs() >= 1000 {
-        #[allow(clippy::cast_precision_loss)]
-        let s = ms as f64 / 1000.0;
-        format!("{s:.1}s")
-    } else {
-        format!("{ms}ms")
-    }
-}
-
-/// One subscription's line of `inspect`: its state, and its rates when asked for.
-#[derive(serde::Serialize)]
-struct Row<'a> {
-    #[serde(flatten)]
-    inspection: &'a Inspection,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rates: Option<Rates>,
-}
-
-fn inspect_text(rows: &[Row<'_>]) -> String {
-    let mut out = String::new();
-    for row in rows {
-        let i = row.inspection;
-        let k = &i.keys;
-        out.push_str(&format!(
-            "{}  {} {}  concurrency {}{}\n",
-            k.name,
-            k.transport,
-            k.mode,
-            k.concurrency,
-            if i.paused == Some(true) {
-                "  PAUSED"
-            } else {
-                ""
-            }
-        ));
-        let mut keys = vec![format!("queue {}", k.queue)];
-        for (label, key) in [
-            ("processing", &k.processing),
-            ("recovery", &k.recovery),
-            ("delayed", &k.delayed),
-            ("dead", &k.dead),
-        ] {
-            if let Some(key) = key {
-                keys.push(format!("{label} {key}"));
-            }
-        }
-        out.push_str(&format!("  keys: {}\n", keys.join(", ")));
-        let mut counts = counts(i);
-        if let Some(r) = row.rates {
-            counts.push(format!(
-                "{:.1} handled/s, {:.1} failed/s",
-                r.handled_per_s, r.failed_per_s
-            ));
-        }
-        out.push_str(&format!("  {}\n", counts.join(" · ")));
-        if let Some(g) = &i.group {
-            for c in &g.consumers {
-                out.push_str(&format!(
-                    "  consumer {}: pending {}, idle {}\n",
-                    c.name,
-                    c.pending,
-                    ms_text(i64::try_from(c.idle_ms).unwrap_or(i64::MAX))
-                ));
-            }
-        }
-    }
-    out
-}
-
-fn counts(i: &Inspection) -> Vec<String> {
-    let mut parts = Vec::new();
-    let n = |v: Option<u64>| v.map_or_else(|| "?".to_owned(), |v| v.to_string());
-    if i.keys.transport == "pubsub" {
-        parts.push(format!("subscribers {}", n(i.subscribers)));
-    } else {
-        parts.push(format!("ready {}", n(i.ready)));
-        if let Some(in_flight) = i.in_flight {
-            let mut flight = format!("in flight {in_flight}");
-            let ms = |v: u64| ms_text(i64::try_from(v).unwrap_or(i64::MAX));
-            match (i.oldest_claim_age_ms, i.oldest_claim_idle_ms) {
-                (Some(age), Some(idle)) => flight.push_str(&format!(
-                    " (oldest claimed {} ago; stalest renewal {} ago)",
-                    ms(age),
-                    ms(idle)
-                )),
-                (None, Some(idle)) => {
-                    flight.push_str(&format!(" (stalest renewal {} ago)", ms(idle)));
-                }
-                _ => {}
-            }
-            parts.push(flight);
-        }
-        let mut delayed = format!("delayed {}", n(i.delayed));
-        if let Some(due) = i.next_due_in_ms {
-            delayed.push_str(&format!(" (next due in {})", ms_text(due)));
-        }
-        parts.push(delayed);
-    }
-    parts.push(format!("dead {}", n(i.dead)));
-    if let Some(g) = &i.group {
-        parts.push(format!("group lag {}, pending {}", n(g.lag), g.pending));
-    }
-    parts
 }
