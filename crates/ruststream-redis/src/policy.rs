@@ -62,9 +62,9 @@ pub enum PublishPolicy {
     /// `LPUSH` onto a list, optionally re-arming its expiry.
     List(ListPublish),
     /// `XADD` onto a stream.
-    Stream,
+    Stream(StreamPublish),
     /// `PUBLISH` on a Pub/Sub channel (nothing is stored).
-    PubSub,
+    PubSub(ChannelPublish),
 }
 
 impl Default for PublishPolicy {
@@ -79,8 +79,8 @@ impl PublishPolicy {
     pub fn transport(&self) -> &'static str {
         match self {
             Self::List(_) => "list",
-            Self::Stream => "stream",
-            Self::PubSub => "pubsub",
+            Self::Stream(_) => "stream",
+            Self::PubSub(_) => "pubsub",
         }
     }
 }
@@ -92,13 +92,13 @@ impl From<ListPublish> for PublishPolicy {
 }
 
 impl From<StreamPublish> for PublishPolicy {
-    fn from(_: StreamPublish) -> Self {
-        Self::Stream
+    fn from(p: StreamPublish) -> Self {
+        Self::Stream(p)
     }
 }
 
 impl From<ChannelPublish> for PublishPolicy {
-    fn from(_: ChannelPublish) -> Self {
-        Self::PubSub
+    fn from(p: ChannelPublish) -> Self {
+        Self::PubSub(p)
     }
 }

@@ -93,7 +93,7 @@ pub(crate) async fn publish(
         let policy = policy
             .or_else(|| routes.get(&m.destination))
             .unwrap_or_default();
-        if policy == PublishPolicy::PubSub && m.due.is_some() {
+        if matches!(policy, PublishPolicy::PubSub(_)) && m.due.is_some() {
             return Err(PubSubError::CannotDelay {
                 channel: m.destination,
             }
@@ -136,10 +136,10 @@ fn add(g: &mut Group, m: OutMessage) {
         return;
     }
     match g.policy {
-        PublishPolicy::List(_) | PublishPolicy::PubSub => g
+        PublishPolicy::List(_) | PublishPolicy::PubSub(_) => g
             .now
             .push(Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload))),
-        PublishPolicy::Stream => {
+        PublishPolicy::Stream(_) => {
             g.entries
                 .push(stream::fields(&id, 1, &m.headers, m.payload));
         }
@@ -161,9 +161,9 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
     let client = pool.next();
     if !g.now.is_empty() {
         match g.policy {
-            PublishPolicy::PubSub => pubsub::publish(client, &g.key, g.now).await?,
+            PublishPolicy::PubSub(_) => pubsub::publish(client, &g.key, g.now).await?,
             PublishPolicy::List(p) => list::push(client, &g.key, p, g.now).await?,
-            PublishPolicy::Stream => {}
+            PublishPolicy::Stream(_) => {}
         }
     }
     if !g.later.is_empty() {

@@ -223,7 +223,7 @@ impl Transport for RedisChannel {
     }
 
     fn route(&self) -> Option<PublishPolicy> {
-        (!self.pattern).then_some(PublishPolicy::PubSub)
+        (!self.pattern).then_some(PublishPolicy::PubSub(crate::policy::ChannelPublish::new()))
     }
 
     fn prepare<'a>(&'a self, _: &'a Connections) -> BoxFuture<'a, Result<()>> {

@@ -206,7 +206,7 @@ impl Transport for RedisStream {
     }
 
     fn route(&self) -> Option<PublishPolicy> {
-        Some(PublishPolicy::Stream)
+        Some(PublishPolicy::Stream(crate::policy::StreamPublish::new()))
     }
 
     /// Creates the consumer group (and the stream) if missing.
