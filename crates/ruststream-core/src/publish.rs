@@ -36,6 +36,9 @@ pub struct OutMessage {
     pub id: Option<String>,
     /// Hold the message back until it is due.
     pub due: Option<Due>,
+    /// On a destination spread over partitions, the key that picks the partition: messages with
+    /// one key go to one partition, so they stay in order. `None` spreads them round robin.
+    pub partition_key: Option<String>,
 }
 
 impl OutMessage {
@@ -47,6 +50,7 @@ impl OutMessage {
             headers: Headers::new(),
             id: None,
             due: None,
+            partition_key: None,
         }
     }
 }
@@ -113,6 +117,7 @@ struct Options {
     headers: Headers,
     id: Option<String>,
     due: Option<Due>,
+    partition_key: Option<String>,
 }
 
 /// A publish being built; finish it with [`publish`](Self::publish).
@@ -153,6 +158,14 @@ impl<T: MessageType> PublishBuilder<'_, T> {
         self
     }
 
+    /// On a destination spread over partitions (`RedisList::new(k).partitions(n)`), sends every
+    /// message with this key to the same partition, so one key's messages stay in order; without
+    /// it messages are spread round robin. Ignored by a destination without partitions.
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.opts.partition_key = Some(key.into());
+        self
+    }
+
     /// Delivers the message once `delay` has passed.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.opts.due = Some(Due::In(delay));
@@ -187,6 +200,7 @@ impl<T: MessageType> PublishBuilder<'_, T> {
                     headers: self.opts.headers.clone(),
                     id: self.opts.id.clone(),
                     due: self.opts.due,
+                    partition_key: self.opts.partition_key.clone(),
                 })
             })
             .collect()

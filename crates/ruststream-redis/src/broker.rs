@@ -238,15 +238,16 @@ impl Broker for RedisBroker {
         }
         self.conns.connect().await?;
         for s in sources {
-            s.transport().prepare(&self.conns).await?;
+            crate::transport::prepare(s.transport(), &self.conns).await?;
         }
         let redis = self.conns.target();
         for s in sources {
             let t = s.transport();
-            let keys = t.source_keys(&self.conns.keys);
-            tracing::info!(subscription = t.key(), transport = keys.transport,
-                mode = %keys.mode_in_words(), keys = %keys.key_list(),
-                concurrency = keys.concurrency, %redis, "subscription ready");
+            for keys in crate::transport::queues(t, &self.conns.keys) {
+                tracing::info!(subscription = t.key(), transport = keys.transport,
+                    mode = %keys.mode_in_words(), keys = %keys.key_list(),
+                    concurrency = keys.concurrency, %redis, "subscription ready");
+            }
         }
         Ok(())
     }
@@ -256,7 +257,7 @@ impl Broker for RedisBroker {
         source: &RedisSource,
         stop: CancellationToken,
     ) -> Result<RedisReceiver> {
-        source.transport().open(&self.conns, stop).await
+        crate::transport::open(source.transport(), &self.conns, stop).await
     }
 
     fn publisher(&self) -> Publisher {

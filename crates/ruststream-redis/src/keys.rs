@@ -164,6 +164,10 @@ pub struct SourceKeys {
     pub paused: Option<String>,
     /// Most handlers running at once, per process.
     pub concurrency: usize,
+    /// On a queue spread over partitions, this is one partition (named after its key, e.g.
+    /// `{jobs:0}`), and this is the queue's name (`jobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_of: Option<String>,
 }
 
 impl SourceKeys {

@@ -60,6 +60,7 @@ pub mod memory;
 mod memory;
 pub mod operate;
 mod options;
+mod partition;
 mod pause;
 mod policy;
 mod publish;

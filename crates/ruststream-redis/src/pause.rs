@@ -68,6 +68,11 @@ impl Gate {
         Ok(Self { paused, stop })
     }
 
+    /// Whether the subscription may read now.
+    pub(crate) fn is_open(&self) -> bool {
+        !*self.paused.borrow()
+    }
+
     /// `true` at once when the subscription may read; otherwise waits until it is resumed or
     /// stopped and returns `false` (the caller returns an empty read and is asked again).
     pub(crate) async fn wait_open(&mut self) -> bool {

@@ -11,6 +11,7 @@ use std::time::Duration;
 #[must_use]
 pub struct ListPublish {
     pub(crate) ttl: Option<Duration>,
+    pub(crate) partitions: Option<u16>,
 }
 
 impl ListPublish {
@@ -24,18 +25,38 @@ impl ListPublish {
         self.ttl = Some(ttl);
         self
     }
+
+    /// The list is spread over `n` partitions `{key:0}` … `{key:n-1}` (see
+    /// [`RedisList::partitions`](crate::RedisList::partitions)): each message goes to one,
+    /// round robin or by its partition key. A subscription with partitions sets this on its
+    /// key's route itself; a producer-only process says it with
+    /// [`RedisBroker::route`](crate::RedisBroker::route).
+    pub fn partitions(mut self, n: u16) -> Self {
+        self.partitions = Some(n);
+        self
+    }
 }
 
 /// How a message is published to a stream: `XADD key * payload .. rs.id .. <headers>`. Use it
 /// with `.out_reply(..)` or [`RedisBroker::route`](crate::RedisBroker::route).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[must_use]
-pub struct StreamPublish;
+pub struct StreamPublish {
+    pub(crate) partitions: Option<u16>,
+}
 
 impl StreamPublish {
     /// `XADD`.
     pub fn new() -> Self {
-        Self
+        Self::default()
+    }
+
+    /// The stream is spread over `n` partitions `{key:0}` … `{key:n-1}` (see
+    /// [`RedisStream::partitions`](crate::RedisStream::partitions)), as
+    /// [`ListPublish::partitions`] for lists.
+    pub fn partitions(mut self, n: u16) -> Self {
+        self.partitions = Some(n);
+        self
     }
 }
 
@@ -81,6 +102,17 @@ impl PublishPolicy {
             Self::List(_) => "list",
             Self::Stream(_) => "stream",
             Self::PubSub(_) => "pubsub",
+        }
+    }
+}
+
+impl PublishPolicy {
+    /// Over how many partitions the destination is spread, when it is.
+    pub(crate) fn partitions(&self) -> Option<u16> {
+        match self {
+            Self::List(p) => p.partitions,
+            Self::Stream(p) => p.partitions,
+            Self::PubSub(_) => None,
         }
     }
 }

@@ -3,11 +3,15 @@
 //! `PUBLISH` for channels) or, for delayed messages, to the delayed set (`schedule.lua`).
 //! Groups for different keys go out concurrently on the pool, which pipelines them.
 //!
+//! A destination spread over partitions (`crate::partition`) gets each message on the partition
+//! its partition key picks, or the next one round robin.
+//!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on), what `RedisBroker::route` set, else a
 //! list.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 
 use fred::prelude::*;
@@ -20,9 +24,10 @@ use crate::frame::{encode_parts, new_id};
 use crate::policy::PublishPolicy;
 use crate::{delayed, list, pubsub, stream};
 
-/// Each destination's default policy (keys as the user names them).
+/// Each destination's default policy (keys as the user names them), and the round robin of
+/// messages without a partition key over a destination's partitions.
 #[derive(Debug, Default)]
-pub(crate) struct Routes(RwLock<HashMap<String, PublishPolicy>>);
+pub(crate) struct Routes(RwLock<HashMap<String, PublishPolicy>>, AtomicUsize);
 
 impl Routes {
     /// Sets `destination`'s policy.
@@ -46,9 +51,10 @@ impl Routes {
 
     /// A copy, for a reconfigured broker.
     pub(crate) fn copy(&self) -> Self {
-        Self(RwLock::new(
-            self.0.read().map(|r| r.clone()).unwrap_or_default(),
-        ))
+        Self(
+            RwLock::new(self.0.read().map(|r| r.clone()).unwrap_or_default()),
+            AtomicUsize::new(0),
+        )
     }
 }
 
@@ -99,7 +105,13 @@ pub(crate) async fn publish(
             }
             .into());
         }
-        let key = conns.keys.key(&m.destination);
+        let key = match policy.partitions() {
+            Some(n) => {
+                let i = crate::partition::pick(n, m.partition_key.as_deref(), &routes.1);
+                conns.keys.key(&crate::partition::key(&m.destination, i))
+            }
+            None => conns.keys.key(&m.destination),
+        };
         let i = match groups
             .iter()
             .position(|g| g.key == key && g.policy == policy)

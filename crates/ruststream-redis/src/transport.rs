@@ -56,6 +56,11 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     fn route(&self) -> Option<PublishPolicy> {
         None
     }
+    /// On a source spread over partitions (`crate::partition`), one transport per partition,
+    /// each a whole queue of its own; empty otherwise.
+    fn partitions(&self) -> Vec<Box<dyn Transport>> {
+        Vec::new()
+    }
     /// Prepares the server once the broker is connected (consumer groups, scripts).
     fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>>;
     /// Opens the receiver, on a connection of its own.
@@ -64,6 +69,47 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
         conns: &'a Connections,
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>>;
+}
+
+/// The keys of every queue `source` reads: its own, or each partition's (named after its key,
+/// with `partition_of` the source's).
+pub(crate) fn queues(source: &dyn Transport, space: &KeySpace) -> Vec<SourceKeys> {
+    let parts = source.partitions();
+    if parts.is_empty() {
+        return vec![source.source_keys(space)];
+    }
+    parts
+        .iter()
+        .map(|p| SourceKeys {
+            partition_of: Some(source.key().to_owned()),
+            ..p.source_keys(space)
+        })
+        .collect()
+}
+
+/// Opens the receiver of `source`: its own, or one reading all its partitions.
+pub(crate) async fn open(
+    source: &dyn Transport,
+    conns: &Connections,
+    stop: CancellationToken,
+) -> Result<RedisReceiver> {
+    let parts = source.partitions();
+    if parts.is_empty() {
+        return source.open(conns, stop).await;
+    }
+    crate::partition::open(parts, conns, stop).await
+}
+
+/// Prepares `source` (each of its partitions) on the connected server.
+pub(crate) async fn prepare(source: &dyn Transport, conns: &Connections) -> Result<()> {
+    let parts = source.partitions();
+    if parts.is_empty() {
+        return source.prepare(conns).await;
+    }
+    for p in parts {
+        p.prepare(conns).await?;
+    }
+    Ok(())
 }
 
 /// What every list or stream reader runs beside its reads: the queue gauges of its keys, and the
@@ -132,7 +178,7 @@ impl BrokerSource for RedisSource {
 }
 
 /// What a settle needs of one delivered entry.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Token {
     /// The list value as claimed (for `LREM`), the stream entry id, or the Pub/Sub message.
     pub(crate) raw: Bytes,
@@ -142,6 +188,8 @@ pub struct Token {
     pub(crate) member: Option<Bytes>,
     /// The claim's sequence number of its reader, when it has a recovery-set member.
     pub(crate) claim: Option<u64>,
+    /// The partition it was read from, on a source with partitions (`crate::partition`).
+    pub(crate) partition: usize,
 }
 
 impl Token {
@@ -186,6 +234,7 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
             frame,
             member: None,
             claim: None,
+            partition: 0,
         },
         unreadable: None,
     }
@@ -227,8 +276,14 @@ pub(crate) fn value_bytes(v: Value) -> Option<Bytes> {
 
 /// One transport's reading of one subscription.
 pub(crate) trait Receive: Send + 'static {
-    /// Claims up to `max` deliveries (see [`Receiver::receive`]).
-    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>>;
+    /// Claims up to `max` deliveries (see [`Receiver::receive`]). Once `hurry` is cancelled it
+    /// no longer waits for entries: a blocking read in progress is interrupted and what it got
+    /// is returned (a partitioned reader's other partitions found some).
+    fn receive<'a>(
+        &'a mut self,
+        max: usize,
+        hurry: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>>;
     /// The settler of what this receiver delivers.
     fn settler(&self) -> RedisSettler;
     /// Whether its connection is up (see [`Receiver::probe`]).
@@ -240,6 +295,10 @@ pub(crate) trait Settle: Send + Sync + 'static {
     /// Settles a batch in one round trip where the transport can.
     fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>>;
 }
+
+/// The `hurry` of a read that no one hurries.
+static NEVER: std::sync::LazyLock<CancellationToken> =
+    std::sync::LazyLock::new(CancellationToken::new);
 
 /// The receiver of one Redis subscription, whatever its transport.
 pub struct RedisReceiver {
@@ -261,6 +320,28 @@ impl RedisReceiver {
         self.gate = gate;
         self
     }
+
+    /// Whether it may read now (not paused by an operator).
+    pub(crate) fn is_open(&self) -> bool {
+        self.gate.as_ref().is_none_or(Gate::is_open)
+    }
+
+    /// Waits until it may read or it is stopped (see [`Gate::wait_open`]).
+    pub(crate) async fn wait_open(&mut self) -> bool {
+        match &mut self.gate {
+            Some(gate) => gate.wait_open().await,
+            None => true,
+        }
+    }
+
+    /// Reads as [`Receive::receive`], whether or not it is paused (the caller checked).
+    pub(crate) fn receive_now<'a>(
+        &'a mut self,
+        max: usize,
+        hurry: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
+        self.receive.receive(max, hurry)
+    }
 }
 
 impl Receiver for RedisReceiver {
@@ -268,12 +349,10 @@ impl Receiver for RedisReceiver {
     type Settler = RedisSettler;
 
     async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
-        if let Some(gate) = &mut self.gate
-            && !gate.wait_open().await
-        {
+        if !self.wait_open().await {
             return Ok(Vec::new());
         }
-        self.receive.receive(max).await
+        self.receive.receive(max, &NEVER).await
     }
 
     fn settler(&self) -> RedisSettler {

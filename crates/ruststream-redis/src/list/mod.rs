@@ -28,9 +28,10 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::push;
 use crate::conn::Connections;
-use crate::keys::{Delayed, KeySpace, SourceKeys};
+use crate::keys::{DeadLetter, Delayed, KeySpace, SourceKeys};
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
+use crate::policy::PublishPolicy;
 use crate::transport::{RedisReceiver, Transport};
 
 /// How entries leave the queue.
@@ -65,6 +66,7 @@ pub struct RedisList {
     min_idle: Option<Duration>,
     recovery_ttl: Option<Duration>,
     no_recovery: bool,
+    partitions: Option<u16>,
     options: SourceOptions,
 }
 
@@ -81,8 +83,33 @@ impl RedisList {
             min_idle: None,
             recovery_ttl: None,
             no_recovery: false,
+            partitions: None,
             options: SourceOptions::default(),
         }
+    }
+
+    /// Spreads the queue over `n` lists `{key:0}` … `{key:n-1}`, each in a hash slot of its
+    /// own, so on a cluster one queue is not bounded by one Redis core. Every partition is a
+    /// whole queue (its own processing list, recovery set, delayed set and dead-letter list);
+    /// publishers spread messages over them, round robin or by
+    /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) (one key's messages
+    /// stay in order), and every reader claims from all of them. Name the key without a hash
+    /// tag; the keys of the partitions cannot be named by hand. See the `partition` module of
+    /// this crate's docs in `docs/decisions.md`.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisList;
+    /// let jobs = RedisList::new("jobs").reliable().partitions(4);
+    /// assert_eq!(jobs.partition_keys(), ["{jobs:0}", "{jobs:1}", "{jobs:2}", "{jobs:3}"]);
+    /// ```
+    pub fn partitions(mut self, n: u16) -> Self {
+        self.partitions = Some(n);
+        self
+    }
+
+    /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
+    pub fn partition_keys(&self) -> Vec<String> {
+        crate::partition::keys(&self.key, self.partitions)
     }
 
     /// Claims entries into a processing list instead of popping them: at least once. Crash
@@ -247,6 +274,9 @@ impl Transport for RedisList {
         let mut bindings = json!({
             "mode": match self.mode { Mode::Simple => "simple", Mode::Reliable => "reliable" },
         });
+        if let Some(n) = self.partitions {
+            bindings["partitions"] = json!(n);
+        }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
         }
@@ -289,7 +319,22 @@ impl Transport for RedisList {
             delayed_payloads: Some(keys.delayed.payloads),
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
+            partition_of: None,
         }
+    }
+
+    fn partitions(&self) -> Vec<Box<dyn Transport>> {
+        crate::partition::transports(&self.key, self.partitions, |key| Self {
+            key,
+            partitions: None,
+            ..self.clone()
+        })
+    }
+
+    /// A partitioned list's publishers spread messages over its partitions.
+    fn route(&self) -> Option<PublishPolicy> {
+        let n = self.partitions?;
+        Some(PublishPolicy::List(Publish::new().partitions(n)))
     }
 
     /// A simple list popped the entry before its handler ran: a retry settles nothing.
@@ -304,6 +349,19 @@ impl Transport for RedisList {
         let key = &self.key;
         if key.is_empty() {
             return Err(Error::config("a RedisList has an empty key: name the list"));
+        }
+        if let Some(n) = self.partitions {
+            let named = [
+                ("processing", self.processing.is_some()),
+                ("recovery_zset", self.recovery_zset.is_some()),
+                (
+                    "dead_letter",
+                    matches!(self.options.dead_letter, DeadLetter::Named(_)),
+                ),
+            ];
+            let named: Vec<&str> = named.iter().filter(|n| n.1).map(|n| n.0).collect();
+            crate::partition::validate(&format!("list `{key}`"), key, n, &named)?;
+            return self.partitions().iter().try_for_each(|p| p.validate(space));
         }
         self.options.validate(&format!("list `{key}`"))?;
         if self.mode == Mode::Simple && self.processing.is_some() {

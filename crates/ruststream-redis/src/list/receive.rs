@@ -133,15 +133,22 @@ impl Reader {
         read_wait(self.mover.as_ref(), self.block.min(cap))
     }
 
-    /// Runs a blocking read, interrupted by a stop or a wake-up of the mover.
+    /// Whether a read may wait for entries: not when stopping or hurried.
+    fn may_wait(&self, hurry: &CancellationToken) -> bool {
+        !self.stop.is_cancelled() && !hurry.is_cancelled()
+    }
+
+    /// Runs a blocking read, interrupted by a stop, a hurry or a wake-up of the mover.
     async fn blocking(
         &self,
         wait: Duration,
         read: impl Future<Output = Result<Value, fred::error::Error>>,
+        hurry: &CancellationToken,
     ) -> Result<Value> {
         let interrupt = async {
             tokio::select! {
                 () = self.stop.cancelled() => {}
+                () = hurry.cancelled() => {}
                 () = woken(self.mover.as_ref()) => {}
             }
         };
@@ -164,16 +171,16 @@ struct SimpleList {
 }
 
 impl SimpleList {
-    async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+    async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
         let r = &self.reader;
         r.move_due().await;
         let client = r.conn.client();
         let popped: Value = client.rpop(&self.key, Some(max)).await.map_err(core)?;
         let mut values = bytes_array(popped);
-        if values.is_empty() && !r.stop.is_cancelled() {
+        if values.is_empty() && r.may_wait(hurry) {
             let wait = r.wait(Duration::MAX);
             let got = r
-                .blocking(wait, client.brpop(&self.key, wait.as_secs_f64()))
+                .blocking(wait, client.brpop(&self.key, wait.as_secs_f64()), hurry)
                 .await?;
             if let Value::Array(mut kv) = got
                 && kv.len() == 2
@@ -187,8 +194,12 @@ impl SimpleList {
 }
 
 impl Receive for SimpleList {
-    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
-        Box::pin(SimpleList::receive(self, max))
+    fn receive<'a>(
+        &'a mut self,
+        max: usize,
+        hurry: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
+        Box::pin(SimpleList::receive(self, max, hurry))
     }
 
     fn settler(&self) -> RedisSettler {
@@ -222,11 +233,11 @@ struct ReliableList {
 }
 
 impl ReliableList {
-    async fn receive(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+    async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
         let r = &self.reader;
         r.move_due().await;
         let claimed = self.claim(max).await?;
-        if !claimed.is_empty() || r.stop.is_cancelled() {
+        if !claimed.is_empty() || !r.may_wait(hurry) {
             return Ok(claimed);
         }
         // With recovery, wake in time to sweep claims that go stale while the queue is empty.
@@ -246,6 +257,7 @@ impl ReliableList {
                     LMoveDirection::Right,
                     wait.as_secs_f64(),
                 ),
+                hurry,
             )
             .await;
         match waited {
@@ -256,6 +268,7 @@ impl ReliableList {
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
                     () = r.stop.cancelled() => {}
+                    () = hurry.cancelled() => {}
                     () = woken(r.mover.as_ref()) => {}
                 }
             }
@@ -330,8 +343,12 @@ impl ReliableList {
 }
 
 impl Receive for ReliableList {
-    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
-        Box::pin(ReliableList::receive(self, max))
+    fn receive<'a>(
+        &'a mut self,
+        max: usize,
+        hurry: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
+        Box::pin(ReliableList::receive(self, max, hurry))
     }
 
     fn settler(&self) -> RedisSettler {

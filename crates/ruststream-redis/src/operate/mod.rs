@@ -93,9 +93,10 @@ impl Operator {
     pub(crate) fn new(conns: Arc<Connections>, sources: &[RedisSource]) -> Self {
         let mut queues: Vec<SourceKeys> = Vec::new();
         for s in sources {
-            let keys = s.transport().source_keys(&conns.keys);
-            if !queues.iter().any(|q| q.name == keys.name) {
-                queues.push(keys);
+            for keys in crate::transport::queues(s.transport(), &conns.keys) {
+                if !queues.iter().any(|q| q.name == keys.name) {
+                    queues.push(keys);
+                }
             }
         }
         Self { conns, queues }
@@ -136,15 +137,41 @@ impl Operator {
     /// [`resume`](Self::resume); handlers already running finish. `note` is kept in the pause
     /// key (who paused it and why). A Pub/Sub subscription cannot be paused: it stores nothing,
     /// so a paused subscriber would lose what is published meanwhile.
+    ///
+    /// `name` may be one partition of a queue spread over partitions (`{jobs:0}`), or the queue
+    /// (`jobs`): every partition.
     pub async fn pause(&self, name: &str, note: &str) -> Result<()> {
-        let key = self.pause_key(name)?;
-        crate::pause::pause(&self.conns.pool()?, &key, note).await
+        let pool = self.conns.pool()?;
+        for key in self.pause_keys(name)? {
+            crate::pause::pause(&pool, &key, note).await?;
+        }
+        Ok(())
     }
 
-    /// Lets the readers of the subscription `name` read again.
+    /// Lets the readers of the subscription `name` (a partition, or every partition of the
+    /// queue `name`) read again.
     pub async fn resume(&self, name: &str) -> Result<()> {
-        let key = self.pause_key(name)?;
-        crate::pause::resume(&self.conns.pool()?, &key).await
+        let pool = self.conns.pool()?;
+        for key in self.pause_keys(name)? {
+            crate::pause::resume(&pool, &key).await?;
+        }
+        Ok(())
+    }
+
+    /// The partitions of the queue `name`, when it has some.
+    pub fn partitions_of(&self, name: &str) -> Vec<&SourceKeys> {
+        self.queues
+            .iter()
+            .filter(|q| q.partition_of.as_deref() == Some(name))
+            .collect()
+    }
+
+    fn pause_keys(&self, name: &str) -> Result<Vec<String>> {
+        let parts = self.partitions_of(name);
+        if parts.is_empty() {
+            return Ok(vec![self.pause_key(name)?]);
+        }
+        Ok(parts.into_iter().filter_map(|q| q.paused.clone()).collect())
     }
 
     fn pause_key(&self, name: &str) -> Result<String> {

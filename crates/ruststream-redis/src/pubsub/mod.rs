@@ -180,6 +180,7 @@ impl Transport for RedisChannel {
             dead: space.dead(&self.name, &self.options.dead_letter),
             paused: None,
             concurrency: self.options.core.concurrency,
+            partition_of: None,
         }
     }
 

@@ -247,7 +247,12 @@ impl ChannelReceiver {
 }
 
 impl Receive for ChannelReceiver {
-    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
+    /// Pub/Sub has no partitions: nothing hurries it.
+    fn receive<'a>(
+        &'a mut self,
+        max: usize,
+        _hurry: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
         Box::pin(ChannelReceiver::receive(self, max))
     }
 

@@ -57,6 +57,7 @@ pub struct RedisStream {
     consumer: Option<String>,
     min_idle: Option<std::time::Duration>,
     no_recovery: bool,
+    partitions: Option<u16>,
     options: SourceOptions,
 }
 
@@ -71,8 +72,24 @@ impl RedisStream {
             consumer: None,
             min_idle: None,
             no_recovery: false,
+            partitions: None,
             options: SourceOptions::default(),
         }
+    }
+
+    /// Spreads the stream over `n` streams `{key:0}` … `{key:n-1}`, each in a hash slot of its
+    /// own and read by the same group, as [`RedisList::partitions`](crate::RedisList::partitions)
+    /// does for lists. Order holds within a partition: publish with a
+    /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) to keep one key's
+    /// entries in order.
+    pub fn partitions(mut self, n: u16) -> Self {
+        self.partitions = Some(n);
+        self
+    }
+
+    /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
+    pub fn partition_keys(&self) -> Vec<String> {
+        crate::partition::keys(&self.key, self.partitions)
     }
 
     /// The consumer group (created at start if missing, reading from the stream's beginning).
@@ -157,7 +174,10 @@ impl Transport for RedisStream {
         ChannelDoc {
             address: self.key.clone(),
             transport: "stream",
-            bindings: json!({ "group": self.group_name() }),
+            bindings: match self.partitions {
+                Some(n) => json!({ "group": self.group_name(), "partitions": n }),
+                None => json!({ "group": self.group_name() }),
+            },
         }
     }
 
@@ -181,6 +201,7 @@ impl Transport for RedisStream {
             delayed_payloads: Some(keys.delayed.payloads),
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
+            partition_of: None,
         }
     }
 
@@ -202,11 +223,29 @@ impl Transport for RedisStream {
                 "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
             )));
         }
+        if let Some(n) = self.partitions {
+            let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
+            let named: &[&str] = if named { &["dead_letter"] } else { &[] };
+            crate::partition::validate(&format!("stream `{key}`"), key, n, named)?;
+            return self.partitions().iter().try_for_each(|p| p.validate(space));
+        }
         space.check_same_slot(key, &self.keys(space).used_together())
     }
 
     fn route(&self) -> Option<PublishPolicy> {
-        Some(PublishPolicy::Stream(crate::policy::StreamPublish::new()))
+        let publish = crate::policy::StreamPublish::new();
+        Some(PublishPolicy::Stream(match self.partitions {
+            Some(n) => publish.partitions(n),
+            None => publish,
+        }))
+    }
+
+    fn partitions(&self) -> Vec<Box<dyn Transport>> {
+        crate::partition::transports(&self.key, self.partitions, |key| Self {
+            key,
+            partitions: None,
+            ..self.clone()
+        })
     }
 
     /// Creates the consumer group (and the stream) if missing.

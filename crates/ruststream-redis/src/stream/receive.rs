@@ -94,7 +94,11 @@ struct StreamReceiver {
 }
 
 impl StreamReceiver {
-    async fn receive(&mut self, max: usize) -> Result<Vec<Delivery<Token>>> {
+    async fn receive(
+        &mut self,
+        max: usize,
+        hurry: &CancellationToken,
+    ) -> Result<Vec<Delivery<Token>>> {
         if let Some(m) = &self.mover {
             m.move_due(self.conn.client()).await;
         }
@@ -108,25 +112,30 @@ impl StreamReceiver {
                 ));
             }
         }
-        let wait = if self.stop.is_cancelled() {
-            Duration::from_millis(1)
-        } else {
-            read_wait(self.mover.as_ref(), self.block)
-        };
-        let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
         let g = &self.group;
-        let args: Vec<Value> = vec![
+        let mut args: Vec<Value> = vec![
             "GROUP".into(),
             g.group.as_str().into(),
             g.consumer.as_str().into(),
             "COUNT".into(),
             Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
-            "BLOCK".into(),
-            Value::Integer(block_ms),
-            "STREAMS".into(),
-            g.key.as_str().into(),
-            ">".into(),
         ];
+        let tail = ["STREAMS".into(), g.key.as_str().into(), ">".into()];
+        if self.stop.is_cancelled() || hurry.is_cancelled() {
+            // Not waiting: a plain read, no BLOCK.
+            args.extend(tail);
+            let reply: Value = self
+                .conn
+                .client()
+                .custom(fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(6)), args)
+                .await
+                .map_err(crate::error::core)?;
+            return Ok(self.deliver(entries(reply)));
+        }
+        let wait = read_wait(self.mover.as_ref(), self.block);
+        let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+        args.extend(["BLOCK".into(), Value::Integer(block_ms)]);
+        args.extend(tail);
         let read = self.conn.client().custom(
             fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
             args,
@@ -134,6 +143,7 @@ impl StreamReceiver {
         let interrupt = async {
             tokio::select! {
                 () = self.stop.cancelled() => {}
+                () = hurry.cancelled() => {}
                 () = woken(self.mover.as_ref()) => {}
             }
         };
@@ -164,8 +174,12 @@ impl StreamReceiver {
 }
 
 impl Receive for StreamReceiver {
-    fn receive(&mut self, max: usize) -> BoxFuture<'_, Result<Vec<Delivery<Token>>>> {
-        Box::pin(StreamReceiver::receive(self, max))
+    fn receive<'a>(
+        &'a mut self,
+        max: usize,
+        hurry: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
+        Box::pin(StreamReceiver::receive(self, max, hurry))
     }
 
     fn settler(&self) -> RedisSettler {
