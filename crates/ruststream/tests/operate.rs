@@ -25,7 +25,8 @@ on!(
     a_pause_holds_every_reader_until_resume_and_outlives_a_restart,
     inspect_shows_sizes_keys_and_group_state,
     inspect_shows_how_old_the_oldest_claim_is,
-    the_command_words_and_their_exit_codes
+    the_command_words_and_their_exit_codes,
+    a_queue_with_partitions_is_seen_and_paused_per_partition_or_whole
 );
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -704,4 +705,51 @@ async fn inspect_shows_how_old_the_oldest_claim_is(env: &Env) {
     assert!(i.oldest_claim_idle_ms.is_some_and(|idle| idle <= bound));
     gate.add_permits(1);
     env.stop(running).await;
+}
+
+/// A queue spread over partitions: `inspect` by its name shows each partition, `dead` works on
+/// one partition by its key, `pause`/`resume` by its name act on every partition.
+async fn a_queue_with_partitions_is_seen_and_paused_per_partition_or_whole(env: &Env) {
+    let mount = |b: &mut Mount<RedisBroker>| {
+        let jobs = RedisList::new("jobs").reliable().partitions(3);
+        b.include(subscriber(jobs, Poisonable::default()).build());
+    };
+    let app = || env.app(mount);
+    let op = operator_of(&app()).await;
+    let names: Vec<&str> = op.subscriptions().iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, ["{jobs:0}", "{jobs:1}", "{jobs:2}"]);
+    env.lpush_raw("{jobs:1}", "x").await;
+    let seen = op.inspect(Some("jobs")).await.expect("inspect");
+    let ready: Vec<(String, Option<u64>)> = seen
+        .iter()
+        .map(|i| (i.keys.name.clone(), i.ready))
+        .collect();
+    assert_eq!(
+        ready,
+        [
+            ("{jobs:0}".into(), Some(0)),
+            ("{jobs:1}".into(), Some(1)),
+            ("{jobs:2}".into(), Some(0))
+        ]
+    );
+    let code = |words: &'static [&'static str]| async move { run_args(app(), words).await };
+    assert_eq!(
+        code(&["inspect", "jobs", "--json"]).await,
+        ExitCode::SUCCESS
+    );
+    assert_eq!(code(&["dead", "list", "{jobs:2}"]).await, ExitCode::SUCCESS);
+    assert_eq!(code(&["pause", "jobs"]).await, ExitCode::SUCCESS);
+    for i in 0..3 {
+        assert!(
+            env.exists(&format!("{{jobs:{i}}}.paused")).await,
+            "partition {i}"
+        );
+    }
+    assert_eq!(code(&["resume", "{jobs:1}"]).await, ExitCode::SUCCESS);
+    assert!(!env.exists("{jobs:1}.paused").await);
+    assert!(env.exists("{jobs:0}.paused").await);
+    assert_eq!(code(&["resume", "jobs"]).await, ExitCode::SUCCESS);
+    for i in 0..3 {
+        assert!(!env.exists(&format!("{{jobs:{i}}}.paused")).await, "partition {i}");
+    }
 }

@@ -79,9 +79,11 @@ pub struct Consumer {
 }
 
 impl Operator {
-    /// The state of the subscription `name`, or of every subscription when `None`.
+    /// The state of the subscription `name` (each partition of the queue `name`, when it has
+    /// partitions), or of every subscription when `None`.
     pub async fn inspect(&self, name: Option<&str>) -> Result<Vec<Inspection>> {
         let queues: Vec<&SourceKeys> = match name {
+            Some(n) if !self.partitions_of(n).is_empty() => self.partitions_of(n),
             Some(n) => vec![self.queue(n)?],
             None => self.queues.iter().collect(),
         };

@@ -211,7 +211,10 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
     };
     let targets: Vec<&Operator> = match &name {
         None => ops.iter().collect(),
-        Some(n) => match ops.iter().find(|o| o.find(n).is_some()) {
+        Some(n) => match ops
+            .iter()
+            .find(|o| o.find(n).is_some() || !o.partitions_of(n).is_empty())
+        {
             Some(o) => vec![o],
             None => {
                 let known: Vec<&str> = ops
