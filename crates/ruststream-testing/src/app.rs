@@ -447,6 +447,12 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
+    /// On a destination spread over partitions, the key that picks the partition.
+    pub fn partition_key(mut self, key: impl Into<String>) -> Self {
+        self.inner = self.inner.partition_key(key);
+        self
+    }
+
     /// Delivers the message at `when`, on the model's clock: compute it from
     /// [`TestApp::now`] (`tb.now() + d`), which follows the virtual clock.
     pub fn at(mut self, when: SystemTime) -> Self {

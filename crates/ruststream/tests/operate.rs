@@ -750,6 +750,9 @@ async fn a_queue_with_partitions_is_seen_and_paused_per_partition_or_whole(env: 
     assert!(env.exists("{jobs:0}.paused").await);
     assert_eq!(code(&["resume", "jobs"]).await, ExitCode::SUCCESS);
     for i in 0..3 {
-        assert!(!env.exists(&format!("{{jobs:{i}}}.paused")).await, "partition {i}");
+        assert!(
+            !env.exists(&format!("{{jobs:{i}}}.paused")).await,
+            "partition {i}"
+        );
     }
 }

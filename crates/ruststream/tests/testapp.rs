@@ -218,3 +218,32 @@ async fn a_cluster_app_runs_on_a_cluster_model() -> ruststream::Result<()> {
     assert!(e.details().starts_with("CROSSSLOT"), "{e:?}");
     tb.shutdown().await
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_with_partitions_spreads_over_the_cluster_models_slots() -> ruststream::Result<()> {
+    let worker = Worker::default();
+    let app = RustStream::new(AppInfo::new("testapp", "0.0.0")).with_broker(
+        RedisBroker::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]),
+        |b| {
+            let jobs = RedisList::new("jobs").reliable().partitions(4);
+            b.include(subscriber(jobs, worker.clone()).build());
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    let broker = tb.broker::<RedisBroker>();
+    for n in 0..8 {
+        broker
+            .message(&Job { n })
+            .to("jobs")
+            .partition_key(format!("k{}", n % 2))
+            .publish()
+            .await?;
+    }
+    broker.subscriber("jobs").assert_called(8);
+    let slots: std::collections::HashSet<u16> = (0..4)
+        .map(|i| fred::util::redis_keyslot(format!("{{jobs:{i}}}").as_bytes()))
+        .collect();
+    assert_eq!(slots.len(), 4, "each partition in a slot of its own");
+    assert_eq!(worker.attempts.lock().expect("lock").len(), 8);
+    tb.shutdown().await
+}
