@@ -139,7 +139,8 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
         delayed::schedule(client, &conns.keys.delayed(&g.key), g.later).await?;
     }
     if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
-        stream::add(client, &g.key, p, g.entries).await?;
+        let now_ms = conns.memory.clock_ms();
+        stream::add(client, &g.key, p, now_ms, g.entries).await?;
     }
     Ok(())
 }

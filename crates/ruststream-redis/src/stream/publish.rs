@@ -36,17 +36,17 @@ pub(crate) fn fields(id: &str, attempt: u32, headers: &Headers, payload: Bytes) 
     f
 }
 
-/// `XADD`s each entry's fields to the full key `key`, in one pipeline, trimmed as `policy` says
-/// (a `minid` age counted back from this process's clock: no script, so no server time).
+/// `XADD`s each entry's fields to the full key `key`, in one pipeline, trimmed as `policy` says;
+/// a `minid` age is counted back from `now_ms`, the publisher's clock (a plain `XADD` has no
+/// server time to read; a script per batch would put Lua on the publish path), which is the
+/// model's clock under `TestApp`.
 pub(crate) async fn add(
     client: &Client,
     key: &str,
     policy: StreamPublish,
+    now_ms: u64,
     entries: Vec<Vec<Value>>,
 ) -> Result<()> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let trim = policy.xadd_args(now_ms);
     // One pipeline rather than a future per entry: task switches were a third of the fill's
     // profile (docs/decisions.md).
