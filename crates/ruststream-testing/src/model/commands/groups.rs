@@ -350,7 +350,7 @@ pub(super) fn xinfo(st: &mut State, args: &[Bytes]) -> R<Value> {
     }
     let key = args.get(1).ok_or_else(|| wrong_args("XINFO|GROUPS"))?;
     let s = st.db.stream(key)?.ok_or_else(|| err("ERR no such key"))?;
-    let field = |name: &'static str, v: Value| [Value::from_static_str(name), v];
+    let field = |name: &'static str, v: Value| [bulk(Bytes::from_static(name.as_bytes())), v];
     Ok(Value::Array(
         s.groups
             .iter()
