@@ -17,11 +17,11 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::ClusterHash;
 use harness::{Env, on};
-use ruststream::RedisSource;
 use ruststream::prelude::*;
 use ruststream::redis::operate::Select;
 use ruststream::stream;
 use ruststream::testing::TestApp;
+use ruststream::{RedisSource, RunningApp};
 
 on!(
     [memory, standalone, cluster] multi_thread:
@@ -166,8 +166,7 @@ fn jobs(from: u32, n: u32) -> Vec<Job> {
     (from..from + n).map(|n| Job { n }).collect()
 }
 
-fn app_of(env: &Env, broker: RedisBroker, source: RedisStream, worker: Worker) -> RustStream {
-    let _ = env;
+fn app_of(broker: RedisBroker, source: RedisStream, worker: Worker) -> RustStream {
     RustStream::new(AppInfo::new("bounded", "0.0.0"))
         .shutdown_timeout(Duration::from_secs(1))
         .with_broker(broker, move |b| {
@@ -255,20 +254,9 @@ async fn readded_within_bound(env: &Env, worker: Worker, attempts: &[u32]) {
     fill(env, 300).await;
     group_create(env, "g", "$").await;
     let source = RedisStream::new(KEY).group("g");
-    let app = env.start(app_of(env, broker, source, worker.clone())).await;
+    let app = env.start(app_of(broker, source, worker.clone())).await;
     // A raw XADD: the publisher's own trim must not be what bounds the stream here.
-    let _: Value = env
-        .cmd(
-            "XADD",
-            vec![
-                env.key(KEY).into(),
-                "*".into(),
-                "payload".into(),
-                r#"{"n":1}"#.into(),
-            ],
-        )
-        .await
-        .expect("XADD");
+    fill(env, 1).await;
     env.eventually("the job's attempts", async || worker.seen() == attempts)
         .await;
     env.stop(app).await;
@@ -295,7 +283,7 @@ async fn a_requeued_dead_letter_is_added_within_the_bound(env: &Env) {
     let source = RedisStream::new(KEY).group("g");
     let worker = Worker::new(|_| Some(HandlerOutcome::drop()));
     let app = env
-        .start(app_of(env, broker.clone(), source.clone(), worker.clone()))
+        .start(app_of(broker.clone(), source.clone(), worker.clone()))
         .await;
     broker
         .publisher()
@@ -429,14 +417,21 @@ async fn check_kept(env: &Env, read: usize, published: usize) -> (u64, u64) {
     pending.iter().copied().chain([last]).min().expect("an id")
 }
 
-async fn trim_acked_never_drops_a_pending_or_unread_entry(env: &Env) {
-    group_create(env, "slow", "0").await;
+/// Creates the group `other` at `0`, then starts an app whose group `fast` acknowledges
+/// everything and trims what is acknowledged every [`PERIOD`].
+async fn start_trimming(env: &Env, other: &str) -> (RedisBroker, Worker, RunningApp) {
+    group_create(env, other, "0").await;
     let worker = Worker::acking();
     let source = RedisStream::new(KEY).group("fast").trim_acked(PERIOD);
     let broker = env.broker();
     let app = env
-        .start(app_of(env, broker.clone(), source, worker.clone()))
+        .start(app_of(broker.clone(), source, worker.clone()))
         .await;
+    (broker, worker, app)
+}
+
+async fn trim_acked_never_drops_a_pending_or_unread_entry(env: &Env) {
+    let (broker, worker, app) = start_trimming(env, "slow").await;
     let mut rng = fastrand::Rng::with_seed(14);
     let (mut published, mut read) = (0_usize, 0_usize);
     let mut trimmed_while_pending = false;
@@ -494,13 +489,7 @@ async fn trim_acked_never_drops_a_pending_or_unread_entry(env: &Env) {
 }
 
 async fn a_group_that_read_nothing_keeps_the_whole_stream(env: &Env) {
-    group_create(env, "idle", "0").await;
-    let worker = Worker::acking();
-    let source = RedisStream::new(KEY).group("fast").trim_acked(PERIOD);
-    let broker = env.broker();
-    let app = env
-        .start(app_of(env, broker.clone(), source, worker.clone()))
-        .await;
+    let (broker, worker, app) = start_trimming(env, "idle").await;
     broker
         .publisher()
         .messages(&jobs(0, 300))
@@ -554,7 +543,7 @@ async fn bad_bounds_are_refused_at_startup(env: &Env) {
             source = source.trim_acked(every);
         }
         let e = env
-            .try_start(app_of(env, broker, source, Worker::acking()))
+            .try_start(app_of(broker, source, Worker::acking()))
             .await
             .err()
             .unwrap_or_else(|| panic!("{policy:?} / {every:?} is refused"));
