@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conn::{Connections, Settings, Topology};
 use crate::policy::PublishPolicy;
-use crate::publish::{RedisPublisher, Routes};
+use crate::publish::RedisPublisher;
 use crate::transport::{RedisReceiver, RedisSource};
 use crate::{RedisChannel, RedisList, RedisStream};
 
@@ -46,7 +46,6 @@ source_of!(RedisList, RedisStream, RedisChannel);
 #[must_use]
 pub struct RedisBroker {
     conns: Arc<Connections>,
-    routes: Arc<Routes>,
 }
 
 impl fmt::Debug for RedisBroker {
@@ -63,7 +62,6 @@ impl RedisBroker {
     pub fn standalone(url: impl Into<String>) -> Self {
         Self {
             conns: Arc::new(Connections::new(Settings::standalone(url.into()))),
-            routes: Arc::default(),
         }
     }
 
@@ -79,9 +77,10 @@ impl RedisBroker {
     fn with(self, f: impl FnOnce(&mut Settings)) -> Self {
         let mut settings = self.conns.settings.clone();
         f(&mut settings);
+        let mut conns = Connections::new(settings);
+        conns.routes = Arc::new(self.conns.routes.copy());
         Self {
-            conns: Arc::new(Connections::new(settings)),
-            routes: Arc::new(self.routes.copy()),
+            conns: Arc::new(conns),
         }
     }
 
@@ -110,11 +109,15 @@ impl RedisBroker {
             .with(|s| s.topology = Topology::Sentinel { service, sentinels })
     }
 
-    /// How this broker's publisher sends to `destination` when no subscription of the app reads
-    /// it: `.route("uploads", stream::Publish::new())` makes a producer-only process `XADD` to
-    /// the `uploads` stream (the default for an unknown key is a list `LPUSH`).
+    /// How this broker's publisher sends to `destination`: `.route("uploads",
+    /// stream::Publish::new())` makes a producer-only process `XADD` to the `uploads` stream (the
+    /// default for a key no subscription of the app reads is a list `LPUSH`). A route wins over
+    /// the default of a subscription reading the key, so `.route("events",
+    /// stream::Publish::new().maxlen(10_000))` bounds the stream `events` for this app's
+    /// publishes and for its subscription's retries, due delayed entries and requeued dead
+    /// letters. A route's policy is checked at startup (`validate`).
     pub fn route(self, destination: impl Into<String>, policy: impl Into<PublishPolicy>) -> Self {
-        self.routes.set(destination.into(), policy.into());
+        self.conns.routes.set(destination.into(), policy.into());
         self
     }
 
@@ -158,7 +161,7 @@ impl RedisBroker {
     pub fn publisher(&self) -> Publisher {
         Publisher::new(Arc::new(RedisPublisher {
             conns: self.conns.clone(),
-            routes: self.routes.clone(),
+            routes: self.conns.routes.clone(),
         }))
     }
 
@@ -224,6 +227,10 @@ impl Broker for RedisBroker {
 
     fn validate(&self, sources: &[&RedisSource]) -> Result<()> {
         self.conns.settings.check_urls()?;
+        self.conns
+            .routes
+            .check()
+            .map_err(ruststream_core::Error::config)?;
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }
@@ -233,7 +240,7 @@ impl Broker for RedisBroker {
     async fn connect(&self, sources: &[&RedisSource]) -> Result<()> {
         for s in sources {
             if let Some(policy) = s.transport().route() {
-                self.routes.learn(s.key(), policy)?;
+                self.conns.routes.learn(s.key(), policy);
             }
         }
         self.conns.connect().await?;
@@ -273,14 +280,15 @@ impl Broker for RedisBroker {
         if let Some(policy) = policy {
             return Some(policy.transport());
         }
-        self.routes
+        self.conns
+            .routes
             .get(destination?)
             .as_ref()
             .map(PublishPolicy::transport)
     }
 
     async fn publish_with(&self, policy: &PublishPolicy, messages: Vec<OutMessage>) -> Result<()> {
-        crate::publish::publish(&self.conns, &self.routes, messages, Some(*policy)).await
+        crate::publish::publish(&self.conns, &self.conns.routes, messages, Some(*policy)).await
     }
 
     async fn close(&self) {

@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 use crate::error::{core, redact};
 use crate::keys::KeySpace;
 use crate::memory::{BlockingRead, MemorySlot, MemoryWait};
+use crate::policy::Routes;
 
 /// Where the servers are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +103,9 @@ pub(crate) struct Connections {
     pub(crate) pauses: crate::pause::Pauses,
     /// The in-memory server commands go to instead of Redis, in tests.
     pub(crate) memory: MemorySlot,
+    /// Each destination's publish policy: publishes, and the scripts that re-add to a stream,
+    /// follow it.
+    pub(crate) routes: Arc<Routes>,
 }
 
 impl Connections {
@@ -116,6 +120,7 @@ impl Connections {
             subscriber: tokio::sync::OnceCell::new(),
             pauses: crate::pause::Pauses::default(),
             memory: MemorySlot::default(),
+            routes: Arc::default(),
         }
     }
 

@@ -2,10 +2,12 @@
 //!
 //! - [`RedisList`]: work queues on lists, simple (popped, at most once) or reliable (claimed
 //!   into a processing list, settled with `LREM`, at least once).
-//! - [`RedisStream`]: streams read with a consumer group.
+//! - [`RedisStream`]: streams read with a consumer group, optionally trimmed to what every group
+//!   has acknowledged ([`RedisStream::trim_acked`]).
 //! - [`RedisChannel`]: Pub/Sub channels and patterns (`SUBSCRIBE`/`PSUBSCRIBE`, at most once).
 //! - [`list::Publish`]: how replies and publishes are pushed (`LPUSH`, optional expiry);
-//!   [`stream::Publish`] (`XADD`) and [`pubsub::Publish`] (`PUBLISH`) for the other transports.
+//!   [`stream::Publish`] (`XADD`, optionally bounded with `MAXLEN`/`MINID ~`) and
+//!   [`pubsub::Publish`] (`PUBLISH`) for the other transports.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
 //!
 //! Data model (key `K`): `K` the queue, `K.processing` claimed entries, `K.delayed` +
@@ -21,7 +23,8 @@
 //! (`*.lua`, read with `include_str!`): `list/`, `stream/`, `pubsub/`; `delayed/` schedules and
 //! moves delayed entries. Around them: `keys` names every key and checks the cluster's slot
 //! rule, `options` holds what every source can set, `transport` is the contract a transport
-//! fulfils, `conn` builds connections, `publish` routes outgoing messages, `frame` is the byte
+//! fulfils, `conn` builds connections, `policy` holds each destination's publish policy (its
+//! route), `publish` routes outgoing messages, `frame` is the byte
 //! layout of a list value, `broker` ties them to the core.
 //!
 //! # One message, from `LPUSH` to `LREM`

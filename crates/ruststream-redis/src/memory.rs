@@ -70,6 +70,13 @@ pub trait MemoryServer: fred::mocks::Mocks {
         let _ = pattern;
         tokio::sync::broadcast::channel(1).1
     }
+
+    /// The server's clock, ms since the epoch, when it is not the wall clock (a model on a
+    /// paused clock): the publisher counts a stream's `minid` age back from it. `None`: the
+    /// wall clock.
+    fn clock_ms(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Where a broker keeps its in-memory server, once one is attached. Shared by the broker's clones.
@@ -117,6 +124,18 @@ impl MemorySlot {
         self.server.set(server).map_err(|_| {
             ruststream_core::Error::config("attach_memory: a server is attached already")
         })
+    }
+
+    /// Milliseconds since the epoch on the attached server's clock, else on the wall clock.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn clock_ms(&self) -> u64 {
+        #[cfg(feature = "testing")]
+        if let Some(ms) = self.server.get().and_then(|s| s.clock_ms()) {
+            return ms;
+        }
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// Whether an in-memory server is attached.

@@ -1,8 +1,12 @@
 //! How a message is published to a destination: [`PublishPolicy`], and the builder of each
 //! transport's policy, which users reach as [`list::Publish`](crate::list::Publish),
 //! [`stream::Publish`](crate::stream::Publish) and [`pubsub::Publish`](crate::pubsub::Publish).
-//! Sends no command (`publish` carries the policies out).
+//! [`Routes`] holds each destination's policy. Sends no command (`publish` carries the policies
+//! out).
 
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 /// How a message is pushed onto a list: `LPUSH`, and with [`ttl`](Self::ttl) the key's expiry
@@ -37,16 +41,35 @@ impl ListPublish {
     }
 }
 
-/// How a message is published to a stream: `XADD key * payload .. rs.id .. <headers>`. Use it
-/// with `.out_reply(..)` or [`RedisBroker::route`](crate::RedisBroker::route).
+/// How a message is published to a stream: `XADD key [MAXLEN|MINID ~ ..] * payload .. rs.id ..
+/// <headers>`. Use it with `.out_reply(..)` or [`RedisBroker::route`](crate::RedisBroker::route);
+/// a route of the key a stream subscription reads also bounds that subscription's retries, due
+/// delayed entries and requeued dead letters (they `XTRIM` the same way in their scripts).
+///
+/// Trimming is approximate (`~`): Redis drops whole macro nodes only (100 entries or 4 KB by
+/// default), so the stream keeps at least the bound and at most about a node more, at a fraction
+/// of the cost of exact trimming. It drops entries whatever the consumer groups have read: to
+/// trim only what every group has acknowledged, use
+/// [`RedisStream::trim_acked`](crate::RedisStream::trim_acked) instead.
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream_redis::stream;
+/// let last_hour = stream::Publish::new().minid(Duration::from_secs(3600));
+/// assert!(last_hour.check("events").is_ok());
+/// let both = stream::Publish::new().maxlen(1000).minid(Duration::from_secs(3600));
+/// assert!(both.check("events").is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[must_use]
 pub struct StreamPublish {
     pub(crate) partitions: Option<u16>,
+    pub(crate) maxlen: Option<u64>,
+    pub(crate) min_age: Option<Duration>,
 }
 
 impl StreamPublish {
-    /// `XADD`.
+    /// `XADD` without trimming.
     pub fn new() -> Self {
         Self::default()
     }
@@ -57,6 +80,61 @@ impl StreamPublish {
     pub fn partitions(mut self, n: u16) -> Self {
         self.partitions = Some(n);
         self
+    }
+
+    /// Keeps about the newest `n` entries: `XADD key MAXLEN ~ n * ..`. On a stream spread over
+    /// partitions, each partition keeps about `n`.
+    pub fn maxlen(mut self, n: u64) -> Self {
+        self.maxlen = Some(n);
+        self
+    }
+
+    /// Drops entries older than `age`: `XADD key MINID ~ <now - age> * ..`, where now is the
+    /// publisher's clock for a publish and the server's (`TIME`) in the scripts that re-add
+    /// entries. Entry ids are the server's milliseconds, so a publisher whose clock runs ahead
+    /// of the server's trims that much younger; keep `age` well above the clocks' skew.
+    pub fn minid(mut self, age: Duration) -> Self {
+        self.min_age = Some(age);
+        self
+    }
+
+    /// Whether the policy can be sent, for the destination `key`; the error says what to fix.
+    ///
+    /// # Errors
+    /// Both a `maxlen` and a `minid`, a `maxlen` of 0 or a `minid` age under a millisecond.
+    pub fn check(&self, key: &str) -> Result<(), String> {
+        match (self.maxlen, self.min_age) {
+            (Some(_), Some(_)) => Err(format!(
+                "stream `{key}`: maxlen and minid both bound the stream; choose one"
+            )),
+            (Some(0), None) => Err(format!(
+                "stream `{key}`: maxlen(0) would empty the stream on every publish; give the number of entries to keep"
+            )),
+            (None, Some(age)) if age.as_millis() == 0 => Err(format!(
+                "stream `{key}`: minid needs an age of at least a millisecond, or every publish drops everything older than itself"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The trimming arguments of a plain `XADD` published at `now_ms` (the publisher's clock):
+    /// `MAXLEN ~ n`, `MINID ~ <now - age>-0`, or none.
+    pub(crate) fn xadd_args(&self, now_ms: u64) -> Option<[String; 3]> {
+        if let Some(n) = self.maxlen {
+            return Some(["MAXLEN".into(), "~".into(), n.to_string()]);
+        }
+        let age = u64::try_from(self.min_age?.as_millis()).unwrap_or(u64::MAX);
+        let min = now_ms.saturating_sub(age);
+        Some(["MINID".into(), "~".into(), format!("{min}-0")])
+    }
+
+    /// The bound as the scripts take it (`bound.lua`): `maxlen:<n>`, `minage:<ms>` or `""`.
+    pub(crate) fn script_arg(&self) -> String {
+        match (self.maxlen, self.min_age) {
+            (Some(n), _) => format!("maxlen:{n}"),
+            (None, Some(age)) => format!("minage:{}", age.as_millis()),
+            (None, None) => String::new(),
+        }
     }
 }
 
@@ -114,6 +192,70 @@ impl PublishPolicy {
             Self::Stream(p) => p.partitions,
             Self::PubSub(_) => None,
         }
+    }
+
+    /// Whether the policy can be sent to `key`; the error says what to fix.
+    pub(crate) fn check(&self, key: &str) -> Result<(), String> {
+        match self {
+            Self::Stream(p) => p.check(key),
+            Self::List(_) | Self::PubSub(_) => Ok(()),
+        }
+    }
+
+    /// The stream policy, when this is one.
+    pub(crate) fn stream(&self) -> Option<StreamPublish> {
+        match self {
+            Self::Stream(p) => Some(*p),
+            Self::List(_) | Self::PubSub(_) => None,
+        }
+    }
+}
+
+/// Each destination's default policy (keys as the user names them), and the round robin of
+/// messages without a partition key over a destination's partitions.
+#[derive(Debug, Default)]
+pub(crate) struct Routes(RwLock<HashMap<String, PublishPolicy>>, AtomicUsize);
+
+impl Routes {
+    /// Sets `destination`'s policy.
+    pub(crate) fn set(&self, destination: String, policy: PublishPolicy) {
+        if let Ok(mut routes) = self.0.write() {
+            routes.insert(destination, policy);
+        }
+    }
+
+    /// Sets `destination`'s policy unless one is set.
+    pub(crate) fn learn(&self, destination: &str, policy: PublishPolicy) {
+        if let Ok(mut routes) = self.0.write() {
+            routes.entry(destination.to_owned()).or_insert(policy);
+        }
+    }
+
+    /// `destination`'s policy, if one is set.
+    pub(crate) fn get(&self, destination: &str) -> Option<PublishPolicy> {
+        self.0.read().ok()?.get(destination).copied()
+    }
+
+    /// The partition of `n` the next message without a partition key goes to.
+    pub(crate) fn round_robin(&self) -> &AtomicUsize {
+        &self.1
+    }
+
+    /// Checks every route's policy; the error names the destination and what to fix.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let routes = self
+            .0
+            .read()
+            .map_err(|_| "routes lock poisoned".to_owned())?;
+        routes.iter().try_for_each(|(k, p)| p.check(k))
+    }
+
+    /// A copy, for a reconfigured broker.
+    pub(crate) fn copy(&self) -> Self {
+        Self(
+            RwLock::new(self.0.read().map(|r| r.clone()).unwrap_or_default()),
+            AtomicUsize::new(0),
+        )
     }
 }
 

@@ -1,5 +1,6 @@
 //! Publishing: groups a batch of messages by destination and policy, and hands each group to its
-//! transport (`LPUSH` or `push_ttl.lua` for lists, pipelined `XADD` for streams, pipelined
+//! transport (`LPUSH` or `push_ttl.lua` for lists, pipelined `XADD` (with `MAXLEN`/`MINID ~`
+//! when the policy bounds the stream) for streams, pipelined
 //! `PUBLISH` for channels) or, for delayed messages, to the delayed set (`schedule.lua`).
 //! Groups for different keys go out concurrently on the pool, which pipelines them.
 //!
@@ -10,53 +11,17 @@
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on), what `RedisBroker::route` set, else a
 //! list.
 
-use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use fred::prelude::*;
 use futures::future::{BoxFuture, try_join_all};
-use ruststream_core::{Due, OutMessage, PublishBackend, Result};
+use ruststream_core::{Due, Error, OutMessage, PublishBackend, Result};
 
-use crate::conn::{Connections, poisoned};
+use crate::conn::Connections;
 use crate::error::PubSubError;
 use crate::frame::{encode_parts, new_id};
-use crate::policy::PublishPolicy;
+use crate::policy::{PublishPolicy, Routes};
 use crate::{delayed, list, pubsub, stream};
-
-/// Each destination's default policy (keys as the user names them), and the round robin of
-/// messages without a partition key over a destination's partitions.
-#[derive(Debug, Default)]
-pub(crate) struct Routes(RwLock<HashMap<String, PublishPolicy>>, AtomicUsize);
-
-impl Routes {
-    /// Sets `destination`'s policy.
-    pub(crate) fn set(&self, destination: String, policy: PublishPolicy) {
-        if let Ok(mut routes) = self.0.write() {
-            routes.insert(destination, policy);
-        }
-    }
-
-    /// Sets `destination`'s policy unless one is set.
-    pub(crate) fn learn(&self, destination: &str, policy: PublishPolicy) -> Result<()> {
-        let mut routes = self.0.write().map_err(poisoned)?;
-        routes.entry(destination.to_owned()).or_insert(policy);
-        Ok(())
-    }
-
-    /// `destination`'s policy, if one is set.
-    pub(crate) fn get(&self, destination: &str) -> Option<PublishPolicy> {
-        self.0.read().ok()?.get(destination).copied()
-    }
-
-    /// A copy, for a reconfigured broker.
-    pub(crate) fn copy(&self) -> Self {
-        Self(
-            RwLock::new(self.0.read().map(|r| r.clone()).unwrap_or_default()),
-            AtomicUsize::new(0),
-        )
-    }
-}
 
 /// The publish backend of a [`RedisBroker`](crate::RedisBroker).
 pub(crate) struct RedisPublisher {
@@ -99,6 +64,7 @@ pub(crate) async fn publish(
         let policy = policy
             .or_else(|| routes.get(&m.destination))
             .unwrap_or_default();
+        policy.check(&m.destination).map_err(Error::config)?;
         if matches!(policy, PublishPolicy::PubSub(_)) && m.due.is_some() {
             return Err(PubSubError::CannotDelay {
                 channel: m.destination,
@@ -107,7 +73,7 @@ pub(crate) async fn publish(
         }
         let key = match policy.partitions() {
             Some(n) => {
-                let i = crate::partition::pick(n, m.partition_key.as_deref(), &routes.1);
+                let i = crate::partition::pick(n, m.partition_key.as_deref(), routes.round_robin());
                 conns.keys.key(&crate::partition::key(&m.destination, i))
             }
             None => conns.keys.key(&m.destination),
@@ -181,8 +147,9 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
     if !g.later.is_empty() {
         delayed::schedule(client, &conns.keys.delayed(&g.key), g.later).await?;
     }
-    if !g.entries.is_empty() {
-        stream::add(client, &g.key, g.entries).await?;
+    if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
+        let now_ms = conns.memory.clock_ms();
+        stream::add(client, &g.key, p, now_ms, g.entries).await?;
     }
     Ok(())
 }

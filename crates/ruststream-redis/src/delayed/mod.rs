@@ -7,7 +7,8 @@
 //!   waiting keeps its first schedule; a new earliest entry `PUBLISH`es on the delayed set's name
 //!   to wake the readers of the destination.
 //! - `move_due.lua` (before each read, unless scheduling is off): `ZRANGEBYSCORE`, `HMGET`,
-//!   `RPUSH` (list) or `XADD` (stream), `HDEL`, `ZREM`, at most [`MOVE_BATCH`] a call. Any number
+//!   `RPUSH` (list) or `XADD` (stream, then `XTRIM` when its route bounds it), `HDEL`, `ZREM`,
+//!   at most [`MOVE_BATCH`] a call. Any number
 //!   of readers may move at once: the script is atomic, so nothing is delivered twice and no lock
 //!   is taken.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
@@ -29,6 +30,7 @@ use crate::conn::Connections;
 use crate::error::core;
 use crate::keys::Delayed;
 use crate::lua;
+use crate::policy::StreamPublish;
 
 /// Most due entries moved per read.
 const MOVE_BATCH: u32 = 128;
@@ -51,7 +53,7 @@ pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
 static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("move_due.lua"),
-        &[lua::GUARD, crate::frame::LUA],
+        &[lua::GUARD, crate::frame::LUA, crate::stream::BOUND],
     )
 });
 
@@ -87,7 +89,8 @@ impl DueClock {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Destination {
     List,
-    Stream,
+    /// A stream, trimmed after the move as its publish policy says.
+    Stream(StreamPublish),
 }
 
 /// Moves one subscription's due entries from its delayed set into its queue.
@@ -179,15 +182,19 @@ impl Mover {
 
     /// One `move_due.lua` call; returns when the next entry may be due.
     async fn move_batch(&self, client: &Client) -> Result<Instant> {
-        let dest = match self.dest {
-            Destination::List => "list",
-            Destination::Stream => "stream",
+        let (dest, bound) = match self.dest {
+            Destination::List => ("list", String::new()),
+            Destination::Stream(p) => ("stream", p.script_arg()),
         };
         let r: Vec<i64> = MOVE_DUE
             .evalsha_with_reload(
                 client,
                 self.keys.clone(),
-                vec![Value::from(MOVE_BATCH), Value::from_static_str(dest)],
+                vec![
+                    Value::from(MOVE_BATCH),
+                    Value::from_static_str(dest),
+                    Value::from(bound),
+                ],
             )
             .await
             .map_err(core)?;

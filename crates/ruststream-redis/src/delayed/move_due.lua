@@ -1,11 +1,12 @@
 #!lua flags=allow-oom
 -- MOVE_DUE: moves due entries of a delayed set to their destination, earliest due first in line.
 -- Runs under maxmemory (allow-oom): it moves entries, freeing as much as it adds. Prepended with
--- guard.lua and frame.lua.
+-- guard.lua, frame.lua and stream/bound.lua.
 --
 -- KEYS: delayed set, delayed payload hash, destination (list or stream), dead-letter list (the
 --       destination stands in when there is none).
--- ARGV: most entries to move, `list` or `stream`.
+-- ARGV: most entries to move, `list` or `stream`, and for a stream its bound (see bound.lua):
+--       after the XADDs the stream is trimmed to it.
 -- A list gets the frames with RPUSH (the consuming end, since they are due), latest first so the
 -- earliest is taken first; a stream gets an XADD of each frame's fields, earliest first. One
 -- HMGET, one variadic RPUSH, HDEL and ZREM per call.
@@ -13,6 +14,9 @@
 -- dead-letter list with a `reason` header (or is dropped without one) and never blocks the rest.
 -- Returns {moved, now_ms, next_due_ms or -1, dead, lateness_ms...} on the server's clock.
 local stream = ARGV[2] == 'stream'
+local spec = stream and ARGV[3] or ''
+local bound_bad = bound_error(spec)
+if bound_bad then return redis.error_reply(bound_bad) end
 local checks = {{KEYS[1], 'zset'}, {KEYS[2], 'hash'}, {KEYS[3], stream and 'stream' or 'list'}}
 if KEYS[4] ~= KEYS[3] then checks[#checks + 1] = {KEYS[4], 'list'} end
 local bad = wrong_types(checks)
@@ -51,6 +55,7 @@ if #due > 0 then
   end
   out[1] = #out - 4
   if #push > 0 then redis.call('RPUSH', KEYS[3], unpack(push)) end
+  if stream and out[1] > 0 then bound(KEYS[3], spec) end
   redis.call('HDEL', KEYS[2], unpack(ids))
   redis.call('ZREM', KEYS[1], unpack(ids))
 end

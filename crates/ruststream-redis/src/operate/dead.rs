@@ -21,7 +21,7 @@ use crate::lua;
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("requeue.lua"),
-        &[lua::GUARD, crate::frame::LUA],
+        &[lua::GUARD, crate::frame::LUA, crate::stream::BOUND],
     )
 });
 
@@ -107,11 +107,19 @@ impl Operator {
     }
 
     /// Moves dead letters of the subscription `name` back to its queue, atomically, each with
-    /// its attempt count reset to 1 and its reason appended to a `dead-history` header. Returns
-    /// how many moved (0 when `Select::Id` names none).
+    /// its attempt count reset to 1 and its reason appended to a `dead-history` header; a
+    /// stream is then trimmed as its route says (`RedisBroker::route`). Returns how many moved
+    /// (0 when `Select::Id` names none).
     pub async fn requeue(&self, name: &str, select: &Select) -> Result<usize> {
         let q = self.queue(name)?;
         let dead = dead_key(q)?;
+        let bound = self
+            .conns
+            .routes
+            .get(q.partition_of.as_deref().unwrap_or(&q.name))
+            .and_then(|p| p.stream())
+            .unwrap_or_default()
+            .script_arg();
         let (kind, dest, channel) = match q.transport {
             "list" => ("list", q.queue.clone(), String::new()),
             "stream" => ("stream", q.queue.clone(), String::new()),
@@ -123,7 +131,7 @@ impl Operator {
             _ => ("pubsub", dead.clone(), q.queue.clone()),
         };
         let keys = vec![dead.clone(), dest];
-        let head = vec![Value::from(kind), Value::from(channel)];
+        let head = vec![Value::from(kind), Value::from(channel), Value::from(bound)];
         self.apply(&REQUEUE, &dead, keys, head, select).await
     }
 

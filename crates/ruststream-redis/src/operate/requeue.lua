@@ -1,24 +1,28 @@
 #!lua
 -- REQUEUE: moves dead letters back to their queue, each with its attempt count reset to 1 and its
--- `reason` header appended to a `dead-history` header. Prepended with guard.lua and frame.lua.
+-- `reason` header appended to a `dead-history` header. Prepended with guard.lua, frame.lua and
+-- stream/bound.lua.
 --
 -- KEYS: dead-letter list, destination (a list or a stream; for Pub/Sub the dead-letter list
 --       stands in, and the channel is ARGV[2]).
--- ARGV: `list`, `stream` or `pubsub`; the channel (Pub/Sub) or ''; then either `oldest` and a
+-- ARGV: `list`, `stream` or `pubsub`; the channel (Pub/Sub) or ''; the stream's bound (see
+--       bound.lua; '' for the others, after its XADDs a stream is trimmed to it); then either `oldest` and a
 --       count (the oldest dead letters, at most 1,000 a call) or `values` and the exact values
 --       to move (each removed with LREM; one no longer there is skipped).
 -- A list gets the values with RPUSH (the consuming end: they are handled next, oldest first), a
 -- stream an XADD of each one's fields, a channel a PUBLISH. Refused under maxmemory.
 -- Returns how many were moved.
-local kind, channel, how = ARGV[1], ARGV[2], ARGV[3]
+local kind, channel, spec, how = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local checks = {{KEYS[1], 'list'}}
 if kind == 'list' then checks[2] = {KEYS[2], 'list'} end
 if kind == 'stream' then checks[2] = {KEYS[2], 'stream'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
 if how ~= 'oldest' and how ~= 'values' then
-  return redis.error_reply('ERR requeue.lua: ARGV[3] must be oldest or values, got ' .. tostring(how))
+  return redis.error_reply('ERR requeue.lua: ARGV[4] must be oldest or values, got ' .. tostring(how))
 end
+local bound_bad = bound_error(spec or '')
+if bound_bad then return redis.error_reply(bound_bad) end
 
 -- `v` requeued: attempt 1, `reason` moved to the end of `dead-history`.
 local function requeued(v)
@@ -46,14 +50,14 @@ end
 
 local taken = {}
 if how == 'oldest' then
-  local n = math.min(tonumber(ARGV[4]) or 0, 1000)
+  local n = math.min(tonumber(ARGV[5]) or 0, 1000)
   if n > 0 then
     -- Fields that fit one XADD are checked before anything is taken.
     local oldest = redis.call('LRANGE', KEYS[1], -n, -1)
     for i = #oldest, 1, -1 do taken[#taken + 1] = oldest[i] end
   end
 else
-  for i = 4, #ARGV do taken[#taken + 1] = ARGV[i] end
+  for i = 5, #ARGV do taken[#taken + 1] = ARGV[i] end
 end
 if kind == 'stream' then
   for _, v in ipairs(taken) do
@@ -82,4 +86,5 @@ for _, v in ipairs(taken) do
   end
 end
 if how == 'oldest' and moved > 0 then redis.call('LTRIM', KEYS[1], 0, -moved - 1) end
+if kind == 'stream' and moved > 0 then bound(KEYS[2], spec) end
 return moved

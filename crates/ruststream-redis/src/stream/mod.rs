@@ -8,12 +8,15 @@
 //! | `mod.rs` | the source's options, checks, keys; creating the group | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept) |
 //! | `receive.rs` | reading | `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >` |
 //! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |
-//! | `publish.rs` | publishing | `XADD key * ..`, pipelined |
+//! | `publish.rs` | publishing | `XADD key [MAXLEN ~ n \| MINID ~ id] * ..`, pipelined |
+//! | `bound.lua` | a route's bound, for the scripts that re-add entries | `XTRIM key MAXLEN ~ n` or `MINID ~ <TIME - age>` |
+//! | `trim.rs` | [`trim_acked`](RedisStream::trim_acked) | `trim.lua`: `XINFO GROUPS`, `XPENDING key group`, `XTRIM key MINID ~ id` |
 
 mod publish;
 mod receive;
 mod recover;
 mod settle;
+mod trim;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
@@ -23,6 +26,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::{add, fields};
+
+/// The Lua that trims a stream to its publish policy's bound after a script re-adds to it
+/// (`bound_error(spec)`, `bound(key, spec)`).
+pub(crate) const BOUND: &str = include_str!("bound.lua");
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};
@@ -58,6 +65,9 @@ pub struct RedisStream {
     min_idle: Option<std::time::Duration>,
     no_recovery: bool,
     partitions: Option<u16>,
+    /// A partition's stream: the key of the stream it is a partition of.
+    partition_of: Option<String>,
+    trim_acked: Option<std::time::Duration>,
     options: SourceOptions,
 }
 
@@ -73,6 +83,8 @@ impl RedisStream {
             min_idle: None,
             no_recovery: false,
             partitions: None,
+            partition_of: None,
+            trim_acked: None,
             options: SourceOptions::default(),
         }
     }
@@ -116,6 +128,23 @@ impl RedisStream {
     /// consumer of the same name starts again (or someone claims them by hand).
     pub fn no_recovery(mut self) -> Self {
         self.no_recovery = true;
+        self
+    }
+
+    /// Every `every`, drops the entries that every consumer group of the stream has
+    /// acknowledged, so a stream read by groups stays bounded without losing work: never an
+    /// entry pending in a group (delivered, not yet acknowledged) or not yet read by one.
+    ///
+    /// One script (`XINFO GROUPS`, `XPENDING` summaries, `XTRIM key MINID ~ <lowest id a group
+    /// needs>`) run by every instance of the subscription; what it drops is counted in
+    /// `ruststream_trimmed_total{queue}`. Trimming is approximate: whole macro nodes (100
+    /// entries or 4 KB by default) go once all their entries are acknowledged.
+    ///
+    /// It protects the groups that exist when it runs: a group created later from `0` finds
+    /// what was trimmed gone (create it with `$`, or before the first trim). A group that has
+    /// read nothing keeps the whole stream.
+    pub fn trim_acked(mut self, every: std::time::Duration) -> Self {
+        self.trim_acked = Some(every);
         self
     }
 
@@ -218,6 +247,11 @@ impl Transport for RedisStream {
                 "stream `{key}`: no_recovery turns crash recovery off, so min_idle does not apply: remove one or the other"
             )));
         }
+        if self.trim_acked.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config(format!(
+                "stream `{key}`: trim_acked needs a period longer than zero (e.g. 10 s): it runs a script each period"
+            )));
+        }
         if self.min_idle.is_some_and(|d| d.is_zero()) {
             return Err(Error::config(format!(
                 "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
@@ -244,6 +278,7 @@ impl Transport for RedisStream {
         crate::partition::transports(&self.key, self.partitions, |key| Self {
             key,
             partitions: None,
+            partition_of: Some(self.key.clone()),
             ..self.clone()
         })
     }

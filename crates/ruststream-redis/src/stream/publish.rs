@@ -1,5 +1,5 @@
-//! Publishing to a stream: `XADD key * payload .. rs.id .. [rs.attempt ..] <headers>`, a batch as
-//! one fred pipeline. [`fields`] is the one place an entry's fields are built, for publishes and
+//! Publishing to a stream: `XADD key [MAXLEN ~ n | MINID ~ id] * payload .. rs.id ..
+//! [rs.attempt ..] <headers>`, a batch as one fred pipeline. [`fields`] is the one place an entry's fields are built, for publishes and
 //! for retries alike.
 
 use bytes::Bytes;
@@ -8,6 +8,7 @@ use ruststream_core::{Headers, Result};
 
 use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
 use crate::error::core;
+use crate::policy::StreamPublish;
 
 /// The fields of an entry: `payload`, `rs.id`, `rs.attempt` when past the first delivery, then
 /// the headers, except those named like a reserved field.
@@ -35,14 +36,27 @@ pub(crate) fn fields(id: &str, attempt: u32, headers: &Headers, payload: Bytes) 
     f
 }
 
-/// `XADD`s each entry's fields to the full key `key`, in one pipeline.
-pub(crate) async fn add(client: &Client, key: &str, entries: Vec<Vec<Value>>) -> Result<()> {
+/// `XADD`s each entry's fields to the full key `key`, in one pipeline, trimmed as `policy` says;
+/// a `minid` age is counted back from `now_ms`, the publisher's clock (a plain `XADD` has no
+/// server time to read; a script per batch would put Lua on the publish path), which is the
+/// model's clock under `TestApp`.
+pub(crate) async fn add(
+    client: &Client,
+    key: &str,
+    policy: StreamPublish,
+    now_ms: u64,
+    entries: Vec<Vec<Value>>,
+) -> Result<()> {
+    let trim = policy.xadd_args(now_ms);
     // One pipeline rather than a future per entry: task switches were a third of the fill's
     // profile (docs/decisions.md).
     let pipeline = client.pipeline();
     for fields in entries {
-        let mut args = Vec::with_capacity(fields.len() + 2);
+        let mut args = Vec::with_capacity(fields.len() + 5);
         args.push(Value::from(key));
+        if let Some(trim) = &trim {
+            args.extend(trim.iter().map(|a| Value::from(a.as_str())));
+        }
         args.push(Value::from_static_str("*"));
         args.extend(fields);
         let () = pipeline

@@ -38,13 +38,20 @@ pub(super) async fn open(
             group: group.clone(),
         })
         .await?;
+    // The stream's route (`RedisBroker::route`, else the subscription's plain XADD) bounds what
+    // this subscription re-adds to it; a partition follows its stream's route.
+    let bound = conns
+        .routes
+        .get(stream.partition_of.as_deref().unwrap_or(&stream.key))
+        .and_then(|p| p.stream())
+        .unwrap_or_default();
     let mover = Mover::open_if(
         conns,
         stream.options.scheduling,
         &keys.stream,
         &keys.delayed,
         keys.dead.as_deref(),
-        Destination::Stream,
+        Destination::Stream(bound),
     )
     .await?;
     let gate = watch_source(conns, stream, &pool, &stop).await?;
@@ -61,9 +68,19 @@ pub(super) async fn open(
         );
         r
     });
+    if let Some(every) = stream.trim_acked {
+        super::trim::spawn(pool.clone(), keys.stream.clone(), every, stop.clone());
+    }
     let held = recovery.as_ref().map(|r| r.held.clone());
     let clock = mover.as_ref().map(Mover::clock);
-    let settler = StreamSettle::new(pool, &keys, group.clone(), clock, held);
+    let settler = StreamSettle::new(
+        pool.clone(),
+        &keys,
+        group.clone(),
+        bound.script_arg(),
+        clock,
+        held,
+    );
     let receiver = RedisReceiver::new(StreamReceiver {
         conn,
         stop,

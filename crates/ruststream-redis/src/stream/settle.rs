@@ -1,7 +1,7 @@
 //! Settling a stream subscription, one round trip per batch: plain acks are one
 //! `XACK key group id..` (cheaper than the script on both sides); retries and dead letters go
-//! through `settle.lua` (`XACK`, then `XADD`, the delayed set, or `LPUSH` to the dead letters),
-//! sent at the same time.
+//! through `settle.lua` (`XACK`, then `XADD` and an `XTRIM` when the stream's route bounds it,
+//! the delayed set, or `LPUSH` to the dead letters), sent at the same time.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -23,8 +23,12 @@ use crate::transport::{Settle, Token};
 /// `unpack`, which Lua bounds (see `guard.lua`'s `MAX_UNPACK`).
 const MAX_XADD_FIELDS: usize = 7800;
 
-static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("settle.lua"), &[lua::GUARD, SCHEDULE_RETRY]));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("settle.lua"),
+        &[lua::GUARD, SCHEDULE_RETRY, super::BOUND],
+    )
+});
 
 /// Settles the entries of one stream subscription.
 pub(super) struct StreamSettle {
@@ -32,6 +36,8 @@ pub(super) struct StreamSettle {
     /// `settle.lua`'s KEYS.
     keys: Vec<String>,
     group: String,
+    /// The stream's bound (`bound.lua`), applied after retries are re-added.
+    bound: String,
     has_dead: bool,
     /// The reader's due clock, so a delayed retry is not slept through.
     clock: Option<Arc<DueClock>>,
@@ -44,6 +50,7 @@ impl StreamSettle {
         pool: Pool,
         keys: &StreamKeys,
         group: String,
+        bound: String,
         clock: Option<Arc<DueClock>>,
         held: Option<Arc<Held>>,
     ) -> Self {
@@ -58,6 +65,7 @@ impl StreamSettle {
                 keys.delayed.payloads.clone(),
             ],
             group,
+            bound,
             has_dead: keys.dead.is_some(),
             clock,
             held,
@@ -66,7 +74,7 @@ impl StreamSettle {
 
     async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
         let client = self.pool.next();
-        let mut args: Vec<Value> = vec![self.group.as_str().into()];
+        let mut args: Vec<Value> = vec![self.group.as_str().into(), self.bound.as_str().into()];
         let mut acks: Vec<Value> = vec![self.keys[0].as_str().into(), self.group.as_str().into()];
         let mut earliest: Option<Duration> = None;
         for (t, s) in batch {
@@ -110,7 +118,7 @@ impl StreamSettle {
             }
         }
         let script = async {
-            if args.len() == 1 {
+            if args.len() == 2 {
                 return Ok(());
             }
             let _: i64 = SETTLE

@@ -341,6 +341,10 @@ impl MemoryServer for MemoryRedis {
         })
     }
 
+    fn clock_ms(&self) -> Option<u64> {
+        Some(MemoryRedis::now_ms(self))
+    }
+
     fn subscribe(&self, channel: &str) -> broadcast::Receiver<Bytes> {
         self.state()
             .channels

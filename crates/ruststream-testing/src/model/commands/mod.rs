@@ -13,6 +13,7 @@ mod lists;
 mod server;
 mod streams;
 mod strings;
+mod trims;
 mod zsets;
 
 use bytes::Bytes;
@@ -181,12 +182,13 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         | "HGETALL" | "HKEYS" | "HVALS" => hashes::execute(st, name, args),
         "ZADD" | "ZREM" | "ZCARD" | "ZSCORE" | "ZCOUNT" | "ZRANGEBYSCORE" | "ZRANGE"
         | "ZREMRANGEBYSCORE" => zsets::execute(st, name, args),
-        "XADD" | "XLEN" | "XRANGE" | "XREVRANGE" | "XDEL" | "XACK" => {
+        "XADD" | "XLEN" | "XRANGE" | "XREVRANGE" | "XDEL" | "XACK" | "XTRIM" => {
             streams::execute(st, now, name, args)
         }
         "XGROUP" => groups::xgroup(st, now, args),
         "XREADGROUP" => groups::xreadgroup(st, now, args),
         "XPENDING" => groups::xpending(st, now, args),
+        "XINFO" => groups::xinfo(st, args),
         "XCLAIM" => claims::xclaim(st, now, args),
         "XAUTOCLAIM" => claims::xautoclaim(st, now, args),
         _ => Err(unknown(name)),

@@ -1,5 +1,6 @@
-//! Stream commands, but for consumer groups (see `groups`).
+//! Stream commands, but for consumer groups (see `groups`) and trimming (see `trims`).
 
+use super::trims::Trim;
 use super::*;
 
 /// Runs the command `name` (upper case) of this module.
@@ -57,6 +58,7 @@ pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
             }
             Ok(int(removed))
         }
+        "XTRIM" => super::trims::xtrim(st, args),
         "XACK" => {
             need(3)?;
             let mut acked = 0;
@@ -76,22 +78,16 @@ fn xadd(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
     let key = &args[0];
     let mut i = 1;
     let mut nomkstream = false;
-    let mut maxlen: Option<usize> = None;
+    let mut trim: Option<Trim> = None;
     loop {
         match upper(args.get(i).ok_or_else(syntax)?).as_str() {
-            "NOMKSTREAM" => nomkstream = true,
-            "MAXLEN" => {
-                let mut v = args.get(i + 1).ok_or_else(syntax)?;
-                if &v[..] == b"~" || &v[..] == b"=" {
-                    i += 1;
-                    v = args.get(i + 1).ok_or_else(syntax)?;
-                }
-                maxlen = Some(parse_usize(v)?);
+            "NOMKSTREAM" => {
+                nomkstream = true;
                 i += 1;
             }
+            "MAXLEN" | "MINID" => trim = Some(Trim::parse(args, &mut i)?),
             _ => break,
         }
-        i += 1;
     }
     let id = match &args[i][..] {
         b"*" => None,
@@ -109,12 +105,10 @@ fn xadd(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
         .map(|p| (p[0].clone(), p[1].clone()))
         .collect();
     let id = st.db.xadd(key, id, now, pairs.clone())?;
-    if let Some(max) = maxlen
+    if let Some(trim) = trim
         && let Some(s) = st.db.stream_mut(key)?
     {
-        while s.entries.len() > max {
-            s.entries.pop_first();
-        }
+        trim.apply(s);
     }
     st.journal.push(Change::Stream {
         key: key.clone(),
