@@ -1,11 +1,12 @@
 //! Publishing: groups a batch of messages by destination and policy, and hands each group to its
 //! transport (`LPUSH` or `push_ttl.lua` for lists, pipelined `XADD` for streams, pipelined
-//! `PUBLISH` for channels) or, for delayed messages, to the delayed set (`schedule.lua`).
-//! Groups for different keys go out concurrently on the pool, which pipelines them.
+//! `PUBLISH` or `SPUBLISH` for channels) or, for delayed messages, to the delayed set
+//! (`schedule.lua`). Groups for different keys go out concurrently on the pool, which pipelines
+//! them.
 //!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
-//! (a stream is `XADD`ed to, a channel `PUBLISH`ed on), what `RedisBroker::route` set, else a
-//! list.
+//! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
+//! `RedisBroker::route` set, else a list.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -161,7 +162,7 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
     let client = pool.next();
     if !g.now.is_empty() {
         match g.policy {
-            PublishPolicy::PubSub(_) => pubsub::publish(client, &g.key, g.now).await?,
+            PublishPolicy::PubSub(p) => pubsub::publish(client, &g.key, p, g.now).await?,
             PublishPolicy::List(p) => list::push(client, &g.key, p, g.now).await?,
             PublishPolicy::Stream(_) => {}
         }
