@@ -172,8 +172,12 @@ async fn subscribe(conns: &Connections, source: &RedisChannel, full: &str) -> Re
         resubscribe.abort();
         forward.abort();
         let _ = client.quit().await;
+        let hint = match source.kind {
+            Kind::Sharded => " (sharded Pub/Sub needs Redis 7 or later)",
+            Kind::Channel | Kind::Pattern => "",
+        };
         return Err(Error::Broker(format!(
-            "cannot subscribe to `{}`: {}",
+            "cannot subscribe to `{}`: {}{hint}",
             source.name,
             crate::error::redact(e.details())
         )));
