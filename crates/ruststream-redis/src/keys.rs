@@ -130,7 +130,8 @@ pub struct SourceKeys {
     pub name: String,
     /// `list`, `stream` or `pubsub`.
     pub transport: &'static str,
-    /// `simple`, `reliable`, `reliable, no recovery`, `group <g>`, `channel` or `pattern`.
+    /// `simple`, `reliable`, `reliable, no recovery`, `group <g>`, `channel`, `pattern` or
+    /// `sharded`.
     pub mode: String,
     /// The queue: a list, a stream, or a channel (or pattern) name.
     pub queue: String,
@@ -172,7 +173,8 @@ pub struct SourceKeys {
 
 impl SourceKeys {
     /// How entries are taken, in words: `simple (popped: at most once)`, `reliable with
-    /// recovery (min_idle 30s)`, `group \`g\`, without recovery`, `subscribe (at most once)`.
+    /// recovery (min_idle 30s)`, `group \`g\`, without recovery`, `subscribe (at most once)`,
+    /// `ssubscribe (sharded, at most once)`.
     pub fn mode_in_words(&self) -> String {
         let idle = self
             .min_idle_ms
@@ -190,6 +192,7 @@ impl SourceKeys {
                 self.group.as_deref().unwrap_or_default()
             ),
             (_, "pattern", _) => "psubscribe (at most once)".to_owned(),
+            (_, "sharded", _) => "ssubscribe (sharded, at most once)".to_owned(),
             _ => "subscribe (at most once)".to_owned(),
         }
     }

@@ -4,10 +4,11 @@
 //!   into a processing list, settled with `LREM`, at least once).
 //! - [`RedisStream`]: streams read with a consumer group, optionally trimmed to what every group
 //!   has acknowledged ([`RedisStream::trim_acked`]).
-//! - [`RedisChannel`]: Pub/Sub channels and patterns (`SUBSCRIBE`/`PSUBSCRIBE`, at most once).
+//! - [`RedisChannel`]: Pub/Sub channels, patterns and sharded channels
+//!   (`SUBSCRIBE`/`PSUBSCRIBE`/`SSUBSCRIBE`, at most once).
 //! - [`list::Publish`]: how replies and publishes are pushed (`LPUSH`, optional expiry);
 //!   [`stream::Publish`] (`XADD`, optionally bounded with `MAXLEN`/`MINID ~`) and
-//!   [`pubsub::Publish`] (`PUBLISH`) for the other transports.
+//!   [`pubsub::Publish`] (`PUBLISH`, `SPUBLISH`) for the other transports.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
 //!
 //! Data model (key `K`): `K` the queue, `K.processing` claimed entries, `K.delayed` +

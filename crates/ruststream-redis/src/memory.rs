@@ -15,7 +15,10 @@
 //!   tokio clock (virtual under `start_paused`).
 //! - **Pub/sub.** Messages a real server pushes to a subscriber connection come from
 //!   [`MemoryServer::subscribe`] (the wake-ups of delayed-set readers, `RedisChannel::new`
-//!   subscriptions) and [`MemoryServer::psubscribe`] (`RedisChannel::pattern`) instead.
+//!   subscriptions), [`MemoryServer::psubscribe`] (`RedisChannel::pattern`) and
+//!   [`MemoryServer::ssubscribe`] (`RedisChannel::sharded`) instead. A sharded subscription the
+//!   server ends (its receiver closes: the model's `SUNSUBSCRIBE` of a moved slot) subscribes
+//!   again at once, as a real one renews its `SSUBSCRIBE`.
 //!
 //! Without the feature this module compiles to no-ops and production builds carry no mocking
 //! code.
@@ -76,6 +79,14 @@ pub trait MemoryServer: fred::mocks::Mocks {
     /// wall clock.
     fn clock_ms(&self) -> Option<u64> {
         None
+    }
+
+    /// Messages `SPUBLISH`ed to the sharded `channel` from now on: what `SSUBSCRIBE channel`
+    /// gets. The server ends the subscription (`SUNSUBSCRIBE`) by closing the receiver. A
+    /// server without sharded channels keeps this default, whose receiver is closed at once.
+    fn ssubscribe(&self, channel: &str) -> tokio::sync::broadcast::Receiver<Bytes> {
+        let _ = channel;
+        tokio::sync::broadcast::channel(1).1
     }
 }
 
@@ -183,6 +194,12 @@ enum FeedKind {
     Channel(Bytes, tokio::sync::broadcast::Receiver<Bytes>),
     /// `PSUBSCRIBE`: messages with their channels.
     Pattern(tokio::sync::broadcast::Receiver<(Bytes, Bytes)>),
+    /// `SSUBSCRIBE`: the channel's name, its messages, and the server to subscribe again on.
+    Sharded(
+        Bytes,
+        tokio::sync::broadcast::Receiver<Bytes>,
+        Arc<dyn MemoryServer>,
+    ),
 }
 
 impl MemorySlot {
@@ -209,6 +226,27 @@ impl MemorySlot {
             None
         }
     }
+
+    /// On the in-memory server, the messages of a sharded subscription to the (full) channel
+    /// `name`, subscribed from now on; `None` on a real server.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn shard_feed(&self, name: &str) -> Option<MemoryFeed> {
+        #[cfg(feature = "testing")]
+        {
+            self.server.get().map(|server| MemoryFeed {
+                kind: FeedKind::Sharded(
+                    Bytes::copy_from_slice(name.as_bytes()),
+                    server.ssubscribe(name),
+                    server.clone(),
+                ),
+            })
+        }
+        #[cfg(not(feature = "testing"))]
+        {
+            let _ = name;
+            None
+        }
+    }
 }
 
 /// What the feed's receive methods return: a message's channel and bytes.
@@ -225,6 +263,13 @@ impl MemoryFeed {
             match &mut self.kind {
                 FeedKind::Channel(name, rx) => rx.try_recv().map(|m| (name.clone(), m)),
                 FeedKind::Pattern(rx) => rx.try_recv(),
+                FeedKind::Sharded(name, rx, server) => match rx.try_recv() {
+                    Err(tokio::sync::broadcast::error::TryRecvError::Closed) => {
+                        *rx = server.ssubscribe(&String::from_utf8_lossy(name));
+                        rx.try_recv().map(|m| (name.clone(), m))
+                    }
+                    got => got.map(|m| (name.clone(), m)),
+                },
             }
         }
         #[cfg(not(feature = "testing"))]
@@ -244,6 +289,15 @@ impl MemoryFeed {
             match &mut self.kind {
                 FeedKind::Channel(name, rx) => rx.recv().await.map(|m| (name.clone(), m)),
                 FeedKind::Pattern(rx) => rx.recv().await,
+                FeedKind::Sharded(name, rx, server) => match rx.recv().await {
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                        // Ended by the server (its slot moved): subscribe again, once; a
+                        // server without sharded channels stays closed.
+                        *rx = server.ssubscribe(&String::from_utf8_lossy(name));
+                        rx.recv().await.map(|m| (name.clone(), m))
+                    }
+                    got => got.map(|m| (name.clone(), m)),
+                },
             }
         }
         #[cfg(not(feature = "testing"))]
@@ -256,7 +310,7 @@ impl MemoryFeed {
         #[cfg(feature = "testing")]
         {
             match &self.kind {
-                FeedKind::Channel(_, rx) => rx.len(),
+                FeedKind::Channel(_, rx) | FeedKind::Sharded(_, rx, _) => rx.len(),
                 FeedKind::Pattern(rx) => rx.len(),
             }
         }

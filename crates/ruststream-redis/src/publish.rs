@@ -1,15 +1,15 @@
 //! Publishing: groups a batch of messages by destination and policy, and hands each group to its
 //! transport (`LPUSH` or `push_ttl.lua` for lists, pipelined `XADD` (with `MAXLEN`/`MINID ~`
-//! when the policy bounds the stream) for streams, pipelined
-//! `PUBLISH` for channels) or, for delayed messages, to the delayed set (`schedule.lua`).
-//! Groups for different keys go out concurrently on the pool, which pipelines them.
+//! when the policy bounds the stream) for streams, pipelined `PUBLISH` or `SPUBLISH` for
+//! channels) or, for delayed messages, to the delayed set (`schedule.lua`). Groups for different
+//! keys go out concurrently on the pool, which pipelines them.
 //!
 //! A destination spread over partitions (`crate::partition`) gets each message on the partition
 //! its partition key picks, or the next one round robin.
 //!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
-//! (a stream is `XADD`ed to, a channel `PUBLISH`ed on), what `RedisBroker::route` set, else a
-//! list.
+//! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
+//! `RedisBroker::route` set, else a list.
 
 use std::sync::Arc;
 
@@ -139,7 +139,7 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
     let client = pool.next();
     if !g.now.is_empty() {
         match g.policy {
-            PublishPolicy::PubSub(_) => pubsub::publish(client, &g.key, g.now).await?,
+            PublishPolicy::PubSub(p) => pubsub::publish(client, &g.key, p, g.now).await?,
             PublishPolicy::List(p) => list::push(client, &g.key, p, g.now).await?,
             PublishPolicy::Stream(_) => {}
         }

@@ -128,6 +128,8 @@ impl Operator {
                     "`{name}` is a pattern subscription: its dead letters came from many channels and RustStream does not know which; publish them again by hand"
                 )));
             }
+            // The channel is a key of the script: the cluster routes and checks its slot.
+            _ if q.mode == "sharded" => ("sharded", q.queue.clone(), q.queue.clone()),
             _ => ("pubsub", dead.clone(), q.queue.clone()),
         };
         let keys = vec![dead.clone(), dest];

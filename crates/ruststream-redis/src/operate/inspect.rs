@@ -1,7 +1,8 @@
 //! `inspect`: how much waits, runs, is delayed or dead in each subscription, read in one pipeline
 //! per subscription: `TIME`, `LLEN`, `ZRANGE 0 0 WITHSCORES`, `ZCARD`, `EXISTS`,
 //! `oldest_claim.lua` (a read-only `ZRANGE` of the recovery set) (lists);
-//! `XINFO GROUPS`, `XINFO CONSUMERS`, `XLEN` (streams); `PUBSUB NUMSUB` (Pub/Sub).
+//! `XINFO GROUPS`, `XINFO CONSUMERS`, `XLEN` (streams); `PUBSUB NUMSUB` (Pub/Sub; a sharded
+//! channel's `PUBSUB SHARDNUMSUB`, on the node owning its slot, counts that node's subscribers).
 
 use std::sync::LazyLock;
 
@@ -119,10 +120,15 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
             i.group = Some(state);
         }
         ("pubsub", _) => {
-            let v: Value = client
-                .custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", q.queue.as_str()])
-                .await
-                .map_err(core)?;
+            let v: Value = if q.mode == "sharded" {
+                // To the node owning the channel's slot, which keeps its sharded subscribers.
+                let cmd = fred::cmd!("PUBSUB", hash: ClusterHash::from(q.queue.as_str()));
+                client.custom(cmd, vec!["SHARDNUMSUB", q.queue.as_str()])
+            } else {
+                client.custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", q.queue.as_str()])
+            }
+            .await
+            .map_err(core)?;
             i.subscribers = count_of_numsub(v);
         }
         _ => {

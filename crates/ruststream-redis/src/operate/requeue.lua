@@ -3,14 +3,17 @@
 -- `reason` header appended to a `dead-history` header. Prepended with guard.lua, frame.lua and
 -- stream/bound.lua.
 --
--- KEYS: dead-letter list, destination (a list or a stream; for Pub/Sub the dead-letter list
---       stands in, and the channel is ARGV[2]).
--- ARGV: `list`, `stream` or `pubsub`; the channel (Pub/Sub) or ''; the stream's bound (see
---       bound.lua; '' for the others, after its XADDs a stream is trimmed to it); then either `oldest` and a
+-- KEYS: dead-letter list, destination (a list, a stream or a sharded channel, whose slot
+--       SPUBLISH obeys as a key's; for plain Pub/Sub the dead-letter list stands in, and the
+--       channel is ARGV[2]).
+-- ARGV: `list`, `stream`, `pubsub` or `sharded`; the channel (Pub/Sub) or ''; the stream's bound
+--       (see bound.lua; '' for the others, after its XADDs a stream is trimmed to it); then
+--       either `oldest` and a
 --       count (the oldest dead letters, at most 1,000 a call) or `values` and the exact values
 --       to move (each removed with LREM; one no longer there is skipped).
 -- A list gets the values with RPUSH (the consuming end: they are handled next, oldest first), a
--- stream an XADD of each one's fields, a channel a PUBLISH. Refused under maxmemory.
+-- stream an XADD of each one's fields, a channel a PUBLISH, a sharded channel an SPUBLISH.
+-- Refused under maxmemory.
 -- Returns how many were moved.
 local kind, channel, spec, how = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local checks = {{KEYS[1], 'list'}}
@@ -79,6 +82,8 @@ for _, v in ipairs(taken) do
       redis.call('RPUSH', KEYS[2], out)
     elseif kind == 'stream' then
       redis.call('XADD', KEYS[2], '*', unpack(frame_fields(out)))
+    elseif kind == 'sharded' then
+      redis.call('SPUBLISH', KEYS[2], out)
     else
       redis.call('PUBLISH', channel, out)
     end

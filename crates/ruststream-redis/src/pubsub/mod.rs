@@ -6,11 +6,14 @@
 //! when a message must survive a crash or be retried.
 //!
 //! Commands sent:
-//! - `SUBSCRIBE channel` ([`RedisChannel::new`]) or `PSUBSCRIBE pattern`
-//!   ([`RedisChannel::pattern`]) on a connection of the subscription's own: a fred
-//!   `SubscriberClient`, which sends them again after every reconnect (`manage_subscriptions`).
-//!   The app starts once the server has confirmed the subscription.
-//! - `PUBLISH channel frame` for [`Publish`]: the same frame as a list value (message id,
+//! - `SUBSCRIBE channel` ([`RedisChannel::new`]), `PSUBSCRIBE pattern`
+//!   ([`RedisChannel::pattern`]) or `SSUBSCRIBE channel` ([`RedisChannel::sharded`]) on a
+//!   connection of the subscription's own: a fred `SubscriberClient`, which sends them again
+//!   after every reconnect (`manage_subscriptions`); a sharded subscription also sends its
+//!   `SSUBSCRIBE` again every [`RESUBSCRIBE_EVERY`] (see *Sharded* below). The app starts once
+//!   the server has confirmed the subscription.
+//! - `PUBLISH channel frame` for [`Publish::new`], `SPUBLISH channel frame` for
+//!   [`Publish::sharded`]: the same frame as a list value (message id,
 //!   headers, payload; see [`frame`](crate::frame)), so ids and headers reach the handler. A
 //!   batch goes out as one pipeline. A value without the frame prefix (`redis-cli PUBLISH events
 //!   '{"n":1}'`) is a raw payload with no headers.
@@ -51,11 +54,27 @@
 //! reaches subscribers on every node. fred sends a client's `SUBSCRIBE`/`PSUBSCRIBE` to one
 //! node (chosen by the client's id) and re-sends them after a reconnect or a topology change.
 //!
+//! **Sharded** ([`RedisChannel::sharded`], Redis 7): `SSUBSCRIBE` and `SPUBLISH` go to the node
+//! owning the channel's hash slot (fred routes both by the channel, as by a key), and a message
+//! travels only within that shard (the primary and its replicas) instead of the whole cluster
+//! bus. The two kinds are distinct: a `SUBSCRIBE`r never gets an `SPUBLISH`, an `SSUBSCRIBE`r
+//! never gets a `PUBLISH`. When the slot moves (a failover, a resharding), Redis ends the
+//! subscription with a `SUNSUBSCRIBE` push on the same connection, which fred discards without
+//! telling anyone and without reconnecting; so the subscription sends its `SSUBSCRIBE` again
+//! every [`RESUBSCRIBE_EVERY`] (a no-op while it holds; after a move fred follows the `MOVED`
+//! reply to the new owner). Messages published between the move and the next `SSUBSCRIBE` are
+//! lost, as Pub/Sub loses any message published while a subscriber is away. A sharded channel
+//! cannot be a pattern (Redis has no sharded `PSUBSCRIBE`): a name with glob characters is
+//! refused at startup. On a standalone server the commands behave like their plain forms, for
+//! their own subscribers only.
+//!
 //! **In memory** (`TestApp`), messages come from the model's `PUBLISH` through
-//! [`MemoryServer::subscribe`](crate::memory::MemoryServer::subscribe) and
-//! [`psubscribe`](crate::memory::MemoryServer::psubscribe) instead of a connection.
+//! [`MemoryServer::subscribe`](crate::memory::MemoryServer::subscribe),
+//! [`psubscribe`](crate::memory::MemoryServer::psubscribe) and
+//! [`ssubscribe`](crate::memory::MemoryServer::ssubscribe) instead of a connection.
 
 mod receive;
+mod shard;
 
 use fred::prelude::*;
 use futures::future::BoxFuture;
@@ -85,8 +104,33 @@ pub const FRED_BUFFER: usize = 4096;
 /// The largest buffer a subscription may ask for.
 pub const MAX_BUFFER: usize = 1 << 22;
 
-/// A Pub/Sub subscription: one channel (`SUBSCRIBE`) or a glob pattern of channels
-/// (`PSUBSCRIBE`). At most once; see the [module docs](self).
+pub use shard::RESUBSCRIBE_EVERY;
+
+/// What a [`RedisChannel`] subscribes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `SUBSCRIBE channel`.
+    Channel,
+    /// `PSUBSCRIBE pattern`.
+    Pattern,
+    /// `SSUBSCRIBE channel`.
+    Sharded,
+}
+
+impl Kind {
+    /// The subscription's mode, as `inspect` and the AsyncAPI bindings name it.
+    fn mode(self) -> &'static str {
+        match self {
+            Self::Channel => "channel",
+            Self::Pattern => "pattern",
+            Self::Sharded => "sharded",
+        }
+    }
+}
+
+/// A Pub/Sub subscription: one channel (`SUBSCRIBE`), a glob pattern of channels
+/// (`PSUBSCRIBE`) or one sharded channel (`SSUBSCRIBE`). At most once; see the
+/// [module docs](self).
 ///
 /// ```
 /// use ruststream_redis::RedisChannel;
@@ -95,12 +139,14 @@ pub const MAX_BUFFER: usize = 1 << 22;
 /// assert_eq!(events.name(), "events");
 /// let all = RedisChannel::pattern("events.*").dead_letter("events.failed");
 /// assert!(all.is_pattern());
+/// let orders = RedisChannel::sharded("orders");
+/// assert!(orders.is_sharded() && !orders.is_pattern());
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub struct RedisChannel {
     name: String,
-    pattern: bool,
+    kind: Kind,
     buffer: usize,
     options: SourceOptions,
 }
@@ -112,7 +158,7 @@ impl RedisChannel {
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
-            pattern: false,
+            kind: Kind::Channel,
             buffer: DEFAULT_BUFFER,
             options: SourceOptions::default(),
         }
@@ -122,8 +168,19 @@ impl RedisChannel {
     /// `PSUBSCRIBE pattern`.
     pub fn pattern(pattern: impl Into<String>) -> Self {
         Self {
-            pattern: true,
+            kind: Kind::Pattern,
             ..Self::new(pattern)
+        }
+    }
+
+    /// A subscription to the sharded channel `name` (Redis 7): `SSUBSCRIBE name` on the node
+    /// owning its hash slot, followed to the new owner after a failover. Messages come from
+    /// `SPUBLISH` ([`Publish::sharded`], the app's publisher's default for `name`) only. See the
+    /// [module docs](self).
+    pub fn sharded(name: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Sharded,
+            ..Self::new(name)
         }
     }
 
@@ -142,12 +199,17 @@ impl RedisChannel {
 
     /// Whether this is a pattern subscription (`PSUBSCRIBE`).
     pub fn is_pattern(&self) -> bool {
-        self.pattern
+        self.kind == Kind::Pattern
+    }
+
+    /// Whether this is a sharded subscription (`SSUBSCRIBE`).
+    pub fn is_sharded(&self) -> bool {
+        self.kind == Kind::Sharded
     }
 
     /// The channel with the broker's prefix (in a pattern, the prefix escaped).
     fn full_name(&self, space: &KeySpace) -> String {
-        if self.pattern {
+        if self.is_pattern() {
             format!("{}{}", escape_glob(space.prefix()), self.name)
         } else {
             space.key(&self.name)
@@ -168,7 +230,7 @@ impl Transport for RedisChannel {
         SourceKeys {
             name: self.name.clone(),
             transport: "pubsub",
-            mode: if self.pattern { "pattern" } else { "channel" }.to_owned(),
+            mode: self.kind.mode().to_owned(),
             queue: self.full_name(space),
             processing: None,
             recovery: None,
@@ -191,7 +253,7 @@ impl Transport for RedisChannel {
 
     fn describe(&self) -> ChannelDoc {
         let mut bindings = json!({
-            "subscribe": if self.pattern { "pattern" } else { "channel" },
+            "subscribe": self.kind.mode(),
             "delivery": "at-most-once",
         });
         if let Some(dead) = KeySpace::default().dead(&self.name, &self.options.dead_letter) {
@@ -204,9 +266,14 @@ impl Transport for RedisChannel {
         }
     }
 
-    /// Its one key, the dead-letter list, is used alone (`LPUSH`): no slot rule applies.
-    fn validate(&self, _: &KeySpace) -> Result<()> {
-        let what = if self.pattern { "pattern" } else { "channel" };
+    /// Its one key, the dead-letter list, is used alone (`LPUSH`): no slot rule applies, except
+    /// that a sharded channel's dead letters are requeued by a script that `SPUBLISH`es them, so
+    /// on a cluster its dead-letter list must share the channel's slot (the default one does).
+    fn validate(&self, space: &KeySpace) -> Result<()> {
+        let what = match self.kind {
+            Kind::Channel | Kind::Sharded => "channel",
+            Kind::Pattern => "pattern",
+        };
         let name = &self.name;
         if name.is_empty() {
             return Err(Error::config(format!(
@@ -220,11 +287,18 @@ impl Transport for RedisChannel {
                 self.buffer
             )));
         }
+        if self.kind == Kind::Sharded {
+            shard::validate(name, space, &self.options.dead_letter)?;
+        }
         Ok(())
     }
 
     fn route(&self) -> Option<PublishPolicy> {
-        (!self.pattern).then_some(PublishPolicy::PubSub(crate::policy::ChannelPublish::new()))
+        match self.kind {
+            Kind::Channel => Some(PublishPolicy::PubSub(Publish::new())),
+            Kind::Sharded => Some(PublishPolicy::PubSub(Publish::sharded())),
+            Kind::Pattern => None,
+        }
     }
 
     fn prepare<'a>(&'a self, _: &'a Connections) -> BoxFuture<'a, Result<()>> {
@@ -253,11 +327,21 @@ pub(crate) fn escape_glob(prefix: &str) -> String {
     out
 }
 
-/// Publishes `frames` to the (prefixed) channel `channel` in one pipeline.
-pub(crate) async fn publish(client: &Client, channel: &str, frames: Vec<Value>) -> Result<()> {
+/// Publishes `frames` to the (prefixed) channel `channel` in one pipeline, as `how` says.
+pub(crate) async fn publish(
+    client: &Client,
+    channel: &str,
+    how: Publish,
+    frames: Vec<Value>,
+) -> Result<()> {
     let pipeline = client.pipeline();
     for frame in frames {
-        let () = pipeline.publish(channel, frame).await.map_err(core)?;
+        let () = if how.sharded {
+            pipeline.spublish(channel, frame).await
+        } else {
+            pipeline.publish(channel, frame).await
+        }
+        .map_err(core)?;
     }
     let _: Vec<Value> = pipeline.all().await.map_err(core)?;
     Ok(())
@@ -318,5 +402,25 @@ mod tests {
             RedisChannel::pattern("e.*").describe().bindings["subscribe"],
             "pattern"
         );
+        assert_eq!(
+            RedisChannel::sharded("e").describe().bindings["subscribe"],
+            "sharded"
+        );
+    }
+
+    #[test]
+    fn a_sharded_channel_routes_to_spublish_and_a_pattern_nowhere() {
+        let route = |c: &RedisChannel| c.route();
+        assert_eq!(
+            route(&RedisChannel::sharded("o")),
+            Some(PublishPolicy::PubSub(Publish::sharded()))
+        );
+        assert_eq!(
+            route(&RedisChannel::new("o")),
+            Some(PublishPolicy::PubSub(Publish::new()))
+        );
+        assert_eq!(route(&RedisChannel::pattern("o.*")), None);
+        let keys = RedisChannel::sharded("o").source_keys(&KeySpace::default());
+        assert_eq!((keys.transport, keys.mode.as_str()), ("pubsub", "sharded"));
     }
 }

@@ -1,4 +1,5 @@
-//! Reading a Pub/Sub subscription: `SUBSCRIBE`/`PSUBSCRIBE` on a `SubscriberClient` of its own,
+//! Reading a Pub/Sub subscription: `SUBSCRIBE`/`PSUBSCRIBE`/`SSUBSCRIBE` on a `SubscriberClient`
+//! of its own (a sharded one renewed by [`shard::keep`](super::shard)),
 //! messages moved from fred's broadcast channel into the subscription's buffer by a task (see
 //! the [module docs](super) for why two buffers), delivered as handlers free up.
 
@@ -17,7 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{FRED_BUFFER, RedisChannel};
+use super::{FRED_BUFFER, Kind, RedisChannel, shard};
 use crate::conn::Connections;
 use crate::dead::PushDeadLetters;
 use crate::gauges;
@@ -49,6 +50,8 @@ enum Feed {
         lagged: Arc<AtomicU64>,
         forward: JoinHandle<()>,
         resubscribe: JoinHandle<()>,
+        /// A sharded subscription's renewal task.
+        keeper: Option<JoinHandle<()>>,
     },
     Memory(MemoryFeed),
 }
@@ -112,7 +115,8 @@ impl Feed {
     }
 }
 
-/// A message of fred's feed (the forwarding task passes on only messages and pattern messages).
+/// A message of fred's feed (the forwarding task passes on only messages, pattern messages and
+/// sharded messages).
 fn fred_message(m: Message) -> Got {
     let payload = value_bytes(m.value).unwrap_or_default();
     Got::Message(m.channel.into_inner(), payload)
@@ -127,7 +131,11 @@ pub(super) async fn open(
     let pool = conns.pool()?;
     let prefix = conns.keys.prefix();
     let full = source.full_name(&conns.keys);
-    let feed = match conns.memory.channel_feed(&full, source.pattern) {
+    let memory = match source.kind {
+        Kind::Sharded => conns.memory.shard_feed(&full),
+        Kind::Channel | Kind::Pattern => conns.memory.channel_feed(&full, source.is_pattern()),
+    };
+    let feed = match memory {
         Some(feed) => Feed::Memory(feed),
         None => subscribe(conns, source, &full).await?,
     };
@@ -140,7 +148,7 @@ pub(super) async fn open(
         block: source.options.block,
         prefix: prefix.to_owned(),
         source: label.clone(),
-        pattern: source.pattern,
+        pattern: source.is_pattern(),
         lagged: metrics::counter!("ruststream_pubsub_lagged_total", "subscription" => label.to_string()),
         label,
         settler: RedisSettler::new(PushDeadLetters { pool, dead }),
@@ -155,27 +163,34 @@ async fn subscribe(conns: &Connections, source: &RedisChannel, full: &str) -> Re
     let (tx, messages) = mpsc::channel(source.buffer.max(1));
     let forward = tokio::spawn(forward(client.message_rx(), tx, lagged.clone()));
     let resubscribe = client.manage_subscriptions();
-    let subscribed = if source.pattern {
-        client.psubscribe(full).await
-    } else {
-        client.subscribe(full).await
+    let subscribed = match source.kind {
+        Kind::Channel => client.subscribe(full).await,
+        Kind::Pattern => client.psubscribe(full).await,
+        Kind::Sharded => client.ssubscribe(full).await,
     };
     if let Err(e) = subscribed {
         resubscribe.abort();
         forward.abort();
         let _ = client.quit().await;
+        let hint = match source.kind {
+            Kind::Sharded => " (sharded Pub/Sub needs Redis 7 or later)",
+            Kind::Channel | Kind::Pattern => "",
+        };
         return Err(Error::Broker(format!(
-            "cannot subscribe to `{}`: {}",
+            "cannot subscribe to `{}`: {}{hint}",
             source.name,
             crate::error::redact(e.details())
         )));
     }
+    let keeper = (source.kind == Kind::Sharded)
+        .then(|| shard::keep(client.clone(), full.to_owned(), source.name.clone()));
     Ok(Feed::Redis {
         client,
         messages,
         lagged,
         forward,
         resubscribe,
+        keeper,
     })
 }
 
@@ -282,11 +297,15 @@ impl Drop for ChannelReceiver {
             client,
             resubscribe,
             forward,
+            keeper,
             ..
         } = &self.feed
         {
             resubscribe.abort();
             forward.abort();
+            if let Some(keeper) = keeper {
+                keeper.abort();
+            }
             let client = client.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {
@@ -306,7 +325,12 @@ async fn forward(
 ) {
     loop {
         match from.recv().await {
-            Ok(m) if matches!(m.kind, MessageKind::Message | MessageKind::PMessage) => {
+            Ok(m)
+                if matches!(
+                    m.kind,
+                    MessageKind::Message | MessageKind::PMessage | MessageKind::SMessage
+                ) =>
+            {
                 match to.try_send(m) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {

@@ -3,8 +3,10 @@
 //! - **Data**: strings, lists (queues, processing lists, dead letters), hashes (delayed payloads),
 //!   sorted sets (recovery and delayed sets), streams with consumer groups, pending entries and
 //!   delivery counts; key expiry; pub/sub (channels and glob patterns, `PUBLISH`, `PUBSUB
-//!   NUMSUB|NUMPAT|CHANNELS`); the cluster slot rule (`CROSSSLOT`) when built with
-//!   [`MemoryRedis::cluster`].
+//!   NUMSUB|NUMPAT|CHANNELS`); sharded pub/sub (`SSUBSCRIBE` through
+//!   [`MemoryServer::ssubscribe`], `SPUBLISH`, `PUBSUB SHARDNUMSUB|SHARDCHANNELS`, and the
+//!   `SUNSUBSCRIBE` of a moved slot: [`MemoryRedis::fail_over_slot_of`]); the cluster slot
+//!   rule (`CROSSSLOT`) when built with [`MemoryRedis::cluster`].
 //! - **Scripts**: `SCRIPT LOAD`, `EVAL` and `EVALSHA` run the Lua text the client sent (the
 //!   broker's real scripts) on an embedded Lua 5.1, the version Redis embeds, in an environment
 //!   built as Redis builds it: `KEYS`, `ARGV`, `redis.call`/`pcall` through the model's own
@@ -59,7 +61,7 @@ pub enum Pushed {
     /// A value scheduled in a delayed set (a delayed publish: a script storing the value in a
     /// hash under an id that it scores in a sorted set); recorded under the sorted set's key.
     Scheduled(Bytes),
-    /// A message `PUBLISH`ed on a channel.
+    /// A message `PUBLISH`ed (or `SPUBLISH`ed) on a channel.
     Channel(Bytes),
 }
 
@@ -77,6 +79,8 @@ pub(crate) struct State {
     pub(crate) channels: HashMap<Bytes, broadcast::Sender<Bytes>>,
     /// Pattern subscriptions (`PSUBSCRIBE`): glob pattern, and its subscribers' channel.
     pub(crate) patterns: Vec<(Bytes, broadcast::Sender<(Bytes, Bytes)>)>,
+    /// Sharded channels (`SSUBSCRIBE`), apart from the plain ones as on a server.
+    pub(crate) shards: HashMap<Bytes, broadcast::Sender<Bytes>>,
     pub(crate) cluster: bool,
     pub(crate) next_client_id: i64,
 }
@@ -97,6 +101,14 @@ impl State {
             }
         }
         received
+    }
+
+    /// `SPUBLISH`: delivers to the sharded channel's subscribers only; returns how many there
+    /// were.
+    pub(crate) fn spublish(&self, channel: &[u8], message: &[u8]) -> usize {
+        self.shards.get(channel).map_or(0, |tx| {
+            tx.send(Bytes::copy_from_slice(message)).unwrap_or(0)
+        })
     }
 }
 
@@ -161,6 +173,19 @@ impl MemoryRedis {
         let m = Self::new();
         m.state().cluster = true;
         m
+    }
+
+    /// Ends every sharded subscription to a channel in the hash slot of `channel` (a full
+    /// name), as Redis does with a `SUNSUBSCRIBE` push when the slot's primary fails over or the
+    /// slot migrates; returns how many channels had subscribers. Messages `SPUBLISH`ed before a
+    /// subscriber subscribes again are lost, as on a server.
+    pub fn fail_over_slot_of(&self, channel: &str) -> usize {
+        let slot = fred::util::redis_keyslot(channel.as_bytes());
+        let mut st = self.state();
+        let before = st.shards.len();
+        st.shards
+            .retain(|c, tx| tx.receiver_count() == 0 || fred::util::redis_keyslot(c) != slot);
+        before - st.shards.len()
     }
 
     /// Whether the cluster slot rule is enforced.
@@ -346,11 +371,11 @@ impl MemoryServer for MemoryRedis {
     }
 
     fn subscribe(&self, channel: &str) -> broadcast::Receiver<Bytes> {
-        self.state()
-            .channels
-            .entry(Bytes::copy_from_slice(channel.as_bytes()))
-            .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
-            .subscribe()
+        subscriber_of(&mut self.state().channels, channel)
+    }
+
+    fn ssubscribe(&self, channel: &str) -> broadcast::Receiver<Bytes> {
+        subscriber_of(&mut self.state().shards, channel)
     }
 
     fn psubscribe(&self, pattern: &str) -> broadcast::Receiver<(Bytes, Bytes)> {
@@ -363,6 +388,17 @@ impl MemoryServer for MemoryRedis {
         st.patterns.push((pattern, tx));
         rx
     }
+}
+
+/// A new subscriber of `channel` among `channels` (plain or sharded).
+fn subscriber_of(
+    channels: &mut HashMap<Bytes, broadcast::Sender<Bytes>>,
+    channel: &str,
+) -> broadcast::Receiver<Bytes> {
+    channels
+        .entry(Bytes::copy_from_slice(channel.as_bytes()))
+        .or_insert_with(|| broadcast::channel(SUBSCRIBER_BUFFER).0)
+        .subscribe()
 }
 
 impl fmt::Debug for Shared {

@@ -5,8 +5,8 @@
 //! what they add in the state's journal ([`Change`]); after each top-level command, and after
 //! each script, the journal is turned into the record:
 //!
-//! - a top-level `LPUSH`/`RPUSH` (each value), `XADD` (the entry's fields) or `PUBLISH` (the
-//!   message) is a publish;
+//! - a top-level `LPUSH`/`RPUSH` (each value), `XADD` (the entry's fields) or `PUBLISH`/
+//!   `SPUBLISH` (the message) is a publish;
 //! - a script is a publish when it took nothing out of the keyspace: then each value it pushed
 //!   onto a list and each stream entry it added is recorded, and a hash value it stored under a
 //!   field that it also scored in a sorted set (a delayed entry: payload in a hash, due time in

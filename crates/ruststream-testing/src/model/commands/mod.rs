@@ -166,7 +166,7 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
     match name {
         "PING" | "ECHO" | "QUIT" | "SELECT" | "READONLY" | "READWRITE" | "ASKING" | "RESET"
         | "AUTH" | "TIME" | "DBSIZE" | "FLUSHALL" | "FLUSHDB" | "INFO" | "WAIT" | "CLIENT"
-        | "SCRIPT" | "EVAL" | "EVALSHA" | "PUBLISH" | "PUBSUB" => {
+        | "SCRIPT" | "EVAL" | "EVALSHA" | "PUBLISH" | "SPUBLISH" | "PUBSUB" => {
             server::execute(st, now, name, args)
         }
         "DEL" | "UNLINK" | "EXISTS" | "TYPE" | "KEYS" | "PEXPIRE" | "EXPIRE" | "PERSIST"

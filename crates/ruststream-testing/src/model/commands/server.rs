@@ -1,4 +1,4 @@
-//! Connection, server, scripting and pub/sub commands.
+//! Connection, server, scripting and pub/sub commands (`PUBLISH`, `SPUBLISH`, `PUBSUB`).
 
 use super::*;
 
@@ -34,13 +34,17 @@ pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
             Ok(client(st, args))
         }
         "SCRIPT" | "EVAL" | "EVALSHA" => super::lua::command(st, now, name, args),
-        "PUBLISH" => {
+        "PUBLISH" | "SPUBLISH" => {
             need(2)?;
             st.journal.push(Change::Channel {
                 channel: args[0].clone(),
                 message: args[1].clone(),
             });
-            Ok(int(st.publish(&args[0], &args[1])))
+            Ok(int(if name == "PUBLISH" {
+                st.publish(&args[0], &args[1])
+            } else {
+                st.spublish(&args[0], &args[1])
+            }))
         }
         "PUBSUB" => {
             need(1)?;
@@ -64,30 +68,47 @@ fn client(st: &mut State, args: &[Bytes]) -> Value {
     }
 }
 
-/// `PUBSUB <sub> ..`, counting the model's live subscribers.
+/// `PUBSUB <sub> ..`, counting the model's live subscribers (plain or sharded).
 fn pubsub(st: &State, args: &[Bytes]) -> R<Value> {
-    match upper(&args[0]).as_str() {
-        "NUMSUB" => Ok(Value::Array(
-            args[1..]
-                .iter()
-                .flat_map(|c| {
-                    let n = st.channels.get(c).map_or(0, |tx| tx.receiver_count());
-                    [bulk(c.clone()), int(n)]
-                })
-                .collect(),
-        )),
+    let sub = upper(&args[0]);
+    match sub.as_str() {
         "NUMPAT" => Ok(int(st
             .patterns
             .iter()
             .filter(|(_, tx)| tx.receiver_count() > 0)
             .count())),
-        "CHANNELS" => Ok(array(
-            st.channels
-                .iter()
-                .filter(|(c, tx)| tx.receiver_count() > 0 && args.get(1).is_none_or(|p| glob(p, c)))
-                .map(|(c, _)| c.clone())
-                .collect::<Vec<_>>(),
-        )),
+        "NUMSUB" | "SHARDNUMSUB" => {
+            let channels = if sub == "NUMSUB" {
+                &st.channels
+            } else {
+                &st.shards
+            };
+            Ok(Value::Array(
+                args[1..]
+                    .iter()
+                    .flat_map(|c| {
+                        let n = channels.get(c).map_or(0, |tx| tx.receiver_count());
+                        [bulk(c.clone()), int(n)]
+                    })
+                    .collect(),
+            ))
+        }
+        "CHANNELS" | "SHARDCHANNELS" => {
+            let channels = if sub == "CHANNELS" {
+                &st.channels
+            } else {
+                &st.shards
+            };
+            Ok(array(
+                channels
+                    .iter()
+                    .filter(|(c, tx)| {
+                        tx.receiver_count() > 0 && args.get(1).is_none_or(|p| glob(p, c))
+                    })
+                    .map(|(c, _)| c.clone())
+                    .collect::<Vec<_>>(),
+            ))
+        }
         other => Err(err(format!(
             "ERR the in-memory model does not implement 'PUBSUB {other}'"
         ))),
