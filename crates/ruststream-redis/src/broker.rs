@@ -154,6 +154,23 @@ impl RedisBroker {
         self.with(|s| s.scheduling = on)
     }
 
+    /// How often an idle reader of this broker's subscriptions looks for due delayed entries
+    /// when no wake-up came (default 5 s; a subscription's own `.schedule_interval(..)` wins).
+    /// Readers are woken when an entry is scheduled, so this bounds only the lateness of an
+    /// entry whose wake-up `PUBLISH` was lost: shorter means less lateness then and more idle
+    /// calls to Redis (one `move_due.lua` per interval per reader). Zero is refused at startup.
+    pub fn schedule_interval(self, interval: std::time::Duration) -> Self {
+        self.with(|s| s.schedule.interval = interval)
+    }
+
+    /// Most due delayed entries one mover call moves (default 128, 1 to 1,000; a subscription's
+    /// own `.move_batch(..)` wins). Larger means fewer round trips when many are due at once,
+    /// and longer scripts, during which Redis serves no other client. Out of range is refused
+    /// at startup.
+    pub fn move_batch(self, n: u32) -> Self {
+        self.with(|s| s.schedule.batch = n)
+    }
+
     /// A publisher whose destinations use their subscriptions' transports (list by default).
     pub fn publisher(&self) -> Publisher {
         Publisher::new(Arc::new(RedisPublisher {
@@ -224,6 +241,12 @@ impl Broker for RedisBroker {
 
     fn validate(&self, sources: &[&RedisSource]) -> Result<()> {
         self.conns.settings.check_urls()?;
+        let schedule = self.conns.settings.schedule;
+        crate::delayed::Schedule::validate(
+            "RedisBroker",
+            Some(schedule.interval),
+            Some(schedule.batch),
+        )?;
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }

@@ -40,7 +40,7 @@ pub(super) async fn open(
         .await?;
     let mover = Mover::open_if(
         conns,
-        stream.options.scheduling,
+        &stream.options,
         &keys.stream,
         &keys.delayed,
         keys.dead.as_deref(),
