@@ -254,18 +254,22 @@ impl Broker for RedisBroker {
     }
 
     async fn connect(&self, sources: &[&RedisSource]) -> Result<()> {
-        for s in sources {
-            if let Some(policy) = s.transport().route() {
-                self.routes.learn(s.key(), policy)?;
-            }
-        }
         self.conns.connect().await?;
+        self.prepare(sources).await
+    }
+
+    /// Each source's server side (`XGROUP CREATE .. MKSTREAM` for a stream group), then its
+    /// route (the transport the publisher uses for its key), learned only once that succeeded.
+    async fn prepare(&self, sources: &[&RedisSource]) -> Result<()> {
         for s in sources {
             s.transport().prepare(&self.conns).await?;
         }
         let redis = self.conns.target();
         for s in sources {
             let t = s.transport();
+            if let Some(policy) = t.route() {
+                self.routes.learn(s.key(), policy)?;
+            }
             let keys = t.source_keys(&self.conns.keys);
             tracing::info!(subscription = t.key(), transport = keys.transport,
                 mode = %keys.mode_in_words(), keys = %keys.key_list(),
