@@ -1,17 +1,14 @@
 //! Applications: [`RustStream`] holds brokers and their subscribers, starts them, and stops them.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::Subscription;
-use crate::health::{BrokerCheck, Health, StateCell, Watched};
-use crate::{Broker, BrokerSource, Error, IntoSubscriber, Receiver, Result, Subscriber};
+use crate::running::Live;
+pub use crate::running::RunningApp;
+use crate::{Broker, BrokerSource, IntoSubscriber, Result, Subscriber};
 
 /// The service's name and version, shown in logs and the AsyncAPI document.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,133 +163,25 @@ impl App for RustStream {
         for b in &self.brokers {
             b.validate()?;
         }
-        let stop = CancellationToken::new();
-        let mut tasks = JoinSet::new();
-        let mut subscriptions = HashMap::new();
-        let mut closers = Vec::new();
-        let mut watched = Vec::new();
-        let mut checks = Vec::new();
-        let mut tallies = Vec::new();
+        let mut running = RunningApp::new(self.info.clone());
         for b in self.brokers {
-            let started = b
-                .start(stop.clone(), self.shutdown_timeout, self.observer.clone())
-                .await?;
-            for (watch, token, task, tally) in started.subscriptions {
-                tasks.spawn(task);
-                tallies.push((watch.name.clone(), tally));
-                subscriptions.insert(watch.name.clone(), token);
-                watched.push(watch);
+            if let Err(e) = b
+                .start(&mut running, self.shutdown_timeout, self.observer.clone())
+                .await
+            {
+                // What started stops: its tasks end with the app's token.
+                running.stop_token().cancel();
+                return Err(e);
             }
-            closers.push(started.close);
-            checks.push(started.ready);
         }
-        tracing::info!(app = %self.info.title, version = %self.info.version, subscriptions = subscriptions.len(), "started");
-        Ok(RunningApp {
-            stop,
-            tasks,
-            subscriptions,
-            closers,
-            health: Health::new(watched, checks),
-            tallies,
-        })
+        running.run_added();
+        tracing::info!(app = %self.info.title, version = %self.info.version, subscriptions = running.subscriptions().count(), "started");
+        Ok(running)
     }
 
     fn into_rust_stream(self) -> RustStream {
         self
     }
-}
-
-/// A started application. Stop it with [`shutdown`](Self::shutdown).
-pub struct RunningApp {
-    stop: CancellationToken,
-    tasks: JoinSet<()>,
-    subscriptions: HashMap<String, CancellationToken>,
-    closers: Vec<BoxFuture<'static, ()>>,
-    health: Health,
-    tallies: Vec<(String, Arc<crate::observe::Tally>)>,
-}
-
-impl RunningApp {
-    /// A cheap, clonable handle that says whether every broker is connected and every
-    /// subscription is reading (see [`crate::health`]); it stays valid after the app stops
-    /// (and then says every subscription stopped).
-    pub fn health(&self) -> Health {
-        self.health.clone()
-    }
-
-    /// Each subscription's name with its running totals of settled deliveries, in start order;
-    /// they stay live after the app is waited on, e.g. for a dashboard's rates.
-    pub fn tallies(&self) -> Vec<(String, Arc<crate::observe::Tally>)> {
-        self.tallies.clone()
-    }
-
-    /// The names of the running subscriptions (their source keys).
-    pub fn subscriptions(&self) -> impl Iterator<Item = &str> {
-        self.subscriptions.keys().map(String::as_str)
-    }
-
-    /// Stops one subscription gracefully (its in-flight handlers finish and are settled) while
-    /// the others go on.
-    pub fn stop_subscription(&mut self, name: &str) -> Result<()> {
-        match self.subscriptions.remove(name) {
-            Some(token) => {
-                token.cancel();
-                Ok(())
-            }
-            None => Err(Error::config(format!(
-                "no running subscription named `{name}`; running: {}",
-                self.subscriptions
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
-    }
-
-    /// A token that stops the app when cancelled.
-    pub fn stop_token(&self) -> CancellationToken {
-        self.stop.clone()
-    }
-
-    /// Stops claiming, lets in-flight handlers finish (up to the shutdown timeout), settles them,
-    /// and closes every connection.
-    pub async fn shutdown(mut self) -> Result<()> {
-        self.stop.cancel();
-        self.join().await
-    }
-
-    /// Waits until the app stops (its stop token is cancelled, e.g. by a signal), then closes.
-    pub async fn wait(mut self) -> Result<()> {
-        self.stop.cancelled().await;
-        self.join().await
-    }
-
-    async fn join(&mut self) -> Result<()> {
-        while let Some(r) = self.tasks.join_next().await {
-            if let Err(e) = r {
-                tracing::error!(error = %e, "subscription task failed");
-            }
-        }
-        for close in self.closers.drain(..) {
-            close.await;
-        }
-        Ok(())
-    }
-}
-
-type SubscriptionTask = (
-    Watched,
-    CancellationToken,
-    BoxFuture<'static, ()>,
-    Arc<crate::observe::Tally>,
-);
-
-/// What starting one broker yields.
-pub(crate) struct Started {
-    subscriptions: Vec<SubscriptionTask>,
-    close: BoxFuture<'static, ()>,
-    ready: BrokerCheck,
 }
 
 /// A broker with its subscribers, types erased so one app can hold several brokers.
@@ -301,13 +190,14 @@ pub(crate) trait MountedBroker: Send + Sync + 'static {
     fn validate(&self) -> Result<()>;
     /// Validates, connects, checks, disconnects.
     fn check(&self) -> BoxFuture<'_, Result<()>>;
-    /// Connects and starts every subscription; `observer` is told of every handler call.
-    fn start(
+    /// Connects and starts every subscription in `app`; `observer` is told of every handler
+    /// call.
+    fn start<'a>(
         self: Box<Self>,
-        stop: CancellationToken,
+        app: &'a mut RunningApp,
         shutdown_timeout: Duration,
         observer: Option<Arc<dyn crate::observe::Observer>>,
-    ) -> BoxFuture<'static, Result<Started>>;
+    ) -> BoxFuture<'a, Result<()>>;
     /// The subscribers, for the AsyncAPI document.
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc>;
     /// The broker itself, so a test harness can find a broker of a given type
@@ -331,16 +221,7 @@ impl<B: Broker> BrokerApp<B> {
 impl<B: Broker> MountedBroker for BrokerApp<B> {
     fn validate(&self) -> Result<()> {
         for s in &self.subscribers {
-            if let Some(reply) = &s.reply
-                && reply.to.is_none()
-                && reply.message.name.is_none()
-            {
-                return Err(Error::config(format!(
-                    "the subscriber of `{}` replies with `{}`, which has no outgoing name: add `.to(\"key\")` (or `reply(\"key\")` in #[subscriber]), or `#[outgoing(name = \"...\")]` on the type",
-                    s.source.key(),
-                    reply.message.short_name()
-                )));
-            }
+            s.validate()?;
         }
         self.broker.validate(&self.sources())
     }
@@ -354,52 +235,28 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
         })
     }
 
-    fn start(
+    fn start<'a>(
         self: Box<Self>,
-        stop: CancellationToken,
+        app: &'a mut RunningApp,
         shutdown_timeout: Duration,
         observer: Option<Arc<dyn crate::observe::Observer>>,
-    ) -> BoxFuture<'static, Result<Started>> {
+    ) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             self.broker.connect(&self.sources()).await?;
-            let publisher = self.broker.publisher();
-            let mut subscriptions = Vec::new();
-            let mut names: HashMap<String, usize> = HashMap::new();
+            let live = Live::new(self.broker.clone(), shutdown_timeout, observer);
             for s in self.subscribers {
-                let key = s.source.key().to_owned();
-                let n = names.entry(key.clone()).or_default();
-                *n += 1;
-                let name = if *n == 1 { key } else { format!("{key}#{n}") };
-                let token = stop.child_token();
-                let receiver = self.broker.receiver(&s.source, token.clone()).await?;
-                let watch = Watched {
-                    name: name.clone(),
-                    state: StateCell::reading(),
-                    probe: receiver.probe(),
-                };
-                let sub = Arc::new(Subscription {
-                    name: name.clone(),
-                    broker: self.broker.clone(),
-                    source: s.source,
-                    handler: s.handler,
-                    reply_policy: s.reply.and_then(|r| r.policy),
-                    publisher: publisher.clone(),
-                    shutdown_timeout,
-                    observer: observer.clone(),
-                    state: watch.state.clone(),
-                    tally: Arc::default(),
-                });
-                let tally = sub.tally.clone();
-                let run: BoxFuture<'static, ()> = Box::pin(sub.run(receiver, token.clone()));
-                subscriptions.push((watch, token, run, tally));
+                let name = app.free_name(s.source.key());
+                let opened = live.open(s, name, app.child_token()).await?;
+                app.add(opened);
             }
             let broker = self.broker;
             let probed = broker.clone();
-            Ok(Started {
-                subscriptions,
-                close: Box::pin(async move { broker.close().await }),
-                ready: Box::new(move || probed.ready()),
-            })
+            app.add_broker(
+                live,
+                Box::pin(async move { broker.close().await }),
+                Box::new(move || probed.ready()),
+            );
+            Ok(())
         })
     }
 
@@ -417,15 +274,7 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc> {
         self.subscribers
             .iter()
-            .map(|s| crate::asyncapi::OperationDoc {
-                channel: s.source.describe(),
-                input: s.input,
-                reply: s.reply.as_ref().map(|r| (r.to.clone(), r.message)),
-                reply_transport: s.reply.as_ref().and_then(|r| {
-                    self.broker
-                        .reply_transport(r.to.as_deref(), r.policy.as_ref())
-                }),
-            })
+            .map(|s| s.doc(&self.broker))
             .collect()
     }
 }

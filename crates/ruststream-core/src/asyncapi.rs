@@ -26,7 +26,8 @@ pub struct OperationDoc {
     pub reply_transport: Option<&'static str>,
 }
 
-/// Builds the AsyncAPI 3.0.0 document of an application.
+/// Builds the AsyncAPI 3.0.0 document of an application, as mounted (before it starts; a running
+/// app's document of what runs now is [`RunningApp::asyncapi`](crate::RunningApp::asyncapi)).
 pub fn document(app: &RustStream) -> Value {
     let ops: Vec<OperationDoc> = app.mounted().flat_map(|b| b.docs()).collect();
     build(app_info(app), &ops)
@@ -36,7 +37,8 @@ fn app_info(app: &RustStream) -> &AppInfo {
     crate::App::info(app)
 }
 
-fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
+/// The document of `info` with the operations `ops`.
+pub(crate) fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
     let mut doc = Doc::default();
     let mut operations = Map::new();
     for op in ops {

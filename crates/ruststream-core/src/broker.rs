@@ -157,6 +157,12 @@ pub trait Broker: Send + Sync + Sized + 'static {
     /// sources (consumer groups, scripts).
     fn connect(&self, sources: &[&Self::Source]) -> impl Future<Output = Result<()>> + Send;
 
+    /// Prepares the server for `sources` on a broker already connected (consumer groups): what
+    /// [`connect`](Self::connect) does for each source once connected, for a subscription added
+    /// to a running app (`RunningApp::include`), after [`validate`](Self::validate) passed. It
+    /// may be called again for the same source after a failure.
+    fn prepare(&self, sources: &[&Self::Source]) -> impl Future<Output = Result<()>> + Send;
+
     /// Opens a receiver for a source, on a connection of its own.
     fn receiver(
         &self,

@@ -9,13 +9,19 @@
 //! - A receiver may also offer a [`Probe`] of its connection ([`Receiver::probe`]): a blocking
 //!   read waits while its connection is down rather than failing, so the probe is what tells.
 //! - A broker says whether its shared connections are up ([`Broker::ready`]).
+//! - A subscription added to the running app ([`RunningApp::include`]) joins the handle; one
+//!   stopped with [`RunningApp::stop_subscription`] leaves it, so stopping one on purpose does
+//!   not make the app unready.
+//!
+//! [`RunningApp::include`]: crate::RunningApp::include
+//! [`RunningApp::stop_subscription`]: crate::RunningApp::stop_subscription
 //!
 //! [`Receiver::probe`]: crate::Receiver::probe
 //! [`Broker::ready`]: crate::Broker::ready
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 /// A cheap, non-blocking check of whether a connection is up, callable from any thread.
 pub type Probe = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -99,44 +105,75 @@ pub(crate) struct Watched {
 pub struct Health(Arc<Inner>);
 
 struct Inner {
-    subscriptions: Vec<Watched>,
-    brokers: Vec<BrokerCheck>,
+    subscriptions: RwLock<Vec<Watched>>,
+    brokers: RwLock<Vec<BrokerCheck>>,
 }
 
 impl fmt::Debug for Health {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Health")
-            .field("subscriptions", &self.subscriptions().collect::<Vec<_>>())
+            .field("subscriptions", &self.subscriptions())
             .finish_non_exhaustive()
     }
 }
 
 impl Health {
-    pub(crate) fn new(subscriptions: Vec<Watched>, brokers: Vec<BrokerCheck>) -> Self {
+    /// A handle watching nothing yet.
+    pub(crate) fn new() -> Self {
         Self(Arc::new(Inner {
-            subscriptions,
-            brokers,
+            subscriptions: RwLock::new(Vec::new()),
+            brokers: RwLock::new(Vec::new()),
         }))
+    }
+
+    /// Watches one more broker's shared connections.
+    pub(crate) fn add_broker(&self, check: BrokerCheck) {
+        write(&self.0.brokers).push(check);
+    }
+
+    /// Watches one more subscription (one added to the running app).
+    pub(crate) fn add(&self, watched: Watched) {
+        write(&self.0.subscriptions).push(watched);
+    }
+
+    /// Stops watching the subscription `name` (it was stopped on purpose).
+    pub(crate) fn remove(&self, name: &str) {
+        write(&self.0.subscriptions).retain(|w| w.name != name);
     }
 
     /// Each subscription's name and state. A reading subscription whose connection probe says
     /// the connection is down shows as [`SubscriptionState::Disconnected`].
-    pub fn subscriptions(&self) -> impl Iterator<Item = (&str, SubscriptionState)> {
-        self.0.subscriptions.iter().map(|w| {
-            let state = match w.state.get() {
-                SubscriptionState::Reading if w.probe.as_ref().is_some_and(|p| !p()) => {
-                    SubscriptionState::Disconnected
-                }
-                s => s,
-            };
-            (w.name.as_str(), state)
-        })
+    pub fn subscriptions(&self) -> Vec<(String, SubscriptionState)> {
+        let watched = self
+            .0
+            .subscriptions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        watched
+            .iter()
+            .map(|w| {
+                let state = match w.state.get() {
+                    SubscriptionState::Reading if w.probe.as_ref().is_some_and(|p| !p()) => {
+                        SubscriptionState::Disconnected
+                    }
+                    s => s,
+                };
+                (w.name.clone(), state)
+            })
+            .collect()
     }
 
     /// `Ok` when every broker is connected and every subscription is reading; otherwise one
     /// short sentence for each thing that is not.
     pub fn check(&self) -> Result<(), Vec<String>> {
-        let mut not_ready: Vec<String> = self.0.brokers.iter().filter_map(|b| b().err()).collect();
+        let mut not_ready: Vec<String> = self
+            .0
+            .brokers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|b| b().err())
+            .collect();
         for (name, state) in self.subscriptions() {
             if state != SubscriptionState::Reading {
                 not_ready.push(format!("subscription `{name}`: {state}"));
@@ -153,4 +190,8 @@ impl Health {
     pub fn is_ready(&self) -> bool {
         self.check().is_ok()
     }
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }

@@ -24,6 +24,7 @@ pub mod otel;
 pub mod outcome;
 pub mod publish;
 pub mod retry;
+pub mod running;
 pub mod subscriber;
 
 pub use app::{App, AppInfo, Mount, RunningApp, RustStream};

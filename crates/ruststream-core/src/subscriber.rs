@@ -167,6 +167,33 @@ impl<B: Broker> Subscriber<B> {
     pub fn reply_to(&self) -> Option<&str> {
         self.reply.as_ref().and_then(|r| r.to.as_deref())
     }
+
+    /// Refuses a reply with nowhere to go: no `.to(..)` and no outgoing name on its type.
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        match &self.reply {
+            Some(reply) if reply.to.is_none() && reply.message.name.is_none() => {
+                Err(Error::config(format!(
+                    "the subscriber of `{}` replies with `{}`, which has no outgoing name: add `.to(\"key\")` (or `reply(\"key\")` in #[subscriber]), or `#[outgoing(name = \"...\")]` on the type",
+                    self.source.key(),
+                    reply.message.short_name()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// This subscriber as the AsyncAPI document shows it, on `broker`.
+    pub(crate) fn doc(&self, broker: &B) -> crate::asyncapi::OperationDoc {
+        crate::asyncapi::OperationDoc {
+            channel: self.source.describe(),
+            input: self.input,
+            reply: self.reply.as_ref().map(|r| (r.to.clone(), r.message)),
+            reply_transport: self
+                .reply
+                .as_ref()
+                .and_then(|r| broker.reply_transport(r.to.as_deref(), r.policy.as_ref())),
+        }
+    }
 }
 
 /// Anything `b.include(..)` mounts: a [`Subscriber`], or the item `#[subscriber]` generates.

@@ -157,6 +157,23 @@ impl RedisBroker {
         self.with(|s| s.scheduling = on)
     }
 
+    /// How often an idle reader of this broker's subscriptions looks for due delayed entries
+    /// when no wake-up came (default 5 s; a subscription's own `.schedule_interval(..)` wins).
+    /// Readers are woken when an entry is scheduled, so this bounds only the lateness of an
+    /// entry whose wake-up `PUBLISH` was lost: shorter means less lateness then and more idle
+    /// calls to Redis (one `move_due.lua` per interval per reader). Zero is refused at startup.
+    pub fn schedule_interval(self, interval: std::time::Duration) -> Self {
+        self.with(|s| s.schedule.interval = interval)
+    }
+
+    /// Most due delayed entries one mover call moves (default 128, 1 to 1,000; a subscription's
+    /// own `.move_batch(..)` wins). Larger means fewer round trips when many are due at once,
+    /// and longer scripts, during which Redis serves no other client. Out of range is refused
+    /// at startup.
+    pub fn move_batch(self, n: u32) -> Self {
+        self.with(|s| s.schedule.batch = n)
+    }
+
     /// A publisher whose destinations use their subscriptions' transports (list by default).
     pub fn publisher(&self) -> Publisher {
         Publisher::new(Arc::new(RedisPublisher {
@@ -231,6 +248,12 @@ impl Broker for RedisBroker {
             .routes
             .check()
             .map_err(ruststream_core::Error::config)?;
+        let schedule = self.conns.settings.schedule;
+        crate::delayed::Schedule::validate(
+            "RedisBroker",
+            Some(schedule.interval),
+            Some(schedule.batch),
+        )?;
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }
@@ -238,18 +261,22 @@ impl Broker for RedisBroker {
     }
 
     async fn connect(&self, sources: &[&RedisSource]) -> Result<()> {
-        for s in sources {
-            if let Some(policy) = s.transport().route() {
-                self.conns.routes.learn(s.key(), policy);
-            }
-        }
         self.conns.connect().await?;
+        self.prepare(sources).await
+    }
+
+    /// Each source's server side (`XGROUP CREATE .. MKSTREAM` for a stream group), then its
+    /// route (the transport the publisher uses for its key), learned only once that succeeded.
+    async fn prepare(&self, sources: &[&RedisSource]) -> Result<()> {
         for s in sources {
             crate::transport::prepare(s.transport(), &self.conns).await?;
         }
         let redis = self.conns.target();
         for s in sources {
             let t = s.transport();
+            if let Some(policy) = t.route() {
+                self.conns.routes.learn(s.key(), policy);
+            }
             for keys in crate::transport::queues(t, &self.conns.keys) {
                 tracing::info!(subscription = t.key(), transport = keys.transport,
                     mode = %keys.mode_in_words(), keys = %keys.key_list(),

@@ -56,6 +56,8 @@ pub(crate) struct Settings {
     pub(crate) prefix: String,
     pub(crate) pool_size: usize,
     pub(crate) scheduling: bool,
+    /// The subscriptions' mover schedule, unless a source sets its own.
+    pub(crate) schedule: crate::delayed::Schedule,
 }
 
 /// The URL schemes a broker connects with, for errors.
@@ -84,6 +86,7 @@ impl Settings {
             prefix: String::new(),
             pool_size: 2,
             scheduling: true,
+            schedule: crate::delayed::Schedule::default(),
         }
     }
 }

@@ -74,6 +74,7 @@ mod tls;
 mod transport;
 
 pub use broker::RedisBroker;
+pub use delayed::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use list::RedisList;

@@ -22,6 +22,10 @@ pub(crate) struct SourceOptions {
     pub(crate) block: Duration,
     /// Whether the subscription moves due entries of its delayed set.
     pub(crate) scheduling: bool,
+    /// The mover's interval, when the source sets its own (else the broker's).
+    pub(crate) schedule_interval: Option<Duration>,
+    /// The mover's batch, when the source sets its own (else the broker's).
+    pub(crate) move_batch: Option<u32>,
     /// Concurrency, attempts, backoff: what the core's dispatch loop reads.
     pub(crate) core: SubscribeOptions,
 }
@@ -32,6 +36,8 @@ impl Default for SourceOptions {
             dead_letter: DeadLetter::Default,
             block: Duration::from_secs(5),
             scheduling: true,
+            schedule_interval: None,
+            move_batch: None,
             core: SubscribeOptions::default(),
         }
     }
@@ -55,7 +61,7 @@ impl SourceOptions {
                 "{what}: block must be longer than zero (it would block forever)"
             )));
         }
-        Ok(())
+        crate::delayed::Schedule::validate(what, self.schedule_interval, self.move_batch)
     }
 }
 
@@ -110,6 +116,26 @@ macro_rules! source_setters {
             /// Off makes the node a pure handler: other nodes move them.
             pub fn scheduling(mut self, on: bool) -> Self {
                 self.options.scheduling = on;
+                self
+            }
+
+            /// How often this subscription's idle reader looks for due delayed entries when no
+            /// wake-up came (overrides the broker's
+            /// [`schedule_interval`]($crate::RedisBroker::schedule_interval); default 5 s).
+            /// It bounds how late an entry is moved when its wake-up `PUBLISH` was lost: shorter
+            /// means less lateness then and more idle calls to Redis (one per interval per
+            /// reader). Zero is refused at startup.
+            pub fn schedule_interval(mut self, interval: ::std::time::Duration) -> Self {
+                self.options.schedule_interval = Some(interval);
+                self
+            }
+
+            /// Most due delayed entries one mover call moves (overrides the broker's
+            /// [`move_batch`]($crate::RedisBroker::move_batch); default 128, 1 to 1,000).
+            /// Larger means fewer round trips when many are due at once, and longer scripts,
+            /// during which Redis serves no other client.
+            pub fn move_batch(mut self, n: u32) -> Self {
+                self.options.move_batch = Some(n);
                 self
             }
         }

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ruststream_core::{
-    App, Broker, Error, MessageType, PublishBuilder, Publisher, Result, RunningApp, RustStream,
+    App, Broker, Error, IntoSubscriber, MessageType, PublishBuilder, Publisher, Result, RunningApp,
+    RustStream,
 };
 use ruststream_redis::RedisBroker;
 use ruststream_redis::frame::Frame;
@@ -225,6 +226,38 @@ impl TestApp {
     /// down.
     pub fn running(&mut self) -> Option<&mut RunningApp> {
         self.running.as_mut()
+    }
+
+    /// Starts `subscriber` on the running app, as [`RunningApp::include`] does (seed 001's
+    /// `addHandler`): on the app's `RedisBroker`, so on its in-memory server, with its calls
+    /// recorded; then waits until the app settles.
+    ///
+    /// # Errors
+    /// As [`RunningApp::include`] (a refused configuration, several brokers of the type: use
+    /// [`running`](Self::running) and `include_on`), or when the app was shut down or does not
+    /// settle.
+    pub async fn include<S: IntoSubscriber>(&mut self, subscriber: S) -> Result<()> {
+        let Some(running) = self.running.as_mut() else {
+            return Err(Error::config("TestApp::include: the app was shut down"));
+        };
+        running.include(subscriber).await?;
+        self.settle().await
+    }
+
+    /// Stops the subscription `name` gracefully and waits until it has stopped, as
+    /// [`RunningApp::remove_subscription`] does (seed 001's `removeHandler`), then until the
+    /// app settles.
+    ///
+    /// # Errors
+    /// When no running subscription has that name, or the app does not settle.
+    pub async fn stop_subscription(&mut self, name: &str) -> Result<()> {
+        let Some(running) = self.running.as_mut() else {
+            return Err(Error::config(
+                "TestApp::stop_subscription: the app was shut down",
+            ));
+        };
+        running.remove_subscription(name).await?;
+        self.settle().await
     }
 
     /// Stops the running app and starts `app` on the same in-memory Redis, clock and records:

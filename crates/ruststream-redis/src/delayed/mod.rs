@@ -8,14 +8,24 @@
 //!   to wake the readers of the destination.
 //! - `move_due.lua` (before each read, unless scheduling is off): `ZRANGEBYSCORE`, `HMGET`,
 //!   `RPUSH` (list) or `XADD` (stream, then `XTRIM` when its route bounds it), `HDEL`, `ZREM`,
-//!   at most [`MOVE_BATCH`] a call. Any number
+//!   at most the move batch a call. Any number
 //!   of readers may move at once: the script is atomic, so nothing is delivered twice and no lock
 //!   is taken.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
 //!
 //! A reader never waits past the next due entry: the mover keeps that time ([`DueClock`]), the
 //! settle of a delayed retry moves it earlier, and a wake-up `PUBLISH` sets it to now. When no
-//! wake-up comes (a lost `PUBLISH`), an idle reader still looks every [`DUE_POLL`].
+//! wake-up comes (a lost `PUBLISH`), an idle reader still looks every schedule interval.
+//!
+//! The two knobs ([`Schedule`]), set broker-wide on `RedisBroker` and per subscription (which
+//! wins), trade lateness against Redis load:
+//! - the *schedule interval* ([`DEFAULT_SCHEDULE_INTERVAL`], 5 s) bounds how late an entry is moved when no wake-up
+//!   comes for it (a `PUBLISH` lost with a dropped connection, an entry written by another
+//!   tool); shorter means less lateness then, and more `move_due.lua` calls from idle readers
+//!   (one per interval per reader);
+//! - the *move batch* ([`DEFAULT_MOVE_BATCH`], 128; at most [`MAX_MOVE_BATCH`], 1,000) is how many due entries one call moves:
+//!   larger means fewer round trips when many are due at once, and longer scripts, during which
+//!   Redis serves no other client.
 
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
@@ -30,16 +40,75 @@ use crate::conn::Connections;
 use crate::error::core;
 use crate::keys::Delayed;
 use crate::lua;
+use crate::options::SourceOptions;
 use crate::policy::StreamPublish;
-
-/// Most due entries moved per read.
-const MOVE_BATCH: u32 = 128;
 
 /// The shortest blocking wait sent to Redis.
 const MIN_WAIT: Duration = Duration::from_millis(5);
 
-/// How often an idle reader looks for due entries when no wake-up came (a lost `PUBLISH`).
-const DUE_POLL: Duration = Duration::from_secs(5);
+/// How often an idle reader looks for due delayed entries when no wake-up came, unless the
+/// broker's or the source's `schedule_interval` says otherwise.
+pub const DEFAULT_SCHEDULE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Most due entries one mover call moves, unless `move_batch` says otherwise.
+pub const DEFAULT_MOVE_BATCH: u32 = 128;
+
+/// The largest move batch: `move_due.lua` moves at most this many a call whatever it is asked.
+pub const MAX_MOVE_BATCH: u32 = 1000;
+
+/// How a subscription's mover is scheduled (see the [module docs](self) for what each trades).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Schedule {
+    /// How often an idle reader looks for due entries when no wake-up came.
+    pub(crate) interval: Duration,
+    /// Most due entries one `move_due.lua` call moves.
+    pub(crate) batch: u32,
+}
+
+impl Default for Schedule {
+    /// [`DEFAULT_SCHEDULE_INTERVAL`], [`DEFAULT_MOVE_BATCH`].
+    fn default() -> Self {
+        Self {
+            interval: DEFAULT_SCHEDULE_INTERVAL,
+            batch: DEFAULT_MOVE_BATCH,
+        }
+    }
+}
+
+impl Schedule {
+    /// The broker's schedule with what `options` set of its own.
+    pub(crate) fn with(self, options: &SourceOptions) -> Self {
+        Self {
+            interval: options.schedule_interval.unwrap_or(self.interval),
+            batch: options.move_batch.unwrap_or(self.batch),
+        }
+    }
+
+    /// Refuses a zero interval and a batch outside 1..=[`MAX_MOVE_BATCH`]; `what` names whose
+    /// setting it is (`list \`jobs\``, `RedisBroker`).
+    pub(crate) fn validate(
+        what: &str,
+        interval: Option<Duration>,
+        batch: Option<u32>,
+    ) -> Result<()> {
+        if interval.is_some_and(|d| d.is_zero()) {
+            return Err(ruststream_core::Error::config(format!(
+                "{what}: schedule_interval must be longer than zero (idle readers would call Redis without pause); \
+                 a few seconds suits most services, e.g. `.schedule_interval(Duration::from_secs(1))`, \
+                 or `.scheduling(false)` to leave moving to other nodes"
+            )));
+        }
+        match batch {
+            Some(n) if n == 0 || n > MAX_MOVE_BATCH => {
+                Err(ruststream_core::Error::config(format!(
+                    "{what}: move_batch must be between 1 and {MAX_MOVE_BATCH} (it is {n}); \
+                 the default is 128, e.g. `.move_batch(128)`"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+}
 
 /// The Lua of the settle scripts that schedules a retry (`schedule_retry(zset, hash, arg, frame)`).
 pub(crate) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.lua");
@@ -100,6 +169,7 @@ pub(crate) struct Mover {
     dest: Destination,
     clock: Arc<DueClock>,
     lateness: metrics::Histogram,
+    schedule: Schedule,
 }
 
 impl Mover {
@@ -111,6 +181,7 @@ impl Mover {
         delayed: &Delayed,
         dead: Option<&str>,
         dest: Destination,
+        schedule: Schedule,
     ) -> Result<Self> {
         Ok(Self {
             keys: vec![
@@ -126,23 +197,26 @@ impl Mover {
                 wake: conns.notifier(&delayed.set).await?,
             }),
             lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => queue.to_owned()),
+            schedule,
         })
     }
 
     /// The mover of a subscription whose broker and source both schedule (`scheduling`, on by
-    /// default); `None` when either turned it off.
+    /// default), on the broker's schedule overridden by the source's `options`; `None` when
+    /// either turned scheduling off.
     pub(crate) async fn open_if(
         conns: &Connections,
-        scheduling: bool,
+        options: &SourceOptions,
         queue: &str,
         delayed: &Delayed,
         dead: Option<&str>,
         dest: Destination,
     ) -> Result<Option<Self>> {
-        if !(conns.settings.scheduling && scheduling) {
+        if !(conns.settings.scheduling && options.scheduling) {
             return Ok(None);
         }
-        Self::open(conns, queue, delayed, dead, dest)
+        let schedule = conns.settings.schedule.with(options);
+        Self::open(conns, queue, delayed, dead, dest, schedule)
             .await
             .map(Some)
     }
@@ -159,7 +233,7 @@ impl Mover {
     }
 
     /// Moves due entries to the destination when one may be due. A failure is logged and
-    /// tried again after [`DUE_POLL`]: it never stops the subscription from reading what is
+    /// tried again after the schedule interval: it never stops the subscription from reading what is
     /// already in its queue.
     pub(crate) async fn move_due(&self, client: &Client) {
         if self.clock.get() > Instant::now() {
@@ -170,7 +244,7 @@ impl Mover {
             Err(e) => {
                 tracing::warn!(queue = %self.keys[2], error = %e,
                     "delayed entries not moved; trying again later");
-                Instant::now() + DUE_POLL
+                Instant::now() + self.schedule.interval
             }
         };
         let mut next_due = lock(&self.clock.next);
@@ -191,7 +265,7 @@ impl Mover {
                 client,
                 self.keys.clone(),
                 vec![
-                    Value::from(MOVE_BATCH),
+                    Value::from(self.schedule.batch),
                     Value::from_static_str(dest),
                     Value::from(bound),
                 ],
@@ -208,13 +282,14 @@ impl Mover {
             #[allow(clippy::cast_precision_loss)]
             self.lateness.record(*late as f64 / 1000.0);
         }
-        Ok(if moved + dead >= i64::from(MOVE_BATCH) {
+        let poll = self.schedule.interval;
+        Ok(if moved + dead >= i64::from(self.schedule.batch) {
             Instant::now()
         } else if due >= 0 {
             let wait = Duration::from_millis(u64::try_from(due - now).unwrap_or(0));
-            Instant::now() + wait.min(DUE_POLL)
+            Instant::now() + wait.min(poll)
         } else {
-            Instant::now() + DUE_POLL
+            Instant::now() + poll
         })
     }
 }

@@ -54,7 +54,7 @@ pub(super) async fn open(
         .await?;
     let mover = Mover::open_if(
         conns,
-        list.options.scheduling,
+        &list.options,
         &keys.queue,
         &keys.delayed,
         keys.dead.as_deref(),

@@ -47,7 +47,7 @@ pub(super) async fn open(
         .unwrap_or_default();
     let mover = Mover::open_if(
         conns,
-        stream.options.scheduling,
+        &stream.options,
         &keys.stream,
         &keys.delayed,
         keys.dead.as_deref(),
