@@ -331,6 +331,9 @@ impl<B: Broker> BrokerApp<B> {
 impl<B: Broker> MountedBroker for BrokerApp<B> {
     fn validate(&self) -> Result<()> {
         for s in &self.subscribers {
+            if let crate::subscriber::Handler::Batch(_, batch) = &s.handler {
+                batch.validate(s.source.key(), s.source.options().concurrency.max(1))?;
+            }
             if let Some(reply) = &s.reply
                 && reply.to.is_none()
                 && reply.message.name.is_none()
