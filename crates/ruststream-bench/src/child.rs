@@ -11,8 +11,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::{StreamExt, TryStreamExt};
 use ruststream::{
-    App, AppInfo, Context, Handle, HandlerOutcome, Publisher, RedisBroker, RedisChannel, RedisList,
-    RedisStream, RustStream, Subscriber, subscriber,
+    App, AppInfo, BatchContext, BatchOutcome, Context, Handle, HandleBatch, HandlerOutcome,
+    Publisher, RedisBroker, RedisChannel, RedisList, RedisStream, RustStream, Subscriber,
+    subscriber,
 };
 
 use crate::common::{
@@ -94,6 +95,28 @@ impl Handle<Msg> for Record {
     }
 }
 
+/// The batch handler: records every id of the batch, nothing else.
+struct RecordBatch(Arc<Tracker>);
+
+impl HandleBatch<Msg> for RecordBatch {
+    fn handle_batch(
+        &self,
+        msgs: &[Msg],
+        _ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send {
+        for msg in msgs {
+            self.0.record(msg);
+        }
+        std::future::ready(BatchOutcome::ack())
+    }
+}
+
+/// Messages a batch of the batch scenario.
+pub const BATCH: usize = 100;
+
+/// How long the batch scenario's partial batch waits: short, as only the last one is partial.
+const BATCH_WAIT: Duration = Duration::from_millis(5);
+
 /// The broker as a scenario's configuration sets it.
 pub fn broker(url: &str, prefix: &str, tuning: &Tuning) -> RedisBroker {
     let broker = RedisBroker::standalone(url).prefix(prefix);
@@ -138,6 +161,13 @@ fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscri
                 None => s,
             };
             subscriber(s, handler).build::<Msg>()
+        }
+        Scenario::Batch => {
+            let source = list(RedisList::new(KEY).reliable().no_recovery());
+            subscriber(source, RecordBatch(handler.0))
+                .batch(BATCH)
+                .max_wait(BATCH_WAIT)
+                .build::<Msg>()
         }
         // A reliable list without crash recovery (recovery is the `recovery` scenario).
         _ => subscriber(list(RedisList::new(KEY).reliable().no_recovery()), handler).build::<Msg>(),

@@ -66,6 +66,8 @@ pub enum Scenario {
     Reliable,
     /// Reliable list with a recovery set.
     Recovery,
+    /// Reliable list drained by a batch handler, 100 messages a batch.
+    Batch,
     /// Stream with a consumer group.
     Stream,
     /// N entries due at once, moved from the delayed set.
@@ -77,12 +79,13 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
         Self::Reliable,
         Self::Recovery,
+        Self::Batch,
         Self::Stream,
         Self::Delayed,
         Self::Pubsub,
@@ -96,6 +99,7 @@ impl Scenario {
             Self::Simple => "simple",
             Self::Reliable => "reliable",
             Self::Recovery => "recovery",
+            Self::Batch => "batch",
             Self::Stream => "stream",
             Self::Delayed => "delayed",
             Self::Pubsub => "pubsub",
@@ -241,7 +245,8 @@ impl Tuning {
                     in_flight: 2,
                     ..default
                 },
-                // Reliable, recovery, delayed: 512 measured best (256 and 1024 slower).
+                // Reliable, recovery, batch, delayed: 512 measured best for reliable (256 and
+                // 1024 slower).
                 _ => Self {
                     concurrency: Some(512),
                     in_flight: 2,

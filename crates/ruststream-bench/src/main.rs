@@ -55,7 +55,7 @@ const DELAYED_AHEAD: Duration = Duration::from_millis(100);
 )]
 struct Cli {
     /// all, publish (both forms), publish-batch, publish-single, simple, reliable, recovery,
-    /// stream, delayed, pubsub, latency.
+    /// batch, stream, delayed, pubsub, latency.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Messages per scenario.
@@ -503,7 +503,11 @@ async fn scenario(
                 line.baseline_per_s = Some(out.per_s);
             }
         }
-        Scenario::Simple | Scenario::Reliable | Scenario::Recovery | Scenario::Stream => {
+        Scenario::Simple
+        | Scenario::Reliable
+        | Scenario::Recovery
+        | Scenario::Batch
+        | Scenario::Stream => {
             let mut broker = child::broker(&ctx.cli.redis, prefix, &tuning);
             if s == Scenario::Stream {
                 // A producer-only process names its stream destination.
@@ -537,7 +541,9 @@ async fn scenario(
                 let b = tuning.batch();
                 let out = match s {
                     Scenario::Simple => raw::simple(&ctx.raw, &raw_key, n, b).await?,
-                    Scenario::Reliable => raw::reliable(&ctx.raw, &raw_key, n, b, false).await?,
+                    Scenario::Reliable | Scenario::Batch => {
+                        raw::reliable(&ctx.raw, &raw_key, n, b, false).await?
+                    }
                     Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
                     _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,
                 };

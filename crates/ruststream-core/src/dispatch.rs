@@ -10,8 +10,14 @@
 //!   task each, which is cheaper (the figures are in `docs/decisions.md`). Batches run on the runtime's workers in parallel. A
 //!   panic is caught per message and the message retried.
 //! - Settlements go to one settler task that sends them to the broker in batches.
+//! - A batch handler's deliveries go, each with its permit, to a batcher task that gathers them
+//!   into the handler's batches (see `batcher`); each item then settles as above.
 //! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
 //!   whatever is still unfinished is left to the broker's recovery. Nothing is lost.
+
+mod batcher;
+mod meters;
+mod settle;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -19,28 +25,26 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
-use metrics::{Counter, Gauge, Histogram};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use self::meters::Meters;
+use self::settle::{ErrorBackoff, settle_loop};
 use crate::health::{StateCell, SubscriptionState};
-use crate::subscriber::{ErasedHandler, Handled};
+use crate::subscriber::{ErasedHandler, Handled, Handler, panic_message};
 use crate::{
     Broker, BrokerSource, Delivery, DeliveryInfo, HandlerOutcome, OutMessage, Publisher, Receiver,
-    Retries, Settlement, Settler, SubscribeOptions,
+    Retries, Settlement, SubscribeOptions,
 };
-
-/// Most settlements sent to the broker in one call.
-const SETTLE_BATCH: usize = 1024;
 
 /// Everything the loop of one subscription needs.
 pub(crate) struct Subscription<B: Broker> {
     pub(crate) name: String,
     pub(crate) broker: Arc<B>,
     pub(crate) source: B::Source,
-    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) handler: Handler,
     pub(crate) reply_policy: Option<B::Policy>,
     pub(crate) publisher: Publisher,
     pub(crate) shutdown_timeout: Duration,
@@ -54,63 +58,35 @@ pub(crate) struct Subscription<B: Broker> {
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
 
-/// The metrics of one subscription, registered once so the hot path only increments.
-struct Meters {
-    acked: Counter,
-    retried: Counter,
-    ignored: Counter,
-    dead: Counter,
-    duration: Histogram,
-    in_flight: Gauge,
-    /// `ruststream_dead_lettered_total` of this subscription, one per [`REASONS`] label.
-    dead_lettered: [Counter; REASONS.len()],
-}
-
-/// The bounded labels of a dead-letter reason; `decode: <error>` counts as `decode`.
-const REASONS: [&str; 5] = [
-    "max-attempts",
-    "dropped",
-    "decode",
-    "no-redelivery",
-    "other",
-];
-
-impl Meters {
-    fn new(subscription: &str) -> Self {
-        let handled = |outcome: &'static str| metrics::counter!("ruststream_handled_total", "subscription" => subscription.to_owned(), "outcome" => outcome);
-        Self {
-            acked: handled("ack"),
-            retried: handled("retry"),
-            ignored: handled("ignored"),
-            dead: handled("dead"),
-            duration: metrics::histogram!("ruststream_handler_duration_seconds", "subscription" => subscription.to_owned()),
-            in_flight: metrics::gauge!("ruststream_in_flight", "subscription" => subscription.to_owned()),
-            dead_lettered: REASONS.map(|reason| metrics::counter!("ruststream_dead_lettered_total", "subscription" => subscription.to_owned(), "reason" => reason)),
-        }
-    }
-
-    fn record(&self, settlement: &Settlement, retries: Retries) {
-        match settlement {
-            Settlement::Retry { .. } if retries == Retries::Ignored => {}
-            Settlement::Ack => self.acked.increment(1),
-            Settlement::Retry { .. } => self.retried.increment(1),
-            Settlement::Dead { reason } => {
-                self.dead.increment(1);
-                self.dead_lettered[reason_index(reason)].increment(1);
-            }
-        }
-    }
-}
-
-/// The index in [`REASONS`] of a dead-letter reason's label (`decode: <error>` is `decode`).
-fn reason_index(reason: &str) -> usize {
-    let head = reason.split(':').next().unwrap_or_default();
-    REASONS
-        .iter()
-        .position(|r| *r == head)
-        .unwrap_or(REASONS.len() - 1)
-}
 type Done<B> = (Token<B>, Settlement, Option<OwnedSemaphorePermit>);
+
+/// A claimed delivery with the permit it holds until its settle starts.
+type Held<B> = (Delivery<Token<B>>, Option<OwnedSemaphorePermit>);
+
+/// Where handled deliveries go: the settler's channel, with the options and meters they are
+/// settled and counted by.
+struct Lane<B: Broker> {
+    done: mpsc::UnboundedSender<Done<B>>,
+    opts: Arc<SubscribeOptions>,
+    meters: Arc<Meters>,
+}
+
+impl<B: Broker> Clone for Lane<B> {
+    fn clone(&self) -> Self {
+        Self {
+            done: self.done.clone(),
+            opts: self.opts.clone(),
+            meters: self.meters.clone(),
+        }
+    }
+}
+
+/// What the reader does with a claimed batch: run a handler on each delivery, or pass them to the
+/// batcher.
+enum Route<B: Broker> {
+    Each(Arc<dyn ErasedHandler>),
+    Batcher(mpsc::UnboundedSender<Held<B>>),
+}
 
 impl<B: Broker> Subscription<B> {
     /// Runs until `stop` is cancelled and every in-flight message is settled or abandoned.
@@ -127,67 +103,112 @@ impl<B: Broker> Subscription<B> {
             self.name.clone(),
         ));
         let mut batches = JoinSet::new();
-        let mut backoff = ErrorBackoff::default();
-        let meters = Arc::new(Meters::new(&self.name));
-        let mut failing = false;
+        let lane = Lane {
+            done: done_tx,
+            opts: opts.clone(),
+            meters: Arc::new(Meters::new(&self.name)),
+        };
+        let (route, most) = self.route(&mut batches, &lane, concurrency);
+        let mut failing: Option<ErrorBackoff> = None;
 
         while !stop.is_cancelled() {
             let mut held = tokio::select! {
                 p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
                 () = stop.cancelled() => break,
             };
-            // At most half the permits a claim: two batches in flight, one being handled while
-            // the next is claimed, so the reader never waits for a whole batch to finish.
-            let most = (concurrency / 2).max(1);
             let free = permits.available_permits().min(most - 1);
             let free = u32::try_from(free).unwrap_or(u32::MAX);
             if let Ok(more) = permits.clone().try_acquire_many_owned(free) {
                 held.merge(more);
             }
-            let batch = match receiver.receive(held.num_permits()).await {
-                Ok(batch) => {
-                    if failing {
-                        failing = false;
-                        backoff.reset();
-                        self.state.set(SubscriptionState::Reading);
-                    }
-                    batch
-                }
-                Err(e) => {
-                    if !failing {
-                        failing = true;
-                        self.state.set(SubscriptionState::Failing);
-                    }
-                    let wait = backoff.next();
-                    tracing::warn!(subscription = %self.name, error = %e, retry_in = ?wait, "receive failed");
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = stop.cancelled() => {}
-                    }
-                    continue;
-                }
+            let Some(batch) = self
+                .claim(&mut receiver, held.num_permits(), &mut failing, &stop)
+                .await
+            else {
+                continue;
             };
             if batch.is_empty() {
                 continue;
             }
             // Give back what the broker did not fill; the rest goes one per message.
             drop(held.split(held.num_permits().saturating_sub(batch.len())));
-            batches.spawn(self.clone().run_batch(
-                batch,
-                held,
-                done_tx.clone(),
-                opts.clone(),
-                meters.clone(),
-            ));
+            match &route {
+                Route::Each(handler) => {
+                    let run = self
+                        .clone()
+                        .run_batch(batch, held, handler.clone(), lane.clone());
+                    batches.spawn(run);
+                }
+                // The batcher lives until `route` is dropped below.
+                Route::Batcher(to) => batch.into_iter().for_each(|delivery| {
+                    let _ = to.send((delivery, held.split(1)));
+                }),
+            }
             // Reap finished batches so the set does not grow without bound.
             while batches.try_join_next().is_some() {}
         }
 
         self.state.set(SubscriptionState::Stopped);
-        drop(done_tx);
+        // The batcher hands over its partial batch once its channel closes.
+        drop(route);
+        drop(lane);
         self.drain(batches, &permits, concurrency).await;
         if settler.await.is_err() {
             tracing::error!(subscription = %self.name, "settler task failed");
+        }
+    }
+
+    /// Claims up to `n` messages. On an error: marks the subscription failing (`failing` holds
+    /// the backoff while it is), waits the backoff or the stop, and returns `None`.
+    async fn claim(
+        &self,
+        receiver: &mut B::Receiver,
+        n: usize,
+        failing: &mut Option<ErrorBackoff>,
+        stop: &CancellationToken,
+    ) -> Option<Vec<Delivery<Token<B>>>> {
+        match receiver.receive(n).await {
+            Ok(batch) => {
+                if failing.take().is_some() {
+                    self.state.set(SubscriptionState::Reading);
+                }
+                Some(batch)
+            }
+            Err(e) => {
+                let backoff = failing.get_or_insert_with(|| {
+                    self.state.set(SubscriptionState::Failing);
+                    ErrorBackoff::default()
+                });
+                let wait = backoff.next();
+                tracing::warn!(subscription = %self.name, error = %e, retry_in = ?wait, "receive failed");
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = stop.cancelled() => {}
+                }
+                None
+            }
+        }
+    }
+
+    /// Where claimed deliveries go (starting the batcher of a batch handler in `batches`), and
+    /// the most permits one claim takes.
+    fn route(
+        self: &Arc<Self>,
+        batches: &mut JoinSet<()>,
+        lane: &Lane<B>,
+        concurrency: usize,
+    ) -> (Route<B>, usize) {
+        // At most half the permits a claim: two batches in flight, one being handled while the
+        // next is claimed, so the reader never waits for a whole batch to finish. A batch
+        // handler's claim may take a whole batch.
+        let most = (concurrency / 2).max(1);
+        match &self.handler {
+            Handler::One(h) => (Route::Each(h.clone()), most),
+            Handler::Batch(h, batch) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                batches.spawn(self.clone().batcher(rx, h.clone(), *batch, lane.clone()));
+                (Route::Batcher(tx), most.max(batch.size).min(concurrency))
+            }
         }
     }
 
@@ -221,29 +242,22 @@ impl<B: Broker> Subscription<B> {
         self: Arc<Self>,
         batch: Vec<Delivery<Token<B>>>,
         mut permits: OwnedSemaphorePermit,
-        done: mpsc::UnboundedSender<Done<B>>,
-        opts: Arc<SubscribeOptions>,
-        meters: Arc<Meters>,
+        handler: Arc<dyn ErasedHandler>,
+        lane: Lane<B>,
     ) {
         let mut running: FuturesUnordered<_> = batch
             .into_iter()
             .map(|delivery| {
                 let permit = permits.split(1);
-                self.handle_one(delivery, permit, &done, &opts, &meters)
+                self.handle_one(&*handler, (delivery, permit), &lane)
             })
             .collect();
         while running.next().await.is_some() {}
     }
 
     /// Handles one delivery and hands its settlement, with its permit, to the settler.
-    async fn handle_one(
-        &self,
-        delivery: Delivery<Token<B>>,
-        permit: Option<OwnedSemaphorePermit>,
-        done: &mpsc::UnboundedSender<Done<B>>,
-        opts: &SubscribeOptions,
-        meters: &Meters,
-    ) {
+    async fn handle_one(&self, handler: &dyn ErasedHandler, held: Held<B>, lane: &Lane<B>) {
+        let delivery = &held.0;
         let span = tracing::info_span!(
             "handle",
             subscription = %self.name,
@@ -251,16 +265,41 @@ impl<B: Broker> Subscription<B> {
             attempt = delivery.info.attempt,
             headers = ?delivery.info.headers,
         );
-        meters.in_flight.increment(1.0);
+        lane.meters.in_flight.increment(1.0);
         let started = std::time::Instant::now();
         let mut outcome = None;
-        let handled = self.handle(&delivery, opts, &mut outcome).instrument(span);
+        let handled = self
+            .handle(handler, delivery, &lane.opts, &mut outcome)
+            .instrument(span);
         // The consumer span is the OpenTelemetry context the handler (and its publishes) run in.
         #[cfg(feature = "otel")]
         let consumer = crate::otel::Consumer::start(&self.name, &delivery.info);
         #[cfg(feature = "otel")]
         let handled = opentelemetry::context::FutureExt::with_context(handled, consumer.context());
-        let mut settlement = handled.await;
+        let settlement = handled.await;
+        self.finish(
+            held,
+            outcome,
+            settlement,
+            lane,
+            started,
+            #[cfg(feature = "otel")]
+            consumer,
+        );
+    }
+
+    /// Settles one handled delivery: the source's retry rule, otel, observer, tally, metrics,
+    /// then the settler (with the delivery's permit).
+    fn finish(
+        &self,
+        (delivery, permit): Held<B>,
+        outcome: Option<HandlerOutcome>,
+        mut settlement: Settlement,
+        lane: &Lane<B>,
+        started: std::time::Instant,
+        #[cfg(feature = "otel")] consumer: crate::otel::Consumer,
+    ) {
+        let meters = &lane.meters;
         if let Settlement::Retry { .. } = settlement {
             match self.source.retries() {
                 Retries::Redeliver => {}
@@ -288,52 +327,70 @@ impl<B: Broker> Subscription<B> {
         meters.record(&settlement, self.source.retries());
         // The settler outlives every batch task; a closed channel means it is gone and the
         // message stays claimed, to be recovered.
-        let _ = done.send((delivery.token, settlement, permit));
+        let _ = lane.done.send((delivery.token, settlement, permit));
     }
 
     /// Runs the handler on one delivery and decides its settlement; `outcome` gets what the
     /// handler decided, when it did.
     async fn handle(
         &self,
+        handler: &dyn ErasedHandler,
         d: &Delivery<Token<B>>,
         opts: &SubscribeOptions,
         outcome: &mut Option<HandlerOutcome>,
     ) -> Settlement {
+        if let Some(settlement) = self.refuse(d, opts) {
+            return settlement;
+        }
+        self.observe_called(d);
+        let run = AssertUnwindSafe(handler.call(&d.info, &d.payload, &self.publisher));
+        let handled = run.catch_unwind().await.unwrap_or_else(|panic| {
+            Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
+        });
+        *outcome = handled.decided();
+        self.settlement(&d.info, handled, opts).await
+    }
+
+    /// The dead letter of a delivery that must not reach the handler: unreadable, or past
+    /// `max_attempts`.
+    fn refuse(&self, d: &Delivery<Token<B>>, opts: &SubscribeOptions) -> Option<Settlement> {
         if let Some(why) = &d.unreadable {
             tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %why,
                 "message cannot be read: to the dead-letter list");
             #[cfg(feature = "otel")]
             crate::otel::failed(|| format!("message cannot be read: {why}"));
-            return Settlement::Dead {
+            return Some(Settlement::Dead {
                 reason: format!("decode: {why}"),
-            };
+            });
         }
         if d.info.attempt > opts.max_attempts {
             // Recovered after a crash on its last attempt: do not run it again.
             tracing::warn!(subscription = %self.name, message_id = %d.info.message_id, attempt = d.info.attempt,
                 "no attempts left: to the dead-letter list");
-            return Settlement::Dead {
+            return Some(Settlement::Dead {
                 reason: "max-attempts".into(),
-            };
+            });
         }
-        self.observe_called(d);
-        let run = AssertUnwindSafe(self.handler.call(&d.info, &d.payload, &self.publisher));
-        let handled = run.catch_unwind().await;
-        *outcome = match &handled {
-            Ok(Handled::Ack(_)) => Some(HandlerOutcome::ack()),
-            Ok(Handled::Outcome(o)) => Some(*o),
-            _ => None,
-        };
+        None
+    }
+
+    /// The settlement of a delivery its handler ran on (publishing its reply, if any).
+    async fn settlement(
+        &self,
+        info: &DeliveryInfo,
+        handled: Handled,
+        opts: &SubscribeOptions,
+    ) -> Settlement {
         match handled {
-            Ok(Handled::Ack(None)) => Settlement::Ack,
-            Ok(Handled::Ack(Some(reply))) => match self.publish_reply(reply).await {
+            Handled::Ack(None) => Settlement::Ack,
+            Handled::Ack(Some(reply)) => match self.publish_reply(reply).await {
                 Ok(()) => Settlement::Ack,
                 Err(e) => {
                     tracing::warn!(subscription = %self.name, error = %e, "reply not published; retrying the message");
-                    retry(&d.info, None, opts)
+                    retry(info, None, opts)
                 }
             },
-            Ok(Handled::Outcome(outcome)) => {
+            Handled::Outcome(outcome) => {
                 if outcome.is_ack() {
                     Settlement::Ack
                 } else if outcome.is_drop() {
@@ -341,27 +398,22 @@ impl<B: Broker> Subscription<B> {
                         reason: "dropped".into(),
                     }
                 } else {
-                    retry(&d.info, outcome.retry_after_delay(), opts)
+                    retry(info, outcome.retry_after_delay(), opts)
                 }
             }
-            Ok(Handled::Failed(e)) => {
-                tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %e, "message cannot be handled");
+            Handled::Failed(e) => {
+                tracing::error!(subscription = %self.name, message_id = %info.message_id, error = %e, "message cannot be handled");
                 #[cfg(feature = "otel")]
                 crate::otel::failed(|| e.to_string());
                 Settlement::Dead {
                     reason: e.to_string(),
                 }
             }
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(ToString::to_string)
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_default();
-                tracing::error!(subscription = %self.name, message_id = %d.info.message_id, panic = %what, "handler panicked");
+            Handled::Broken(why) => {
+                tracing::error!(subscription = %self.name, message_id = %info.message_id, error = %why, "handler failed");
                 #[cfg(feature = "otel")]
-                crate::otel::failed(|| format!("handler panicked: {what}"));
-                retry(&d.info, None, opts)
+                crate::otel::failed(|| why.clone());
+                retry(info, None, opts)
             }
         }
     }
@@ -399,57 +451,5 @@ fn retry(info: &DeliveryInfo, delay: Option<Duration>, opts: &SubscribeOptions) 
     let delay = delay.unwrap_or_else(|| opts.retry.delay(info.attempt));
     Settlement::Retry {
         delay: (!delay.is_zero()).then_some(delay),
-    }
-}
-
-async fn settle_loop<B: Broker>(
-    settler: <B::Receiver as Receiver>::Settler,
-    mut done: mpsc::UnboundedReceiver<Done<B>>,
-    name: String,
-) {
-    let mut received = Vec::with_capacity(SETTLE_BATCH);
-    let mut batch = Vec::with_capacity(SETTLE_BATCH);
-    while done.recv_many(&mut received, SETTLE_BATCH).await > 0 {
-        // The permits go back as the round trip starts, so the next claim overlaps it.
-        let mut permits: Option<OwnedSemaphorePermit> = None;
-        for (token, settlement, permit) in received.drain(..) {
-            batch.push((token, settlement));
-            match (&mut permits, permit) {
-                (Some(all), Some(p)) => all.merge(p),
-                (all @ None, p) => *all = p,
-                (Some(_), None) => {}
-            }
-        }
-        drop(permits);
-        let mut backoff = ErrorBackoff::default();
-        let mut tries = 0;
-        while let Err(e) = settler.settle(&batch).await {
-            tries += 1;
-            if tries >= 20 {
-                tracing::error!(subscription = %name, error = %e, lost_settlements = batch.len(),
-                    "settle keeps failing: giving up; the messages stay claimed and will be recovered");
-                break;
-            }
-            let wait = backoff.next();
-            tracing::warn!(subscription = %name, error = %e, retry_in = ?wait, "settle failed");
-            tokio::time::sleep(wait).await;
-        }
-        batch.clear();
-    }
-}
-
-/// Capped exponential backoff for broker errors: 50 ms doubling to 5 s.
-#[derive(Default)]
-struct ErrorBackoff(u32);
-
-impl ErrorBackoff {
-    fn next(&mut self) -> Duration {
-        let wait = Duration::from_millis(50) * 2u32.saturating_pow(self.0.min(7));
-        self.0 += 1;
-        wait.min(Duration::from_secs(5))
-    }
-
-    fn reset(&mut self) {
-        self.0 = 0;
     }
 }

@@ -1,9 +1,10 @@
 //! Broker-agnostic core of RustStream.
 //!
 //! Users depend on the `ruststream` crate; this crate holds what every broker shares: the
-//! [`Handle`] trait and [`HandlerOutcome`], the per-message [`Context`], message types
-//! ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the dispatch loop (concurrency,
-//! panics, retries, graceful shutdown), [`RustStream`] apps and the AsyncAPI document.
+//! [`Handle`] trait and [`HandlerOutcome`], batch handlers ([`HandleBatch`]), the per-message
+//! [`Context`], message types ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the
+//! dispatch loop (concurrency, panics, retries, graceful shutdown), [`RustStream`] apps and the
+//! AsyncAPI document.
 //! It sends no command to any server itself.
 //!
 //! With the feature `otel`, publishes and handled messages are OpenTelemetry spans of one trace
@@ -11,6 +12,7 @@
 
 pub mod app;
 pub mod asyncapi;
+pub mod batch;
 pub mod broker;
 pub mod context;
 mod dispatch;
@@ -28,6 +30,7 @@ pub mod running;
 pub mod subscriber;
 
 pub use app::{App, AppInfo, Mount, RunningApp, RustStream};
+pub use batch::{BatchBuilder, BatchContext, BatchOutcome, HandleBatch, IntoBatchOutcome};
 pub use broker::{
     Broker, BrokerSource, ChannelDoc, Delivery, Receiver, Retries, Settler, Source,
     SubscribeOptions,

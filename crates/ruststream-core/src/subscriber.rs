@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::batch::{BatchBuilder, BatchOptions, ErasedBatchHandler};
 use crate::{
     Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, HandlerOutcome, MessageType,
     OutMessage, Publisher, Source,
@@ -20,6 +21,34 @@ pub(crate) enum Handled {
     Outcome(HandlerOutcome),
     /// The payload could not be decoded, or the reply could not be encoded.
     Failed(Error),
+    /// The handler panicked or broke its contract (says why): the message is retried.
+    Broken(String),
+}
+
+impl Handled {
+    /// What the handler decided, when it did.
+    pub(crate) fn decided(&self) -> Option<HandlerOutcome> {
+        match self {
+            Self::Ack(_) => Some(HandlerOutcome::ack()),
+            Self::Outcome(o) => Some(*o),
+            Self::Failed(_) | Self::Broken(_) => None,
+        }
+    }
+}
+
+/// What a subscriber runs: a handler of one message at a time, or of batches.
+pub(crate) enum Handler {
+    One(Arc<dyn ErasedHandler>),
+    Batch(Arc<dyn ErasedBatchHandler>, BatchOptions),
+}
+
+/// The text a panic was raised with, when it was a string.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 /// A handler with its message types erased: decode, handle, encode the reply.
@@ -114,7 +143,7 @@ pub struct MessageDoc {
 }
 
 impl MessageDoc {
-    fn of<T: MessageType>() -> Self {
+    pub(crate) fn of<T: MessageType>() -> Self {
         Self {
             type_name: std::any::type_name::<T>(),
             schema: T::schema,
@@ -132,7 +161,7 @@ impl MessageDoc {
 /// A source bound to a handler, ready to mount with `b.include(..)`.
 pub struct Subscriber<B: Broker> {
     pub(crate) source: B::Source,
-    pub(crate) handler: Arc<dyn ErasedHandler>,
+    pub(crate) handler: Handler,
     pub(crate) input: MessageDoc,
     pub(crate) reply: Option<Reply<B>>,
 }
@@ -168,8 +197,12 @@ impl<B: Broker> Subscriber<B> {
         self.reply.as_ref().and_then(|r| r.to.as_deref())
     }
 
-    /// Refuses a reply with nowhere to go: no `.to(..)` and no outgoing name on its type.
+    /// Refuses a reply with nowhere to go (no `.to(..)` and no outgoing name on its type), and a
+    /// batch that does not fit the subscription's concurrency.
     pub(crate) fn validate(&self) -> Result<(), Error> {
+        if let Handler::Batch(_, batch) = &self.handler {
+            batch.validate(self.source.key(), self.source.options().concurrency.max(1))?;
+        }
         match &self.reply {
             Some(reply) if reply.to.is_none() && reply.message.name.is_none() => {
                 Err(Error::config(format!(
@@ -231,14 +264,20 @@ impl<S: Source, H> SubscriberBuilder<S, H> {
     {
         Subscriber {
             source: self.source.into_source(),
-            handler: Arc::new(Typed {
+            handler: Handler::One(Arc::new(Typed {
                 handler: self.handler,
                 reply_to: None,
                 _types: PhantomData::<fn(In)>,
-            }),
+            })),
             input: MessageDoc::of::<In>(),
             reply: None,
         }
+    }
+
+    /// The handler takes up to `size` messages at once (a [`HandleBatch`](crate::HandleBatch)):
+    /// finish with `.max_wait(d).build()` (see [`crate::batch`]). A batch handler does not reply.
+    pub fn batch(self, size: usize) -> BatchBuilder<S, H> {
+        BatchBuilder::new(self.source, self.handler, size)
     }
 
     /// The handler's return value is published as a reply: to `.to(..)`, or to its type's
@@ -277,7 +316,7 @@ impl<S: Source, H> ReplyBuilder<S, H> {
         };
         Subscriber {
             source: self.inner.source.into_source(),
-            handler: Arc::new(Replying(typed)),
+            handler: Handler::One(Arc::new(Replying(typed))),
             input: MessageDoc::of::<In>(),
             reply: Some(Reply {
                 to: self.to,

@@ -1,89 +1,24 @@
-//! `#[subscriber(SOURCE, reply(..))]` on an `async fn`.
+//! `#[subscriber(SOURCE, reply(..))]` on an `async fn`, or `#[subscriber(SOURCE, batch = n,
+//! max_wait = d)]` on an `async fn` taking `&[T]`.
 //!
 //! Expands to a unit struct named like the function that implements `Handle` (the function itself
 //! becomes an associated `async fn`, its result converted with `IntoHandlerResult`) and
 //! `IntoSubscriber` (through `subscriber(SOURCE, handler).build()`, as a hand-written subscriber).
+//! With `batch`, the struct implements `HandleBatch` instead (the result converted with
+//! `IntoBatchOutcome`) and the subscriber is `subscriber(SOURCE, handler).batch(n).build()`.
 //! The broker is `<Type as Source>::Broker`, where `Type` is read off the source expression:
 //! `RedisList::new("k").reliable()` gives `RedisList`.
 
+mod args;
+
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
-use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Error, Expr, FnArg, GenericArgument, Ident, ItemFn, PathArguments, ReturnType,
-    Token, Type,
+    Attribute, Error, Expr, FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type,
 };
 
-/// What the attribute says.
-struct Args {
-    source: Expr,
-    reply: Option<Reply>,
-}
-
-/// `reply` or `reply("key")`.
-struct Reply {
-    keyword: Ident,
-    to: Option<Expr>,
-}
-
-const OPTIONS_HELP: &str = "after the source, #[subscriber] takes only `reply` (publish the return value to its type's outgoing name) or `reply(\"key\")`; configure the source with its own methods, e.g. `RedisList::new(\"jobs\").concurrency(8)`";
-
-impl Parse for Args {
-    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        if input.is_empty() {
-            return Err(input
-                .error("#[subscriber] needs a source: `#[subscriber(RedisList::new(\"jobs\"))]`"));
-        }
-        let source: Expr = input.parse()?;
-        let mut reply: Option<Reply> = None;
-        while !input.is_empty() {
-            input.parse::<Token![,]>()?;
-            if input.is_empty() {
-                break;
-            }
-            let keyword: Ident = input
-                .parse()
-                .map_err(|e| Error::new(e.span(), OPTIONS_HELP))?;
-            if keyword != "reply" {
-                return Err(Error::new(
-                    keyword.span(),
-                    format!("unknown option `{keyword}`: {OPTIONS_HELP}"),
-                ));
-            }
-            if reply.is_some() {
-                return Err(Error::new(
-                    keyword.span(),
-                    "`reply` is given twice: keep one",
-                ));
-            }
-            let to = if input.peek(syn::token::Paren) {
-                let content;
-                syn::parenthesized!(content in input);
-                if content.is_empty() {
-                    return Err(Error::new(
-                        keyword.span(),
-                        "`reply()` needs a key, `reply(\"key\")`, or no parentheses to reply to the type's outgoing name",
-                    ));
-                }
-                let to: Expr = content.parse()?;
-                if !content.is_empty() {
-                    return Err(content.error("`reply(..)` takes one key: `reply(\"key\")`"));
-                }
-                Some(to)
-            } else if input.peek(Token![=]) {
-                return Err(Error::new(
-                    keyword.span(),
-                    "write the reply key in parentheses: `reply(\"key\")`",
-                ));
-            } else {
-                None
-            };
-            reply = Some(Reply { keyword, to });
-        }
-        Ok(Self { source, reply })
-    }
-}
+use self::args::{Args, Reply};
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let args: Args = syn::parse2(attr)?;
@@ -93,7 +28,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             "#[subscriber] goes on an `async fn` that takes the message by reference: `async fn handle(msg: &T) -> HandlerOutcome`",
         )
     })?;
-    let sig = checked_signature(&func)?;
+    let sig = checked_signature(&func, args.batch.is_some())?;
     let source_ty = source_type(&args.source).ok_or_else(|| {
         Error::new(
             args.source.span(),
@@ -133,7 +68,21 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         quote!(#name::#name(msg))
     };
 
-    let (handle_impl, build) = handle_impl(&args, name, in_ty, &ret_ty, &cfgs, &ctx_ident, &call);
+    let parts = Parts {
+        name,
+        in_ty,
+        ret_ty: &ret_ty,
+        cfgs: &cfgs,
+        ctx_ident: &ctx_ident,
+        call: &call,
+    };
+    let (handle_impl, build) = match &args.batch {
+        Some((_, size)) => {
+            let max_wait = args.max_wait.as_ref().map(|(_, d)| d);
+            batch_impl(&Batch { size, max_wait }, &parts)
+        }
+        None => handle_impl(&args, &parts),
+    };
 
     let source = &args.source;
     let broker = quote_spanned! {source_ty.span()=>
@@ -164,17 +113,33 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     })
 }
 
+/// What the generated handler impl is made of.
+struct Parts<'a> {
+    /// The function's (and the generated type's) name.
+    name: &'a syn::Ident,
+    /// The message type.
+    in_ty: &'a Type,
+    /// The function's return type.
+    ret_ty: &'a Type,
+    /// The function's `#[cfg]`s.
+    cfgs: &'a [&'a Attribute],
+    /// `ctx`, or `_ctx` when the function takes no context.
+    ctx_ident: &'a TokenStream,
+    /// The call of the function on `msg` (and `ctx`).
+    call: &'a TokenStream,
+}
+
 /// The `Handle` impl of the generated type, and the builder calls that finish its subscriber
 /// (`.build()`, or `.reply()[.to(..)].build()`).
-fn handle_impl(
-    args: &Args,
-    name: &syn::Ident,
-    in_ty: &Type,
-    ret_ty: &Type,
-    cfgs: &[&Attribute],
-    ctx_ident: &TokenStream,
-    call: &TokenStream,
-) -> (TokenStream, TokenStream) {
+fn handle_impl(args: &Args, parts: &Parts<'_>) -> (TokenStream, TokenStream) {
+    let Parts {
+        name,
+        in_ty,
+        ret_ty,
+        cfgs,
+        ctx_ident,
+        call,
+    } = parts;
     let ret_span = ret_ty.span();
     match &args.reply {
         None => {
@@ -232,15 +197,50 @@ fn handle_impl(
     }
 }
 
+/// `batch = size` and `max_wait = d`.
+struct Batch<'a> {
+    size: &'a Expr,
+    max_wait: Option<&'a Expr>,
+}
+
+/// The `HandleBatch` impl of the generated type, and the builder calls that finish its subscriber
+/// (`.batch(n)[.max_wait(d)].build()`).
+fn batch_impl(batch: &Batch<'_>, parts: &Parts<'_>) -> (TokenStream, TokenStream) {
+    let (name, in_ty, ret_ty) = (parts.name, parts.in_ty, parts.ret_ty);
+    let (cfgs, ctx_ident, call) = (parts.cfgs, parts.ctx_ident, parts.call);
+    let convert = quote_spanned! {ret_ty.span()=>
+        <#ret_ty as ::ruststream::__private::IntoBatchOutcome>::into_batch_outcome
+    };
+    let handle_impl = quote! {
+        #(#cfgs)*
+        impl ::ruststream::HandleBatch<#in_ty> for #name {
+            fn handle_batch(
+                &self,
+                msg: &[#in_ty],
+                #ctx_ident: &mut ::ruststream::BatchContext<'_>,
+            ) -> impl ::core::future::Future<Output = ::ruststream::BatchOutcome>
+                   + ::core::marker::Send {
+                async move { #convert(#call.await) }
+            }
+        }
+    };
+    let size = batch.size;
+    let build = match batch.max_wait {
+        Some(d) => quote!(.batch(#size).max_wait(#d).build()),
+        None => quote!(.batch(#size).build()),
+    };
+    (handle_impl, build)
+}
+
 /// What the function's signature says.
 struct Signature<'a> {
-    /// `T` of the first parameter `&T`.
+    /// `T` of the first parameter `&T` (`&[T]` for a batch).
     message: &'a Type,
-    /// Whether a `ctx: &mut Context<'_>` follows.
+    /// Whether a `ctx: &mut Context<'_>` (`&mut BatchContext<'_>`) follows.
     has_ctx: bool,
 }
 
-fn checked_signature(func: &ItemFn) -> syn::Result<Signature<'_>> {
+fn checked_signature(func: &ItemFn, batch: bool) -> syn::Result<Signature<'_>> {
     let sig = &func.sig;
     check_modifiers(sig)?;
     let mut inputs = sig.inputs.iter();
@@ -258,7 +258,7 @@ fn checked_signature(func: &ItemFn) -> syn::Result<Signature<'_>> {
             ));
         }
         FnArg::Typed(p) => match &*p.ty {
-            Type::Reference(r) if r.mutability.is_none() => &*r.elem,
+            Type::Reference(r) if r.mutability.is_none() => message_type(&r.elem, batch)?,
             Type::Reference(r) => {
                 return Err(Error::new(
                     r.span(),
@@ -295,6 +295,31 @@ fn checked_signature(func: &ItemFn) -> syn::Result<Signature<'_>> {
         ));
     }
     Ok(Signature { message, has_ctx })
+}
+
+/// The message type of a handler taking `&elem`: `elem`, or `T` of `[T]` for a batch.
+fn message_type(elem: &Type, batch: bool) -> syn::Result<&Type> {
+    match (elem, batch) {
+        (Type::Slice(s), true) => Ok(&*s.elem),
+        (Type::Slice(s), false) => {
+            let t = &s.elem;
+            Err(Error::new(
+                elem.span(),
+                format!(
+                    "a subscriber taking `&[{}]` handles batches: add `batch = n` (and `max_wait = d`) after the source",
+                    quote!(#t).to_string().replace(' ', "")
+                ),
+            ))
+        }
+        (other, true) => Err(Error::new(
+            other.span(),
+            format!(
+                "a batch subscriber takes its messages as a slice: `items: &[{}]`",
+                quote!(#other).to_string().replace(' ', "")
+            ),
+        )),
+        (other, false) => Ok(other),
+    }
 }
 
 /// A subscriber is a plain `async fn`: no `const`, `unsafe`, ABI, generics or variadics.

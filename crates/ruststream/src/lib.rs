@@ -14,10 +14,10 @@ pub use cli::{run_main, run_main_from};
 #[cfg(feature = "otel")]
 pub use ruststream_core::opentelemetry;
 pub use ruststream_core::{
-    App, AppInfo, Backoff, Context, DeliveryInfo, Due, Error, Handle, HandlerOutcome, Headers,
-    Health, IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result,
-    RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
-    subscriber,
+    App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, DeliveryInfo, Due, Error, Handle,
+    HandleBatch, HandlerOutcome, Headers, Health, IntoBatchOutcome, IntoHandlerResult,
+    IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result, RunningApp, RustStream,
+    Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing, subscriber,
 };
 pub use ruststream_macros::{Outgoing, app, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
@@ -38,9 +38,9 @@ pub mod testing {
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        App, AppInfo, Backoff, Context, Handle, HandlerOutcome, MessageType, Outgoing, Publisher,
-        RedisBroker, RedisChannel, RedisList, RedisStream, RustStream, list, outgoing, pubsub,
-        run_main, stream, subscriber,
+        App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, Handle, HandleBatch,
+        HandlerOutcome, MessageType, Outgoing, Publisher, RedisBroker, RedisChannel, RedisList,
+        RedisStream, RustStream, list, outgoing, pubsub, run_main, stream, subscriber,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};
@@ -50,5 +50,5 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use ruststream_core::__private::*;
-    pub use ruststream_core::{IntoHandlerResult, Source, message};
+    pub use ruststream_core::{IntoBatchOutcome, IntoHandlerResult, Source, message};
 }

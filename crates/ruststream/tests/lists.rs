@@ -846,15 +846,7 @@ impl Handle<Job> for StreamProbe {
 }
 
 async fn pending_count(env: &Env, key: &str, group: &str) -> i64 {
-    let summary: Vec<Value> = env
-        .client
-        .custom(fred::cmd!("XPENDING"), vec![env.key(key), group.to_owned()])
-        .await
-        .expect("XPENDING");
-    summary
-        .first()
-        .and_then(Value::as_i64)
-        .expect("XPENDING starts with a count")
+    env.pending(key, group).await
 }
 
 /// Counts each handled job per subscription, so a test can tell which consumer got what.

@@ -236,6 +236,22 @@ impl Env {
         self.client.hlen(self.key(key)).await.expect("HLEN")
     }
 
+    /// Entries pending in a stream's consumer group (`XPENDING key group`'s count).
+    pub async fn pending(&self, key: &str, group: &str) -> i64 {
+        let summary: Vec<Value> = self
+            .client
+            .custom(
+                fred::cmd!("XPENDING"),
+                vec![self.key(key), group.to_owned()],
+            )
+            .await
+            .expect("XPENDING");
+        summary
+            .first()
+            .and_then(Value::as_i64)
+            .expect("XPENDING starts with a count")
+    }
+
     /// Any command, arguments as given (full key names).
     pub async fn cmd(
         &self,

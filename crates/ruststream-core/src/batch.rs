@@ -1,0 +1,351 @@
+//! Batch handlers: a handler that receives up to `n` decoded messages at once.
+//!
+//! Built by hand with `subscriber(source, handler).batch(n).max_wait(d).build()` on a
+//! [`HandleBatch`], or with `#[subscriber(source, batch = n, max_wait = d)]` on an
+//! `async fn f(items: &[T])`. The dispatch loop claims messages as for any subscriber (the
+//! source's `concurrency` still counts messages in flight) and gathers them into batches of `n`,
+//! or fewer once `max_wait` has passed since the first of them arrived. Each message is then
+//! settled on its own, as the handler's [`BatchOutcome`] says. This module sends no command.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::subscriber::{Handled, Handler, MessageDoc, panic_message};
+use crate::{DeliveryInfo, Error, HandlerOutcome, MessageType, Publisher, Source, Subscriber};
+
+/// How long a partial batch waits for more messages when `max_wait` is not set.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(100);
+
+/// A batch handler: takes the decoded messages of one batch, in delivery order, and says what
+/// becomes of them, all alike or one by one.
+///
+/// ```
+/// use std::future::{Future, ready};
+/// use ruststream_core::{BatchContext, BatchOutcome, HandleBatch, HandlerOutcome};
+/// # #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+/// # struct Row { id: u64 }
+/// # ruststream_core::outgoing!(Row);
+///
+/// struct Insert;
+///
+/// impl HandleBatch<Row> for Insert {
+///     fn handle_batch(
+///         &self,
+///         rows: &[Row],
+///         _ctx: &mut BatchContext<'_>,
+///     ) -> impl Future<Output = BatchOutcome> + Send {
+///         // One outcome per row: a row without an id is refused, the others are stored.
+///         let each = rows
+///             .iter()
+///             .map(|r| if r.id == 0 { HandlerOutcome::drop() } else { HandlerOutcome::ack() })
+///             .collect::<Vec<_>>();
+///         ready(BatchOutcome::each(each))
+///     }
+/// }
+/// ```
+///
+/// Mount it with `subscriber(source, Insert).batch(100).max_wait(d).build()` (the README's
+/// "Batch handlers" shows both forms on Redis).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not handle batches of `{In}` messages",
+    note = "implement `HandleBatch<{In}>` for `{Self}`, or write an `async fn(items: &[{In}])` with `#[subscriber(.., batch = n)]`"
+)]
+pub trait HandleBatch<In>: Send + Sync + 'static {
+    /// Handles one batch: `items` are the decoded messages in delivery order, `ctx` has each
+    /// one's [`DeliveryInfo`] (same order) and a publisher.
+    fn handle_batch(
+        &self,
+        items: &[In],
+        ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send;
+}
+
+/// What a batch handler decided: one [`HandlerOutcome`] for the whole batch, or one per item.
+///
+/// Per item, the outcomes go to the items in the order the handler got them; a list of another
+/// length than the batch is a bug in the handler: it is logged as an error and every item is
+/// retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome(Outcomes);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcomes {
+    All(HandlerOutcome),
+    Each(Vec<HandlerOutcome>),
+}
+
+impl BatchOutcome {
+    /// Every item of the batch settles as `outcome` says.
+    #[must_use]
+    pub fn all(outcome: HandlerOutcome) -> Self {
+        Self(Outcomes::All(outcome))
+    }
+
+    /// Every item was handled: acknowledge them all.
+    #[must_use]
+    pub fn ack() -> Self {
+        Self::all(HandlerOutcome::ack())
+    }
+
+    /// One outcome per item, in the order the handler got the items.
+    #[must_use]
+    pub fn each(outcomes: Vec<HandlerOutcome>) -> Self {
+        Self(Outcomes::Each(outcomes))
+    }
+
+    /// The outcome of each of `n` items; a per-item list of another length retries them all.
+    fn per_item(self, n: usize) -> Vec<Handled> {
+        match self.0 {
+            Outcomes::All(o) => (0..n).map(|_| Handled::Outcome(o)).collect(),
+            Outcomes::Each(each) if each.len() == n => {
+                each.into_iter().map(Handled::Outcome).collect()
+            }
+            Outcomes::Each(each) => {
+                let why = format!(
+                    "the batch handler returned {} outcomes for {n} items (a bug in the handler: return one per item)",
+                    each.len()
+                );
+                (0..n).map(|_| Handled::Broken(why.clone())).collect()
+            }
+        }
+    }
+}
+
+impl From<HandlerOutcome> for BatchOutcome {
+    fn from(outcome: HandlerOutcome) -> Self {
+        Self::all(outcome)
+    }
+}
+
+impl From<Vec<HandlerOutcome>> for BatchOutcome {
+    fn from(outcomes: Vec<HandlerOutcome>) -> Self {
+        Self::each(outcomes)
+    }
+}
+
+/// What a batch `async fn` may return; `#[subscriber(.., batch = n)]` converts it with this trait.
+///
+/// For the whole batch: `HandlerOutcome`, `()`, `Result<(), E>`, `Result<HandlerOutcome, E>`;
+/// per item: `Vec<HandlerOutcome>`, `Result<Vec<HandlerOutcome>, E>`; or a [`BatchOutcome`].
+/// An `Err(e)` is logged and every item retried.
+#[diagnostic::on_unimplemented(
+    message = "a batch subscriber cannot return `{Self}`",
+    note = "return `HandlerOutcome`, `()`, `Result<(), E>`, `Vec<HandlerOutcome>` (one per item) or `BatchOutcome`"
+)]
+pub trait IntoBatchOutcome {
+    /// Converts into the outcome a [`HandleBatch`] returns.
+    fn into_batch_outcome(self) -> BatchOutcome;
+}
+
+impl IntoBatchOutcome for BatchOutcome {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        self
+    }
+}
+
+impl IntoBatchOutcome for HandlerOutcome {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        BatchOutcome::all(self)
+    }
+}
+
+impl IntoBatchOutcome for () {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        BatchOutcome::ack()
+    }
+}
+
+impl IntoBatchOutcome for Vec<HandlerOutcome> {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        BatchOutcome::each(self)
+    }
+}
+
+impl<T: IntoBatchOutcome, E: std::fmt::Display> IntoBatchOutcome for Result<T, E> {
+    fn into_batch_outcome(self) -> BatchOutcome {
+        match self {
+            Ok(v) => v.into_batch_outcome(),
+            Err(e) => {
+                tracing::warn!(error = %e, "batch handler failed; every item will be retried");
+                BatchOutcome::all(HandlerOutcome::retry())
+            }
+        }
+    }
+}
+
+/// What a batch handler gets besides the items: each item's delivery and a publisher.
+#[derive(Debug)]
+pub struct BatchContext<'a> {
+    infos: &'a [&'a DeliveryInfo],
+    publisher: &'a Publisher,
+}
+
+impl<'a> BatchContext<'a> {
+    /// A context over the deliveries of a batch (in the items' order), publishing through
+    /// `publisher`.
+    pub fn new(infos: &'a [&'a DeliveryInfo], publisher: &'a Publisher) -> Self {
+        Self { infos, publisher }
+    }
+
+    /// How many items the batch has.
+    pub fn len(&self) -> usize {
+        self.infos.len()
+    }
+
+    /// Whether the batch has no item (a handler is never called with one).
+    pub fn is_empty(&self) -> bool {
+        self.infos.is_empty()
+    }
+
+    /// The delivery (id, attempt, source, headers) of item `i`, when there is one.
+    pub fn info(&self, i: usize) -> Option<&'a DeliveryInfo> {
+        self.infos.get(i).copied()
+    }
+
+    /// Each item's delivery, in the items' order.
+    pub fn infos(&self) -> impl ExactSizeIterator<Item = &'a DeliveryInfo> + '_ {
+        self.infos.iter().copied()
+    }
+
+    /// A publisher on the broker the batch came from.
+    pub fn publisher(&self) -> &'a Publisher {
+        self.publisher
+    }
+}
+
+/// The size and wait of a batch subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchOptions {
+    pub(crate) size: usize,
+    pub(crate) max_wait: Duration,
+}
+
+impl BatchOptions {
+    /// Refuses a batch size the subscription cannot fill: 0, or more than its `concurrency`.
+    pub(crate) fn validate(&self, key: &str, concurrency: usize) -> crate::Result<()> {
+        if self.size == 0 {
+            return Err(Error::config(format!(
+                "the batch subscriber of `{key}` has batch size 0: give it at least 1 (`batch = 1` hands one message at a time)"
+            )));
+        }
+        if self.size > concurrency {
+            return Err(Error::config(format!(
+                "the batch subscriber of `{key}` takes batches of {} but its source has at most {concurrency} messages in flight: lower `batch` to at most {concurrency}, or raise the source's `.concurrency({})`",
+                self.size, self.size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A batch handler with its message type erased: decode each item, run the handler on those
+/// that decode, one [`Handled`] per item given.
+pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
+    fn call<'a>(
+        &'a self,
+        items: &'a [(&'a DeliveryInfo, &'a [u8])],
+        publisher: &'a Publisher,
+    ) -> BoxFuture<'a, Vec<Handled>>;
+}
+
+struct TypedBatch<H, In> {
+    handler: H,
+    _types: PhantomData<fn(In)>,
+}
+
+impl<H: HandleBatch<In>, In: MessageType> ErasedBatchHandler for TypedBatch<H, In> {
+    fn call<'a>(
+        &'a self,
+        items: &'a [(&'a DeliveryInfo, &'a [u8])],
+        publisher: &'a Publisher,
+    ) -> BoxFuture<'a, Vec<Handled>> {
+        Box::pin(async move {
+            let mut handled: Vec<Option<Handled>> = items.iter().map(|_| None).collect();
+            let mut decoded = Vec::with_capacity(items.len());
+            let mut infos = Vec::with_capacity(items.len());
+            let mut at = Vec::with_capacity(items.len());
+            for (i, (info, payload)) in items.iter().enumerate() {
+                match In::decode(payload) {
+                    Ok(m) => {
+                        decoded.push(m);
+                        infos.push(*info);
+                        at.push(i);
+                    }
+                    Err(e) => handled[i] = Some(Handled::Failed(e)),
+                }
+            }
+            if !decoded.is_empty() {
+                let mut ctx = BatchContext::new(&infos, publisher);
+                let run = AssertUnwindSafe(self.handler.handle_batch(&decoded, &mut ctx));
+                let outcomes = match run.catch_unwind().await {
+                    Ok(outcome) => outcome.per_item(decoded.len()),
+                    Err(panic) => {
+                        let why = format!("handler panicked: {}", panic_message(&*panic));
+                        decoded
+                            .iter()
+                            .map(|_| Handled::Broken(why.clone()))
+                            .collect()
+                    }
+                };
+                for (i, h) in at.into_iter().zip(outcomes) {
+                    handled[i] = Some(h);
+                }
+            }
+            handled
+                .into_iter()
+                .map(|h| h.unwrap_or(Handled::Broken("no outcome".into())))
+                .collect()
+        })
+    }
+}
+
+/// A batch subscriber being built: `subscriber(source, handler).batch(n)`.
+#[must_use = "finish with `.build()`"]
+pub struct BatchBuilder<S, H> {
+    source: S,
+    handler: H,
+    options: BatchOptions,
+}
+
+impl<S: Source, H> BatchBuilder<S, H> {
+    pub(crate) fn new(source: S, handler: H, size: usize) -> Self {
+        Self {
+            source,
+            handler,
+            options: BatchOptions {
+                size,
+                max_wait: DEFAULT_MAX_WAIT,
+            },
+        }
+    }
+
+    /// How long a partial batch waits for more messages after its first arrived (default
+    /// [`DEFAULT_MAX_WAIT`]); zero hands over whatever was claimed together.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.options.max_wait = max_wait;
+        self
+    }
+
+    /// Builds the subscriber. A batch subscriber does not reply.
+    pub fn build<In: MessageType>(self) -> Subscriber<S::Broker>
+    where
+        H: HandleBatch<In>,
+    {
+        let handler = TypedBatch {
+            handler: self.handler,
+            _types: PhantomData::<fn(In)>,
+        };
+        Subscriber {
+            source: self.source.into_source(),
+            handler: Handler::Batch(Arc::new(handler), self.options),
+            input: MessageDoc::of::<In>(),
+            reply: None,
+        }
+    }
+}
