@@ -21,7 +21,7 @@ type Slots = Vec<(u16, u16)>;
 pub struct Node {
     /// `host:port`.
     pub addr: String,
-    /// Whether it is a primary (else a replica).
+    /// Whether it is a primary: a master serving slots (else a replica).
     pub primary: bool,
     /// Slot ranges it serves (primaries only).
     slots: Slots,
@@ -165,8 +165,7 @@ fn parse_line(line: &str) -> Option<(String, bool, Slots)> {
     let fields: Vec<&str> = line.split_whitespace().collect();
     let addr = fields.get(1)?.split(['@', ',']).next()?.to_owned();
     let flags = fields.get(2)?;
-    let primary = flags.split(',').any(|f| f == "master");
-    let slots = fields
+    let slots: Slots = fields
         .iter()
         .skip(8)
         // `[slot->-node]` / `[slot-<-node]`: a slot being migrated, still served here.
@@ -176,6 +175,9 @@ fn parse_line(line: &str) -> Option<(String, bool, Slots)> {
             None => s.parse().ok().map(|x| (x, x)),
         })
         .collect();
+    // A node this view still calls a master but that serves no slot (a replica whose new role
+    // has not reached the seed yet) is no primary: its keys would answer MOVED.
+    let primary = flags.split(',').any(|f| f == "master") && !slots.is_empty();
     Some((addr, primary, slots))
 }
 
