@@ -17,7 +17,7 @@ use ruststream::{
 };
 
 use crate::common::{
-    Config, CpuWindow, LatencyFrom, Msg, Scenario, Tracker, Tuning, now_ns, per_s, procfs,
+    Config, CpuWindow, LatencyFrom, Msg, Scenario, Target, Tracker, Tuning, now_ns, per_s, procfs,
     quantile, usage_fields,
 };
 use crate::{BoxError, GROUP, KEY};
@@ -71,7 +71,7 @@ pub struct Args {
     pub scenario: Scenario,
     pub config: Config,
     pub n: u64,
-    pub redis: String,
+    pub target: Target,
     pub prefix: String,
     pub redis_pid: Option<u32>,
     /// Every message is due at this wall-clock time (ns): the delayed burst.
@@ -117,9 +117,14 @@ pub const BATCH: usize = 100;
 /// How long the batch scenario's partial batch waits: short, as only the last one is partial.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
 
-/// The broker as a scenario's configuration sets it.
-pub fn broker(url: &str, prefix: &str, tuning: &Tuning) -> RedisBroker {
-    let broker = RedisBroker::standalone(url).prefix(prefix);
+/// The broker on the target, as a scenario's configuration sets it.
+pub fn broker(target: &Target, prefix: &str, tuning: &Tuning) -> RedisBroker {
+    let broker = if target.cluster.is_empty() {
+        RedisBroker::standalone(&target.redis)
+    } else {
+        RedisBroker::cluster(target.cluster.clone())
+    }
+    .prefix(prefix);
     match tuning.pool_size {
         Some(n) => broker.pool_size(n),
         None => broker,
@@ -127,13 +132,25 @@ pub fn broker(url: &str, prefix: &str, tuning: &Tuning) -> RedisBroker {
 }
 
 /// The subscription of a consuming scenario.
-fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscriber<RedisBroker> {
-    let list = |l: RedisList| match tuning.concurrency {
-        Some(c) => l.concurrency(c),
-        None => l,
+fn subscription(
+    scenario: Scenario,
+    tuning: &Tuning,
+    target: &Target,
+    handler: Record,
+) -> Subscriber<RedisBroker> {
+    let key = target.key();
+    let list = |l: RedisList| {
+        let l = match target.partitions {
+            Some(n) => l.partitions(n),
+            None => l,
+        };
+        match tuning.concurrency {
+            Some(c) => l.concurrency(c),
+            None => l,
+        }
     };
     match scenario {
-        Scenario::Simple => subscriber(list(RedisList::new(KEY)), handler).build::<Msg>(),
+        Scenario::Simple => subscriber(list(RedisList::new(key)), handler).build::<Msg>(),
         Scenario::Recovery => subscriber(
             list(
                 RedisList::new(KEY)
@@ -155,7 +172,11 @@ fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscri
             subscriber(c, handler).build::<Msg>()
         }
         Scenario::Stream => {
-            let s = RedisStream::new(KEY).group(GROUP);
+            let s = RedisStream::new(key).group(GROUP);
+            let s = match target.partitions {
+                Some(n) => s.partitions(n),
+                None => s,
+            };
             let s = match tuning.concurrency {
                 Some(c) => s.concurrency(c),
                 None => s,
@@ -163,14 +184,14 @@ fn subscription(scenario: Scenario, tuning: &Tuning, handler: Record) -> Subscri
             subscriber(s, handler).build::<Msg>()
         }
         Scenario::Batch => {
-            let source = list(RedisList::new(KEY).reliable().no_recovery());
+            let source = list(RedisList::new(key).reliable().no_recovery());
             subscriber(source, RecordBatch(handler.0))
                 .batch(BATCH)
                 .max_wait(BATCH_WAIT)
                 .build::<Msg>()
         }
         // A reliable list without crash recovery (recovery is the `recovery` scenario).
-        _ => subscriber(list(RedisList::new(KEY).reliable().no_recovery()), handler).build::<Msg>(),
+        _ => subscriber(list(RedisList::new(key).reliable().no_recovery()), handler).build::<Msg>(),
     }
 }
 
@@ -215,11 +236,11 @@ pub async fn consume(a: &Args) -> Result<(), BoxError> {
     let tracker = Arc::new(if pubsub { tracker.with_span() } else { tracker });
     let tuning = Tuning::of(a.scenario, a.config);
     let subs: Vec<_> = (0..tuning.readers)
-        .map(|_| subscription(a.scenario, &tuning, Record(tracker.clone())))
+        .map(|_| subscription(a.scenario, &tuning, &a.target, Record(tracker.clone())))
         .collect();
     let app = RustStream::new(AppInfo::new("ruststream-bench", env!("CARGO_PKG_VERSION")))
         .shutdown_timeout(Duration::from_secs(10))
-        .with_broker(broker(&a.redis, &a.prefix, &tuning), |b| {
+        .with_broker(broker(&a.target, &a.prefix, &tuning), |b| {
             for sub in subs {
                 b.include(sub);
             }
@@ -273,10 +294,11 @@ pub async fn consume(a: &Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Publishes `0..n` in chunks of `tuning.chunk` (`messages(&chunk)`), `tuning.in_flight` calls at
-/// once; returns the elapsed time and each call's latency in µs.
+/// Publishes `0..n` to `key` in chunks of `tuning.chunk` (`messages(&chunk)`), `tuning.in_flight`
+/// calls at once; returns the elapsed time and each call's latency in µs.
 pub async fn publish_batches(
     publisher: &Publisher,
+    key: &str,
     n: u64,
     tuning: &Tuning,
     due: Option<SystemTime>,
@@ -289,7 +311,7 @@ pub async fn publish_batches(
                 .map(|i| Msg::new(i, 0))
                 .collect();
             let t = Instant::now();
-            let p = publisher.messages(&msgs).to(KEY);
+            let p = publisher.messages(&msgs).to(key);
             let p = match due {
                 Some(at) => p.at(at),
                 None => p,
@@ -337,7 +359,7 @@ async fn publish_singles(publisher: &Publisher, n: u64) -> Result<(Duration, Vec
 pub async fn publish(a: &Args) -> Result<(), BoxError> {
     let base_kb = hwm_kb();
     let tuning = Tuning::of(a.scenario, a.config);
-    let broker = broker(&a.redis, &a.prefix, &tuning);
+    let broker = broker(&a.target, &a.prefix, &tuning);
     broker.connect().await?;
     let publisher = broker.publisher();
     say("READY");
@@ -345,7 +367,7 @@ pub async fn publish(a: &Args) -> Result<(), BoxError> {
     let (elapsed, mut lat) = if a.scenario == Scenario::PublishSingle {
         publish_singles(&publisher, a.n).await?
     } else {
-        publish_batches(&publisher, a.n, &tuning, None).await?
+        publish_batches(&publisher, KEY, a.n, &tuning, None).await?
     };
     let (client_cpu, redis_cpu) = cpu.stop();
     ruststream_core::Broker::close(&broker).await;

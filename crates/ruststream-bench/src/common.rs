@@ -142,6 +142,37 @@ impl fmt::Display for Scenario {
     }
 }
 
+/// Where the queue lives and its shape: one server or a cluster, partitioned or not.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The standalone server (unused on a cluster).
+    pub redis: String,
+    /// The cluster's node URLs (empty: standalone).
+    pub cluster: Vec<String>,
+    /// `.partitions(n)` on the queue.
+    pub partitions: Option<u16>,
+}
+
+impl Target {
+    /// The queue's key: `q` on one server; on a cluster `{bench}` (a reliable queue's keys share
+    /// its slot), or `bench` partitioned (the partitions are `{bench:0}`..).
+    pub fn key(&self) -> &'static str {
+        match (self.partitions, self.cluster.is_empty()) {
+            (Some(_), _) => "bench",
+            (None, true) => crate::KEY,
+            (None, false) => "{bench}",
+        }
+    }
+
+    /// The keys the queue's entries go to (unprefixed): its partitions, or the key itself.
+    pub fn queue_keys(&self) -> Vec<String> {
+        match self.partitions {
+            Some(n) => (0..n).map(|i| format!("{{{}:{i}}}", self.key())).collect(),
+            None => vec![self.key().to_owned()],
+        }
+    }
+}
+
 /// Subscription defaults, or the tuned settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Config {
@@ -584,6 +615,23 @@ mod tests {
         assert_eq!(quantile(&v, 0.99), Some(99));
         assert_eq!(quantile(&v, 1.0), Some(100));
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn a_cluster_queue_key_is_tagged_and_partitions_tag_themselves() {
+        let t = |cluster: bool, partitions| Target {
+            redis: String::new(),
+            cluster: if cluster {
+                vec!["redis://a:1".into()]
+            } else {
+                vec![]
+            },
+            partitions,
+        };
+        assert_eq!(t(false, None).queue_keys(), ["q"]);
+        assert_eq!(t(true, None).queue_keys(), ["{bench}"]);
+        assert_eq!(t(true, Some(2)).key(), "bench");
+        assert_eq!(t(true, Some(2)).queue_keys(), ["{bench:0}", "{bench:1}"]);
     }
 
     #[test]

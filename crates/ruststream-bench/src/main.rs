@@ -15,6 +15,7 @@
 //! read the lines, and a run's figures: `docs/benchmarks.md`.
 
 mod child;
+mod cluster;
 mod common;
 mod raw;
 
@@ -26,11 +27,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::{Parser, ValueEnum};
 use fred::prelude::*;
 use ruststream::redis::frame::Frame;
+use ruststream::redis::list;
 use ruststream::stream;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
-use crate::common::{Config, Msg, Scenario, Tuning, now_ns, per_s, procfs};
+use crate::cluster::Nodes;
+use crate::common::{Config, Msg, Scenario, Target, Tuning, now_ns, per_s, procfs};
 
 /// Errors of the benchmark itself.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -64,6 +67,13 @@ struct Cli {
     /// The Redis server (it is flushed of nothing: every run uses keys under its own prefix).
     #[arg(long, default_value = "redis://127.0.0.1:6379")]
     redis: String,
+    /// Run on the Redis Cluster of these node URLs (comma-separated) instead of `--redis`:
+    /// scenarios simple, reliable and stream, no raw baseline, CPU per node (`NODE` lines).
+    #[arg(long, value_delimiter = ',')]
+    cluster: Vec<String>,
+    /// Spread the queue over N partitions (`.partitions(N)`): scenarios simple, reliable, stream.
+    #[arg(long)]
+    partitions: Option<u16>,
     /// Run one configuration only (default: both).
     #[arg(long, value_enum)]
     config: Option<Config>,
@@ -84,6 +94,33 @@ struct Cli {
     due_ns: Option<u64>,
     #[arg(long, hide = true)]
     stamped: bool,
+}
+
+impl Cli {
+    fn target(&self) -> Target {
+        Target {
+            redis: self.redis.clone(),
+            cluster: self.cluster.clone(),
+            partitions: self.partitions,
+        }
+    }
+
+    /// Refuses options the selected scenarios cannot use.
+    fn validate(&self, scenarios: &[Scenario]) -> Result<(), BoxError> {
+        let queue =
+            |s: &Scenario| matches!(s, Scenario::Simple | Scenario::Reliable | Scenario::Stream);
+        if (self.partitions.is_some() || !self.cluster.is_empty()) && !scenarios.iter().all(queue) {
+            return Err(
+                "--cluster and --partitions apply to the simple, reliable and stream \
+                 scenarios only: pass --scenario simple, reliable or stream"
+                    .into(),
+            );
+        }
+        if self.partitions == Some(0) {
+            return Err("--partitions must be at least 1 (leave it out for one queue)".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -135,7 +172,7 @@ fn child_args(cli: &Cli) -> Result<child::Args, BoxError> {
         scenario: cli.scenario.parse()?,
         config: cli.config.ok_or("a child needs --config")?,
         n: cli.n,
-        redis: cli.redis.clone(),
+        target: cli.target(),
         prefix: cli.prefix.clone(),
         redis_pid: cli.redis_pid,
         due_ns: cli.due_ns,
@@ -153,7 +190,11 @@ async fn run_child(args: child::Args, role: Role) -> Result<(), BoxError> {
 /// What every scenario shares.
 struct Ctx<'a> {
     cli: &'a Cli,
+    target: Target,
+    /// A client on `--redis`, or on the cluster's first node.
     raw: Client,
+    /// The cluster's nodes (`--cluster`).
+    nodes: Option<Nodes>,
     redis_pid: Option<u32>,
     run: String,
 }
@@ -161,11 +202,18 @@ struct Ctx<'a> {
 async fn run_parent(cli: &Cli) -> Result<(), BoxError> {
     let scenarios = Scenario::select(&cli.scenario)
         .ok_or_else(|| format!("unknown scenario `{}`", cli.scenario))?;
+    cli.validate(&scenarios)?;
     let configs = match cli.config {
         Some(c) => vec![c],
         None => vec![Config::Default, Config::Tuned],
     };
-    let raw = raw::client(&cli.redis).await?;
+    let nodes = if cli.cluster.is_empty() {
+        None
+    } else {
+        Some(Nodes::discover(&cli.cluster).await?)
+    };
+    let server = cli.cluster.first().unwrap_or(&cli.redis);
+    let raw = raw::client(server).await?;
     let info: String = raw.info(Some(fred::types::InfoKind::Server)).await?;
     let field = |name: &str| {
         info.lines()
@@ -175,12 +223,17 @@ async fn run_parent(cli: &Cli) -> Result<(), BoxError> {
     // Redis's CPU is read from /proc when the server runs on this machine.
     let redis_pid = field("process_id")
         .and_then(|p| p.parse().ok())
-        .filter(|p| procfs::is_redis(*p));
+        .filter(|p| nodes.is_none() && procfs::is_redis(*p));
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "# ruststream-bench n={} redis={} redis_version={} redis_cpu_readable={} cpus={} loadavg={}",
+        "# ruststream-bench n={} redis={} partitions={} redis_version={} redis_cpu_readable={} cpus={} loadavg={}",
         cli.n,
-        cli.redis,
+        nodes.as_ref().map_or_else(
+            || cli.redis.clone(),
+            |n| format!("cluster({} primaries)", n.primaries().count())
+        ),
+        cli.partitions
+            .map_or_else(|| "-".to_owned(), |p| p.to_string()),
         field("redis_version").unwrap_or_default(),
         redis_pid.is_some(),
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
@@ -191,7 +244,9 @@ async fn run_parent(cli: &Cli) -> Result<(), BoxError> {
     );
     let ctx = Ctx {
         cli,
+        target: cli.target(),
         raw,
+        nodes,
         redis_pid,
         run: format!("rsbench:{}-{}:", std::process::id(), now_ns() / 1_000_000),
     };
@@ -204,7 +259,7 @@ async fn run_parent(cli: &Cli) -> Result<(), BoxError> {
                 failed = true;
                 line.extra("error", format!("{e:?}").replace(' ', "_"));
             }
-            if let Err(e) = cleanup(&ctx.raw, &prefix).await {
+            if let Err(e) = cleanup(&ctx, &prefix).await {
                 eprintln!("warning: cleanup of {prefix}*: {e}");
             }
             println!("{}", line.render());
@@ -231,6 +286,8 @@ struct Line {
     lost: Option<u64>,
     dup: Option<u64>,
     extras: Vec<(String, String)>,
+    /// Lines printed after the `RESULT` line (a cluster's `NODE` lines).
+    after: Vec<String>,
 }
 
 impl Line {
@@ -248,6 +305,7 @@ impl Line {
             lost: None,
             dup: None,
             extras: vec![("set".to_owned(), set)],
+            after: Vec::new(),
         }
     }
 
@@ -286,6 +344,9 @@ impl Line {
         );
         for (k, v) in &self.extras {
             let _ = write!(s, " {k}={v}");
+        }
+        for l in &self.after {
+            let _ = write!(s, "\n{l}");
         }
         s
     }
@@ -357,6 +418,12 @@ impl Running {
             "--prefix",
             prefix,
         ]);
+        if !ctx.cli.cluster.is_empty() {
+            cmd.args(["--cluster", &ctx.cli.cluster.join(",")]);
+        }
+        if let Some(p) = ctx.cli.partitions {
+            cmd.args(["--partitions", &p.to_string()]);
+        }
         if let Some(pid) = ctx.redis_pid {
             cmd.args(["--redis-pid", &pid.to_string()]);
         }
@@ -508,53 +575,125 @@ async fn scenario(
         | Scenario::Recovery
         | Scenario::Batch
         | Scenario::Stream => {
-            let mut broker = child::broker(&ctx.cli.redis, prefix, &tuning);
-            if s == Scenario::Stream {
-                // A producer-only process names its stream destination.
-                broker = broker.route(KEY, stream::Publish::new());
-            }
-            broker.connect().await?;
-            let (fill, _) = child::publish_batches(&broker.publisher(), n, &tuning, None).await?;
-            ruststream_core::Broker::close(&broker).await;
-            line.publish_per_s = Some(per_s(n, fill));
-            let before = command_calls(&ctx.raw).await?;
-            let st = Running::spawn(
-                ctx,
-                Spec {
-                    role: Role::Consumer,
-                    scenario: s,
-                    config: c,
-                    n,
-                    prefix,
-                    due_ns: None,
-                    stamped: false,
-                },
-            )
-            .await?
-            .stats()
-            .await?;
-            let after = command_calls(&ctx.raw).await?;
-            take_consumer(line, n, &st);
-            line.extra("calls_per_msg", calls_per_msg(&before, &after, n));
-            line.extra("left", leftovers(&ctx.raw, prefix).await?);
-            if baseline {
-                let b = tuning.batch();
-                let out = match s {
-                    Scenario::Simple => raw::simple(&ctx.raw, &raw_key, n, b).await?,
-                    Scenario::Reliable | Scenario::Batch => {
-                        raw::reliable(&ctx.raw, &raw_key, n, b, false).await?
-                    }
-                    Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
-                    _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,
-                };
-                line.baseline_per_s = Some(out.per_s);
-                line.extra("baseline_seen", out.seen);
-            }
+            queue(ctx, s, c, prefix, line).await?;
         }
         Scenario::Delayed => delayed(ctx, c, &tuning, prefix, &raw_key, line).await?,
         Scenario::Latency => latency(ctx, c, prefix, &raw_key, line).await?,
     }
     Ok(())
+}
+
+/// The queue scenarios (simple, reliable, recovery, stream): fill the queue, then one consumer
+/// child drains it; on a cluster, each node's CPU in both phases (`NODE` lines).
+async fn queue(
+    ctx: &Ctx<'_>,
+    s: Scenario,
+    c: Config,
+    prefix: &str,
+    line: &mut Line,
+) -> Result<(), BoxError> {
+    let n = ctx.cli.n;
+    let tuning = Tuning::of(s, c);
+    let key = ctx.target.key();
+    let mut broker = child::broker(&ctx.target, prefix, &tuning);
+    // A producer-only process names a stream destination, and a partitioned queue's partitions.
+    broker = match (s, ctx.target.partitions) {
+        (Scenario::Stream, Some(p)) => broker.route(key, stream::Publish::new().partitions(p)),
+        (Scenario::Stream, None) => broker.route(key, stream::Publish::new()),
+        (_, Some(p)) => broker.route(key, list::Publish::new().partitions(p)),
+        (_, None) => broker,
+    };
+    if let Some(p) = ctx.target.partitions {
+        line.extra("partitions", p);
+    }
+    broker.connect().await?;
+    let s0 = sample(ctx).await?;
+    let (fill, _) = child::publish_batches(&broker.publisher(), key, n, &tuning, None).await?;
+    ruststream_core::Broker::close(&broker).await;
+    line.publish_per_s = Some(per_s(n, fill));
+    let s1 = sample(ctx).await?;
+    let before = command_calls(&ctx.raw).await?;
+    let spec = Spec {
+        role: Role::Consumer,
+        scenario: s,
+        config: c,
+        n,
+        prefix,
+        due_ns: None,
+        stamped: false,
+    };
+    let st = Running::spawn(ctx, spec).await?.stats().await?;
+    let after = command_calls(&ctx.raw).await?;
+    let s2 = sample(ctx).await?;
+    take_consumer(line, n, &st);
+    let left = match (&ctx.nodes, &s0, &s1, &s2) {
+        (Some(nodes), Some(s0), Some(s1), Some(s2)) => {
+            per_node(ctx, nodes, line, [s0, s1, s2], prefix);
+            line.extra("calls_per_msg", calls_per_msg(&s1.calls, &s2.calls, n));
+            let mut left = Vec::new();
+            for node in nodes.primaries() {
+                left.push(leftovers(&node.client, prefix).await?);
+            }
+            left.join("+")
+        }
+        _ => {
+            line.extra("calls_per_msg", calls_per_msg(&before, &after, n));
+            leftovers(&ctx.raw, prefix).await?
+        }
+    };
+    line.extra("left", left);
+    if !ctx.cli.no_baseline && ctx.nodes.is_none() {
+        let raw_key = format!("{prefix}raw:{KEY}");
+        let b = tuning.batch();
+        let out = match s {
+            Scenario::Simple => raw::simple(&ctx.raw, &raw_key, n, b).await?,
+            Scenario::Reliable | Scenario::Batch => {
+                raw::reliable(&ctx.raw, &raw_key, n, b, false).await?
+            }
+            Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
+            _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,
+        };
+        line.baseline_per_s = Some(out.per_s);
+        line.extra("baseline_seen", out.seen);
+    }
+    Ok(())
+}
+
+/// Every cluster node's CPU (`None` on one server).
+async fn sample(ctx: &Ctx<'_>) -> Result<Option<cluster::Sample>, BoxError> {
+    match &ctx.nodes {
+        Some(nodes) => Ok(Some(nodes.sample().await?)),
+        None => Ok(None),
+    }
+}
+
+/// A cluster run's figures per node: the `NODE` lines (fill and consume phases) and, on the
+/// `RESULT` line, the consume phase's CPU µs per message over all primaries and the busiest one.
+fn per_node(
+    ctx: &Ctx<'_>,
+    nodes: &Nodes,
+    line: &mut Line,
+    [s0, s1, s2]: [&cluster::Sample; 3],
+    prefix: &str,
+) {
+    let n = ctx.cli.n;
+    let keys: Vec<String> = ctx
+        .target
+        .queue_keys()
+        .iter()
+        .map(|k| format!("{prefix}{k}"))
+        .collect();
+    let holders = nodes.holders(&keys);
+    let (all, max) = nodes.primary_us_per_msg(n, s1, s2);
+    line.extra("primaries_us_per_msg", format!("{all:.2}"));
+    line.extra("busiest_primary_us_per_msg", format!("{max:.2}"));
+    let head = format!(
+        "scenario={} config={} partitions={}",
+        line.scenario,
+        line.config.name(),
+        ctx.target.partitions.unwrap_or(0)
+    );
+    line.after = nodes.lines(&head, n, &holders, &[("fill", s0, s1), ("consume", s1, s2)]);
 }
 
 /// The delayed scenario: a burst of `n` entries all due at one instant (throughput, and the
@@ -569,12 +708,12 @@ async fn delayed(
 ) -> Result<(), BoxError> {
     let n = ctx.cli.n;
     let s = Scenario::Delayed;
-    let broker = child::broker(&ctx.cli.redis, prefix, tuning);
+    let broker = child::broker(&ctx.target, prefix, tuning);
     broker.connect().await?;
     // Due once the fill is surely over: 1 s plus 15 µs a message.
     let due = SystemTime::now() + Duration::from_secs(1) + Duration::from_micros(15 * n);
     let due_ns = u64::try_from(due.duration_since(UNIX_EPOCH)?.as_nanos())?;
-    let (fill, _) = child::publish_batches(&broker.publisher(), n, tuning, Some(due)).await?;
+    let (fill, _) = child::publish_batches(&broker.publisher(), KEY, n, tuning, Some(due)).await?;
     line.publish_per_s = Some(per_s(n, fill));
     if SystemTime::now() > due {
         line.extra("warning", "fill-ended-after-due");
@@ -693,11 +832,11 @@ async fn pubsub(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let broker = child::broker(&ctx.cli.redis, prefix, tuning)
-        .route(KEY, ruststream::pubsub::Publish::new());
+    let broker =
+        child::broker(&ctx.target, prefix, tuning).route(KEY, ruststream::pubsub::Publish::new());
     broker.connect().await?;
     let before = command_calls(&ctx.raw).await?;
-    let (fill, _) = child::publish_batches(&broker.publisher(), n, tuning, None).await?;
+    let (fill, _) = child::publish_batches(&broker.publisher(), KEY, n, tuning, None).await?;
     line.publish_per_s = Some(per_s(n, fill));
     let st = running.stats().await?;
     let after = command_calls(&ctx.raw).await?;
@@ -745,7 +884,7 @@ async fn latency(
     let n = ctx.cli.n;
     let rate = ctx.cli.rate;
     let s = Scenario::Latency;
-    let broker = child::broker(&ctx.cli.redis, prefix, &Tuning::of(s, c));
+    let broker = child::broker(&ctx.target, prefix, &Tuning::of(s, c));
     broker.connect().await?;
     let before = command_calls(&ctx.raw).await?;
     let running = Running::spawn(
@@ -943,12 +1082,19 @@ async fn leftovers(raw: &Client, prefix: &str) -> Result<String, BoxError> {
     Ok(s)
 }
 
-/// Deletes every key under `prefix` (baseline keys included).
-async fn cleanup(raw: &Client, prefix: &str) -> Result<(), BoxError> {
-    let mut all = keys(raw, prefix).await?;
-    all.extend(keys(raw, &format!("{prefix}raw:")).await?);
-    for chunk in all.chunks(500) {
-        let _: i64 = raw.custom(raw::cmd("UNLINK"), chunk.to_vec()).await?;
+/// Deletes every key under `prefix` (baseline keys included), on every primary of a cluster;
+/// one key per `UNLINK`, since a cluster refuses one across slots.
+async fn cleanup(ctx: &Ctx<'_>, prefix: &str) -> Result<(), BoxError> {
+    let clients: Vec<&Client> = match &ctx.nodes {
+        Some(nodes) => nodes.primaries().map(|n| &n.client).collect(),
+        None => vec![&ctx.raw],
+    };
+    for raw in clients {
+        let mut all = keys(raw, prefix).await?;
+        all.extend(keys(raw, &format!("{prefix}raw:")).await?);
+        for key in all {
+            let _: i64 = raw.custom(raw::cmd("UNLINK"), vec![key]).await?;
+        }
     }
     Ok(())
 }
