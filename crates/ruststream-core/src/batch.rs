@@ -16,8 +16,9 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
-use crate::subscriber::{Handled, Handler, MessageDoc, panic_message};
-use crate::{DeliveryInfo, Error, HandlerOutcome, MessageType, Publisher, Source, Subscriber};
+use crate::erased::{BatchOptions, ErasedBatchHandler, Handled, Handler, panic_message};
+use crate::subscriber::{MessageDoc, SubscriberBuilder};
+use crate::{DeliveryInfo, HandlerOutcome, MessageType, Publisher, Source, Subscriber};
 
 /// How long a partial batch waits for more messages when `max_wait` is not set.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(100);
@@ -219,39 +220,12 @@ impl<'a> BatchContext<'a> {
     }
 }
 
-/// The size and wait of a batch subscriber.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BatchOptions {
-    pub(crate) size: usize,
-    pub(crate) max_wait: Duration,
-}
-
-impl BatchOptions {
-    /// Refuses a batch size the subscription cannot fill: 0, or more than its `concurrency`.
-    pub(crate) fn validate(&self, key: &str, concurrency: usize) -> crate::Result<()> {
-        if self.size == 0 {
-            return Err(Error::config(format!(
-                "the batch subscriber of `{key}` has batch size 0: give it at least 1 (`batch = 1` hands one message at a time)"
-            )));
-        }
-        if self.size > concurrency {
-            return Err(Error::config(format!(
-                "the batch subscriber of `{key}` takes batches of {} but its source has at most {concurrency} messages in flight: lower `batch` to at most {concurrency}, or raise the source's `.concurrency({})`",
-                self.size, self.size
-            )));
-        }
-        Ok(())
+impl<S: Source, H> SubscriberBuilder<S, H> {
+    /// The handler takes up to `size` messages at once (a [`HandleBatch`]): finish with
+    /// `.max_wait(d).build()` (see [`crate::batch`]). A batch handler does not reply.
+    pub fn batch(self, size: usize) -> BatchBuilder<S, H> {
+        BatchBuilder::new(self.source, self.handler, size)
     }
-}
-
-/// A batch handler with its message type erased: decode each item, run the handler on those
-/// that decode, one [`Handled`] per item given.
-pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
-    fn call<'a>(
-        &'a self,
-        items: &'a [(&'a DeliveryInfo, &'a [u8])],
-        publisher: &'a Publisher,
-    ) -> BoxFuture<'a, Vec<Handled>>;
 }
 
 struct TypedBatch<H, In> {

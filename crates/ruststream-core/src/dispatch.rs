@@ -17,6 +17,7 @@
 
 mod batcher;
 mod meters;
+mod observing;
 mod settle;
 
 use std::panic::AssertUnwindSafe;
@@ -32,8 +33,8 @@ use tracing::Instrument;
 
 use self::meters::Meters;
 use self::settle::{ErrorBackoff, settle_loop};
+use crate::erased::{ErasedHandler, Handled, Handler, panic_message};
 use crate::health::{StateCell, SubscriptionState};
-use crate::subscriber::{ErasedHandler, Handled, Handler, panic_message};
 use crate::{
     Broker, BrokerSource, Delivery, DeliveryInfo, HandlerOutcome, OutMessage, Publisher, Receiver,
     Retries, Settlement, SubscribeOptions,

@@ -16,6 +16,7 @@ pub mod batch;
 pub mod broker;
 pub mod context;
 mod dispatch;
+mod erased;
 pub mod error;
 pub mod handler;
 pub mod health;

@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use crate::dispatch::Subscription;
-use crate::{Broker, Delivery, DeliveryInfo, HandlerOutcome, Settlement};
+use crate::{DeliveryInfo, HandlerOutcome, Settlement};
 
 /// One delivery handed to a handler, as an [`Observer`] sees it.
 #[derive(Debug, Clone, Copy)]
@@ -61,35 +60,6 @@ pub trait Observer: Send + Sync + 'static {
     /// [`called`](Self::called) was not called either). `settlement` is what the broker is told
     /// to do, after the retry policy and the attempt limit.
     fn settled(&self, call: &Call<'_>, outcome: Option<HandlerOutcome>, settlement: &Settlement);
-}
-
-impl<B: Broker> Subscription<B> {
-    /// Tells the observer, if any, that `d` is handed to the handler.
-    pub(crate) fn observe_called<T>(&self, d: &Delivery<T>) {
-        if let Some(o) = &self.observer {
-            o.called(&self.call(d));
-        }
-    }
-
-    /// Tells the observer, if any, how `d` was settled.
-    pub(crate) fn observe_settled<T>(
-        &self,
-        d: &Delivery<T>,
-        outcome: Option<HandlerOutcome>,
-        settlement: &Settlement,
-    ) {
-        if let Some(o) = &self.observer {
-            o.settled(&self.call(d), outcome, settlement);
-        }
-    }
-
-    fn call<'a, T>(&'a self, d: &'a Delivery<T>) -> Call<'a> {
-        Call {
-            subscription: &self.name,
-            info: &d.info,
-            payload: &d.payload,
-        }
-    }
 }
 
 /// Running totals of one subscription's settled deliveries since the app started.

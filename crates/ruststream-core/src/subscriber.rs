@@ -6,60 +6,11 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::batch::{BatchBuilder, BatchOptions, ErasedBatchHandler};
+use crate::erased::{ErasedHandler, Handled, Handler};
 use crate::{
-    Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, HandlerOutcome, MessageType,
-    OutMessage, Publisher, Source,
+    Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, MessageType, OutMessage, Publisher,
+    Source,
 };
-
-/// What running a handler on one payload came to.
-#[derive(Debug)]
-pub(crate) enum Handled {
-    /// Acknowledge, publishing the reply first when there is one.
-    Ack(Option<OutMessage>),
-    /// The handler settled otherwise.
-    Outcome(HandlerOutcome),
-    /// The payload could not be decoded, or the reply could not be encoded.
-    Failed(Error),
-    /// The handler panicked or broke its contract (says why): the message is retried.
-    Broken(String),
-}
-
-impl Handled {
-    /// What the handler decided, when it did.
-    pub(crate) fn decided(&self) -> Option<HandlerOutcome> {
-        match self {
-            Self::Ack(_) => Some(HandlerOutcome::ack()),
-            Self::Outcome(o) => Some(*o),
-            Self::Failed(_) | Self::Broken(_) => None,
-        }
-    }
-}
-
-/// What a subscriber runs: a handler of one message at a time, or of batches.
-pub(crate) enum Handler {
-    One(Arc<dyn ErasedHandler>),
-    Batch(Arc<dyn ErasedBatchHandler>, BatchOptions),
-}
-
-/// The text a panic was raised with, when it was a string.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(ToString::to_string)
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
-}
-
-/// A handler with its message types erased: decode, handle, encode the reply.
-pub(crate) trait ErasedHandler: Send + Sync + 'static {
-    fn call<'a>(
-        &'a self,
-        info: &'a DeliveryInfo,
-        payload: &'a [u8],
-        publisher: &'a Publisher,
-    ) -> BoxFuture<'a, Handled>;
-}
 
 struct Typed<H, In, Out> {
     handler: H,
@@ -252,8 +203,8 @@ pub fn subscriber<S: Source, H>(source: S, handler: H) -> SubscriberBuilder<S, H
 /// A subscriber being built.
 #[must_use = "finish with `.build()`"]
 pub struct SubscriberBuilder<S, H> {
-    source: S,
-    handler: H,
+    pub(crate) source: S,
+    pub(crate) handler: H,
 }
 
 impl<S: Source, H> SubscriberBuilder<S, H> {
@@ -272,12 +223,6 @@ impl<S: Source, H> SubscriberBuilder<S, H> {
             input: MessageDoc::of::<In>(),
             reply: None,
         }
-    }
-
-    /// The handler takes up to `size` messages at once (a [`HandleBatch`](crate::HandleBatch)):
-    /// finish with `.max_wait(d).build()` (see [`crate::batch`]). A batch handler does not reply.
-    pub fn batch(self, size: usize) -> BatchBuilder<S, H> {
-        BatchBuilder::new(self.source, self.handler, size)
     }
 
     /// The handler's return value is published as a reply: to `.to(..)`, or to its type's

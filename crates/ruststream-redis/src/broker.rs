@@ -249,7 +249,7 @@ impl Broker for RedisBroker {
             .check()
             .map_err(ruststream_core::Error::config)?;
         let schedule = self.conns.settings.schedule;
-        crate::delayed::Schedule::validate(
+        crate::options::validate_schedule(
             "RedisBroker",
             Some(schedule.interval),
             Some(schedule.batch),
@@ -269,7 +269,7 @@ impl Broker for RedisBroker {
     /// route (the transport the publisher uses for its key), learned only once that succeeded.
     async fn prepare(&self, sources: &[&RedisSource]) -> Result<()> {
         for s in sources {
-            crate::transport::prepare(s.transport(), &self.conns).await?;
+            crate::partition::prepare(s.transport(), &self.conns).await?;
         }
         let redis = self.conns.target();
         for s in sources {
@@ -277,7 +277,7 @@ impl Broker for RedisBroker {
             if let Some(policy) = t.route() {
                 self.conns.routes.learn(s.key(), policy);
             }
-            for keys in crate::transport::queues(t, &self.conns.keys) {
+            for keys in crate::partition::queues(t, &self.conns.keys) {
                 tracing::info!(subscription = t.key(), transport = keys.transport,
                     mode = %keys.mode_in_words(), keys = %keys.key_list(),
                     concurrency = keys.concurrency, %redis, "subscription ready");
@@ -291,7 +291,7 @@ impl Broker for RedisBroker {
         source: &RedisSource,
         stop: CancellationToken,
     ) -> Result<RedisReceiver> {
-        crate::transport::open(source.transport(), &self.conns, stop).await
+        crate::partition::open(source.transport(), &self.conns, stop).await
     }
 
     fn publisher(&self) -> Publisher {

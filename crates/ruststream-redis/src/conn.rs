@@ -57,7 +57,7 @@ pub(crate) struct Settings {
     pub(crate) pool_size: usize,
     pub(crate) scheduling: bool,
     /// The subscriptions' mover schedule, unless a source sets its own.
-    pub(crate) schedule: crate::delayed::Schedule,
+    pub(crate) schedule: crate::options::Schedule,
 }
 
 /// The URL schemes a broker connects with, for errors.
@@ -86,7 +86,7 @@ impl Settings {
             prefix: String::new(),
             pool_size: 2,
             scheduling: true,
-            schedule: crate::delayed::Schedule::default(),
+            schedule: crate::options::Schedule::default(),
         }
     }
 }

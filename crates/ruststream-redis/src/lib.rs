@@ -74,11 +74,11 @@ mod tls;
 mod transport;
 
 pub use broker::RedisBroker;
-pub use delayed::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use list::RedisList;
 pub use options::DEFAULT_MIN_IDLE;
+pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
 pub use stream::RedisStream;

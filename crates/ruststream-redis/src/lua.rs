@@ -8,6 +8,10 @@ use fred::types::scripts::Script;
 /// Checks made before a script's first write (`wrong_types`, `MAX_UNPACK`).
 pub(crate) const GUARD: &str = include_str!("guard.lua");
 
+/// The Lua that trims a stream to its publish policy's bound after a script re-adds to it
+/// (`bound_error(spec)`, `bound(key, spec)`).
+pub(crate) const BOUND: &str = include_str!("stream/bound.lua");
+
 /// A script of `main` with `libs` put in front of its body (after its shebang, if any).
 pub(crate) fn script(main: &str, libs: &[&str]) -> Script {
     let (shebang, body) = match main.split_once('\n') {

@@ -19,7 +19,8 @@
 //! - Settling sends each partition's settlements to that partition's settler.
 //! - Recovery, retries, dead letters and the operator's views are each partition's own.
 //!
-//! Sends no command itself: each partition's receiver and settler do.
+//! Here too: [`open`], [`prepare`] and [`queues`], what the broker and the operator call for any
+//! source, partitioned or not. Sends no command itself: each partition's receiver and settler do.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -29,6 +30,7 @@ use ruststream_core::{Delivery, Error, Receiver, Result, Settlement, Settler};
 use tokio_util::sync::CancellationToken;
 
 use crate::conn::Connections;
+use crate::keys::{KeySpace, SourceKeys};
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Settle, Token, Transport};
 
 /// Most partitions a queue may have.
@@ -94,8 +96,49 @@ pub(crate) fn validate(what: &str, key: &str, n: u16, named: &[&str]) -> Result<
     Ok(())
 }
 
-/// Opens a receiver reading every partition of a source.
+/// The keys of every queue `source` reads: its own, or each partition's (named after its key,
+/// with `partition_of` the source's).
+pub(crate) fn queues(source: &dyn Transport, space: &KeySpace) -> Vec<SourceKeys> {
+    let parts = source.partitions();
+    if parts.is_empty() {
+        return vec![source.source_keys(space)];
+    }
+    parts
+        .iter()
+        .map(|p| SourceKeys {
+            partition_of: Some(source.key().to_owned()),
+            ..p.source_keys(space)
+        })
+        .collect()
+}
+
+/// Opens the receiver of `source`: its own, or one reading all its partitions.
 pub(crate) async fn open(
+    source: &dyn Transport,
+    conns: &Connections,
+    stop: CancellationToken,
+) -> Result<RedisReceiver> {
+    let parts = source.partitions();
+    if parts.is_empty() {
+        return source.open(conns, stop).await;
+    }
+    open_parts(parts, conns, stop).await
+}
+
+/// Prepares `source` (each of its partitions) on the connected server.
+pub(crate) async fn prepare(source: &dyn Transport, conns: &Connections) -> Result<()> {
+    let parts = source.partitions();
+    if parts.is_empty() {
+        return source.prepare(conns).await;
+    }
+    for p in parts {
+        p.prepare(conns).await?;
+    }
+    Ok(())
+}
+
+/// Opens a receiver reading every partition of a source.
+async fn open_parts(
     parts: Vec<Box<dyn Transport>>,
     conns: &Connections,
     stop: CancellationToken,

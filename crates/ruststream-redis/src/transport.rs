@@ -71,47 +71,6 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     ) -> BoxFuture<'a, Result<RedisReceiver>>;
 }
 
-/// The keys of every queue `source` reads: its own, or each partition's (named after its key,
-/// with `partition_of` the source's).
-pub(crate) fn queues(source: &dyn Transport, space: &KeySpace) -> Vec<SourceKeys> {
-    let parts = source.partitions();
-    if parts.is_empty() {
-        return vec![source.source_keys(space)];
-    }
-    parts
-        .iter()
-        .map(|p| SourceKeys {
-            partition_of: Some(source.key().to_owned()),
-            ..p.source_keys(space)
-        })
-        .collect()
-}
-
-/// Opens the receiver of `source`: its own, or one reading all its partitions.
-pub(crate) async fn open(
-    source: &dyn Transport,
-    conns: &Connections,
-    stop: CancellationToken,
-) -> Result<RedisReceiver> {
-    let parts = source.partitions();
-    if parts.is_empty() {
-        return source.open(conns, stop).await;
-    }
-    crate::partition::open(parts, conns, stop).await
-}
-
-/// Prepares `source` (each of its partitions) on the connected server.
-pub(crate) async fn prepare(source: &dyn Transport, conns: &Connections) -> Result<()> {
-    let parts = source.partitions();
-    if parts.is_empty() {
-        return source.prepare(conns).await;
-    }
-    for p in parts {
-        p.prepare(conns).await?;
-    }
-    Ok(())
-}
-
 /// What every list or stream reader runs beside its reads: the queue gauges of its keys, and the
 /// gate that holds its reads while an operator has paused it.
 pub(crate) async fn watch_source(

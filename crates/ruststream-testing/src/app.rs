@@ -15,7 +15,8 @@ use ruststream_redis::frame::Frame;
 
 use crate::MemoryRedis;
 use crate::model::Pushed;
-use crate::record::{self, Calls, Message, Published, Recorder};
+use crate::published::{Message, Published};
+use crate::record::{self, Calls, Recorder};
 
 /// Scheduler rounds in a row with no progress after which the app counts as settled.
 const QUIET_ROUNDS: u32 = 64;
@@ -378,10 +379,10 @@ impl<'a> TestBroker<'a> {
             .pushes(&[&full, &delayed])
             .into_iter()
             .map(|p| match p {
-                Pushed::List(v) => message(Frame::decode(v), false),
-                Pushed::Scheduled(v) => message(Frame::decode(v), true),
-                Pushed::Channel(v) => message(Frame::decode(v), false),
-                Pushed::Stream(fields) => stream_message(fields),
+                Pushed::List(v) => Message::of_frame(Frame::decode(v), false),
+                Pushed::Scheduled(v) => Message::of_frame(Frame::decode(v), true),
+                Pushed::Channel(v) => Message::of_frame(Frame::decode(v), false),
+                Pushed::Stream(fields) => Message::of_stream_entry(fields),
             })
             .collect();
         Published::new(key, messages)
@@ -414,38 +415,6 @@ impl<'a> TestBroker<'a> {
             .map_err(|e| Error::Broker(e.to_string()))?;
         Ok(client)
     }
-}
-
-fn message(f: Frame, delayed: bool) -> Message {
-    Message {
-        id: f.id,
-        headers: f.headers,
-        payload: f.payload,
-        delayed,
-    }
-}
-
-fn stream_message(fields: Vec<(bytes::Bytes, bytes::Bytes)>) -> Message {
-    let mut m = Message {
-        id: String::new(),
-        headers: ruststream_core::Headers::new(),
-        payload: bytes::Bytes::new(),
-        delayed: false,
-    };
-    for (k, v) in fields {
-        match &k[..] {
-            b"payload" => m.payload = v,
-            b"rs.id" => m.id = String::from_utf8_lossy(&v).into_owned(),
-            b"rs.attempt" => {}
-            _ => {
-                m.headers.insert(
-                    String::from_utf8_lossy(&k).into_owned(),
-                    String::from_utf8_lossy(&v).into_owned(),
-                );
-            }
-        }
-    }
-    m
 }
 
 /// A publish through a [`TestBroker`]; `.publish().await` returns once the app has settled.

@@ -20,8 +20,10 @@
 
 mod app;
 mod model;
+mod published;
 mod record;
 
 pub use app::{InMemoryBroker, TestApp, TestBroker, TestPublish};
 pub use model::{MemoryRedis, Pushed};
-pub use record::{Call, Calls, Expected, Message, Published};
+pub use published::{Message, Published};
+pub use record::{Call, Calls, Expected};

@@ -5,7 +5,6 @@
 //! the test's line, and their message lists what was seen instead.
 
 use std::fmt::{self, Write as _};
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -80,7 +79,7 @@ fn settlement(s: &Settlement) -> String {
 }
 
 /// A payload as text for messages: UTF-8 if it is, else its bytes.
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     match std::str::from_utf8(b) {
         Ok(s) => s.to_owned(),
         Err(_) => format!("{b:?}"),
@@ -341,124 +340,6 @@ impl Calls {
             self.seen()
         );
         self
-    }
-}
-
-/// One message a publish put on a key, decoded from the frame or stream entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Message {
-    /// The message id (empty for a raw value pushed by a non-RustStream producer).
-    pub id: String,
-    /// The headers the publisher set.
-    pub headers: Headers,
-    /// The encoded payload.
-    pub payload: Bytes,
-    /// Whether it went to the key's delayed set (a delayed publish) rather than the key.
-    pub delayed: bool,
-}
-
-/// The messages published to one key so far: `tb.broker::<RedisBroker>().published::<T>("key")`.
-#[derive(Debug, Clone)]
-#[must_use = "a snapshot asserts nothing until one of its assert_ methods is called"]
-pub struct Published<T> {
-    key: String,
-    messages: Vec<Message>,
-    _type: PhantomData<fn() -> T>,
-}
-
-impl<T: MessageType + PartialEq + fmt::Debug> Published<T> {
-    pub(crate) fn new(key: &str, messages: Vec<Message>) -> Self {
-        Self {
-            key: key.to_owned(),
-            messages,
-            _type: PhantomData,
-        }
-    }
-
-    /// Every message, oldest first.
-    pub fn messages(&self) -> &[Message] {
-        &self.messages
-    }
-
-    /// The payloads decoded as `T` (those that are not a `T` are left out).
-    pub fn values(&self) -> Vec<T> {
-        self.messages
-            .iter()
-            .filter_map(|m| T::decode(&m.payload).ok())
-            .collect()
-    }
-
-    fn seen(&self) -> String {
-        if self.messages.is_empty() {
-            return format!("nothing was published to `{}`", self.key);
-        }
-        let mut out = format!("published to `{}`:", self.key);
-        for (i, m) in self.messages.iter().enumerate() {
-            let shown = match T::decode(&m.payload) {
-                Ok(v) => format!("{v:?}"),
-                Err(_) => text(&m.payload),
-            };
-            let _ = write!(
-                out,
-                "\n  #{} id {} {shown}{}",
-                i + 1,
-                m.id,
-                if m.delayed { " (delayed)" } else { "" }
-            );
-        }
-        out
-    }
-
-    /// Asserts exactly one message was published.
-    ///
-    /// # Panics
-    /// Otherwise; the message lists what was published.
-    #[track_caller]
-    pub fn assert_called_once(&self) -> &Self {
-        self.assert_called(1)
-    }
-
-    /// Asserts exactly `n` messages were published.
-    ///
-    /// # Panics
-    /// Otherwise; the message lists what was published.
-    #[track_caller]
-    pub fn assert_called(&self, n: usize) -> &Self {
-        assert!(
-            self.messages.len() == n,
-            "expected {n} message(s) published to `{}`, there were {}; {}",
-            self.key,
-            self.messages.len(),
-            self.seen()
-        );
-        self
-    }
-
-    /// Asserts nothing was published.
-    ///
-    /// # Panics
-    /// Otherwise; the message lists what was published.
-    #[track_caller]
-    pub fn assert_not_called(&self) -> &Self {
-        self.assert_called(0)
-    }
-
-    /// Asserts the most recent message decodes to `expected`.
-    ///
-    /// # Panics
-    /// When nothing was published, or the last message is something else.
-    #[track_caller]
-    pub fn with(&self, expected: &T) -> &Self {
-        let last = self.messages.last().map(|m| T::decode(&m.payload));
-        match last {
-            Some(Ok(got)) if got == *expected => self,
-            _ => panic!(
-                "expected the last message published to `{}` to be {expected:?}; {}",
-                self.key,
-                self.seen()
-            ),
-        }
     }
 }
 

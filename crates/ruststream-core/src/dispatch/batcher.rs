@@ -16,8 +16,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::{Held, Lane, Subscription};
-use crate::batch::{BatchOptions, ErasedBatchHandler};
-use crate::subscriber::{Handled, panic_message};
+use crate::erased::{BatchOptions, ErasedBatchHandler, Handled, panic_message};
 use crate::{Broker, DeliveryInfo, HandlerOutcome, Settlement, SubscribeOptions};
 
 impl<B: Broker> Subscription<B> {

@@ -40,75 +40,11 @@ use crate::conn::Connections;
 use crate::error::core;
 use crate::keys::Delayed;
 use crate::lua;
-use crate::options::SourceOptions;
+use crate::options::{Schedule, SourceOptions};
 use crate::policy::StreamPublish;
 
 /// The shortest blocking wait sent to Redis.
 const MIN_WAIT: Duration = Duration::from_millis(5);
-
-/// How often an idle reader looks for due delayed entries when no wake-up came, unless the
-/// broker's or the source's `schedule_interval` says otherwise.
-pub const DEFAULT_SCHEDULE_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Most due entries one mover call moves, unless `move_batch` says otherwise.
-pub const DEFAULT_MOVE_BATCH: u32 = 128;
-
-/// The largest move batch: `move_due.lua` moves at most this many a call whatever it is asked.
-pub const MAX_MOVE_BATCH: u32 = 1000;
-
-/// How a subscription's mover is scheduled (see the [module docs](self) for what each trades).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Schedule {
-    /// How often an idle reader looks for due entries when no wake-up came.
-    pub(crate) interval: Duration,
-    /// Most due entries one `move_due.lua` call moves.
-    pub(crate) batch: u32,
-}
-
-impl Default for Schedule {
-    /// [`DEFAULT_SCHEDULE_INTERVAL`], [`DEFAULT_MOVE_BATCH`].
-    fn default() -> Self {
-        Self {
-            interval: DEFAULT_SCHEDULE_INTERVAL,
-            batch: DEFAULT_MOVE_BATCH,
-        }
-    }
-}
-
-impl Schedule {
-    /// The broker's schedule with what `options` set of its own.
-    pub(crate) fn with(self, options: &SourceOptions) -> Self {
-        Self {
-            interval: options.schedule_interval.unwrap_or(self.interval),
-            batch: options.move_batch.unwrap_or(self.batch),
-        }
-    }
-
-    /// Refuses a zero interval and a batch outside 1..=[`MAX_MOVE_BATCH`]; `what` names whose
-    /// setting it is (`list \`jobs\``, `RedisBroker`).
-    pub(crate) fn validate(
-        what: &str,
-        interval: Option<Duration>,
-        batch: Option<u32>,
-    ) -> Result<()> {
-        if interval.is_some_and(|d| d.is_zero()) {
-            return Err(ruststream_core::Error::config(format!(
-                "{what}: schedule_interval must be longer than zero (idle readers would call Redis without pause); \
-                 a few seconds suits most services, e.g. `.schedule_interval(Duration::from_secs(1))`, \
-                 or `.scheduling(false)` to leave moving to other nodes"
-            )));
-        }
-        match batch {
-            Some(n) if n == 0 || n > MAX_MOVE_BATCH => {
-                Err(ruststream_core::Error::config(format!(
-                    "{what}: move_batch must be between 1 and {MAX_MOVE_BATCH} (it is {n}); \
-                 the default is 128, e.g. `.move_batch(128)`"
-                )))
-            }
-            _ => Ok(()),
-        }
-    }
-}
 
 /// The Lua of the settle scripts that schedules a retry (`schedule_retry(zset, hash, arg, frame)`).
 pub(crate) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.lua");
@@ -122,7 +58,7 @@ pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
 static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("move_due.lua"),
-        &[lua::GUARD, crate::frame::LUA, crate::stream::BOUND],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND],
     )
 });
 

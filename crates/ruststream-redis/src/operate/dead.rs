@@ -21,7 +21,7 @@ use crate::lua;
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("requeue.lua"),
-        &[lua::GUARD, crate::frame::LUA, crate::stream::BOUND],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND],
     )
 });
 

@@ -93,7 +93,7 @@ impl Operator {
     pub(crate) fn new(conns: Arc<Connections>, sources: &[RedisSource]) -> Self {
         let mut queues: Vec<SourceKeys> = Vec::new();
         for s in sources {
-            for keys in crate::transport::queues(s.transport(), &conns.keys) {
+            for keys in crate::partition::queues(s.transport(), &conns.keys) {
                 if !queues.iter().any(|q| q.name == keys.name) {
                     queues.push(keys);
                 }

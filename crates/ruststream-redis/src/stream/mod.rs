@@ -27,9 +27,6 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use self::publish::{add, fields};
 
-/// The Lua that trims a stream to its publish policy's bound after a script re-adds to it
-/// (`bound_error(spec)`, `bound(key, spec)`).
-pub(crate) const BOUND: &str = include_str!("bound.lua");
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace, SourceKeys};
 use crate::options::{SourceOptions, source_setters};

@@ -26,7 +26,7 @@ const MAX_XADD_FIELDS: usize = 7800;
 static SETTLE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("settle.lua"),
-        &[lua::GUARD, SCHEDULE_RETRY, super::BOUND],
+        &[lua::GUARD, SCHEDULE_RETRY, lua::BOUND],
     )
 });
 
