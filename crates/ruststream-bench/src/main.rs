@@ -583,7 +583,7 @@ async fn scenario(
     Ok(())
 }
 
-/// The queue scenarios (simple, reliable, recovery, stream): fill the queue, then one consumer
+/// The queue scenarios (simple, reliable, recovery, batch, stream): fill the queue, then one consumer
 /// child drains it; on a cluster, each node's CPU in both phases (`NODE` lines).
 async fn queue(
     ctx: &Ctx<'_>,

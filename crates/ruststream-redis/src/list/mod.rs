@@ -94,8 +94,8 @@ impl RedisList {
     /// publishers spread messages over them, round robin or by
     /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) (one key's messages
     /// stay in order), and every reader claims from all of them. Name the key without a hash
-    /// tag; the keys of the partitions cannot be named by hand. See the `partition` module of
-    /// this crate's docs in `docs/decisions.md`.
+    /// tag; the keys of the partitions cannot be named by hand. How readers share their permits
+    /// between partitions is in `docs/decisions.md`, "Partitions are whole queues".
     ///
     /// ```
     /// use ruststream_redis::RedisList;
