@@ -431,7 +431,7 @@ impl<B: Broker> Subscription<B> {
                 span.end(&result);
                 result
             }
-            None => self.publisher.send(vec![reply]).await,
+            None => self.publisher.send(vec![reply]).await.map(drop),
         }
     }
 }

@@ -42,7 +42,9 @@ pub use handler::{Handle, IntoHandlerResult};
 pub use health::{Health, Probe, SubscriptionState};
 pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
-pub use publish::{Due, OutMessage, PublishBackend, PublishBuilder, Publisher};
+pub use publish::{
+    Due, Enqueued, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,
+};
 pub use retry::Backoff;
 pub use subscriber::{
     IntoSubscriber, MessageDoc, ReplyBuilder, Subscriber, SubscriberBuilder, subscriber,

@@ -101,7 +101,7 @@ impl Producer {
     }
 
     /// Ends the span, with an error status when the publish failed.
-    pub(crate) fn end(self, result: &crate::Result<()>) {
+    pub(crate) fn end<T>(self, result: &crate::Result<T>) {
         let span = self.0.span();
         if let Err(e) = result {
             span.set_status(Status::error(e.to_string()));

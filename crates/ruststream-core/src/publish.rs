@@ -5,7 +5,10 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -39,6 +42,12 @@ pub struct OutMessage {
     /// On a destination spread over partitions, the key that picks the partition: messages with
     /// one key go to one partition, so they stay in order. `None` spreads them round robin.
     pub partition_key: Option<String>,
+    /// Publish only when no message with the same [`id`](Self::id) was published to this
+    /// destination within this window; a second one in the window is not enqueued. Needs an id.
+    pub unique_for: Option<Duration>,
+    /// On a destination with priority levels (`RedisList::new(k).priorities(n)`), the level:
+    /// `0` (the default) is the lowest, `n - 1` the highest, read first.
+    pub priority: u8,
 }
 
 impl OutMessage {
@@ -51,15 +60,45 @@ impl OutMessage {
             id: None,
             due: None,
             partition_key: None,
+            unique_for: None,
+            priority: 0,
         }
+    }
+}
+
+/// What a publish did: how many of its messages were enqueued, and how many were not because a
+/// message with the same id was published within its [`unique_for`](PublishBuilder::unique_for)
+/// window (or waits in the delayed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Enqueued {
+    /// Messages enqueued (or scheduled, when delayed).
+    pub enqueued: usize,
+    /// Messages not enqueued: their id was seen within the window.
+    pub duplicates: usize,
+}
+
+impl Enqueued {
+    /// `enqueued` of `sent` messages (the rest were duplicates).
+    pub fn of(enqueued: usize, sent: usize) -> Self {
+        Self {
+            enqueued,
+            duplicates: sent.saturating_sub(enqueued),
+        }
+    }
+
+    /// Whether every message was enqueued (none was a duplicate).
+    pub fn is_enqueued(&self) -> bool {
+        self.duplicates == 0
     }
 }
 
 /// What a broker implements to publish. One call may carry many messages: send them in as few
 /// round trips as the broker can.
 pub trait PublishBackend: Send + Sync + 'static {
-    /// Publishes every message, or fails.
-    fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<()>>;
+    /// Publishes every message, or fails; returns how many were enqueued (a message with
+    /// [`OutMessage::unique_for`] whose id was seen within the window is not).
+    fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<usize>>;
 }
 
 /// A cheap, cloneable handle that publishes messages through a broker.
@@ -98,16 +137,17 @@ impl Publisher {
 
     /// Publishes already encoded messages. With the `otel` feature, in a producer span whose
     /// trace context goes into each message's headers (see [`crate::otel`]).
-    pub async fn send(&self, messages: Vec<OutMessage>) -> Result<()> {
+    pub async fn send(&self, messages: Vec<OutMessage>) -> Result<Enqueued> {
         if messages.is_empty() {
-            return Ok(());
+            return Ok(Enqueued::default());
         }
+        let sent = messages.len();
         #[cfg(feature = "otel")]
         let (messages, span) = crate::otel::Producer::start(messages);
         let result = self.0.publish(messages).await;
         #[cfg(feature = "otel")]
         span.end(&result);
-        result
+        result.map(|n| Enqueued::of(n, sent))
     }
 }
 
@@ -118,6 +158,8 @@ struct Options {
     id: Option<String>,
     due: Option<Due>,
     partition_key: Option<String>,
+    unique_for: Option<Duration>,
+    priority: u8,
 }
 
 /// A publish being built; finish it with [`publish`](Self::publish).
@@ -128,7 +170,7 @@ pub struct PublishBuilder<'a, T> {
     opts: Options,
 }
 
-impl<T: MessageType> PublishBuilder<'_, T> {
+impl<'a, T: MessageType> PublishBuilder<'a, T> {
     /// The destination key; without it the type's outgoing name is used.
     pub fn to(mut self, destination: impl Into<String>) -> Self {
         self.opts.to = Some(destination.into());
@@ -166,6 +208,23 @@ impl<T: MessageType> PublishBuilder<'_, T> {
         self
     }
 
+    /// Makes the publish unique within `window`: a message whose [`id`](Self::id) was published
+    /// to the same destination less than `window` ago is not enqueued, and the publish says so
+    /// ([`Enqueued::is_enqueued`]). The window holds across every process publishing to the
+    /// destination (it is kept in Redis). Needs `.id(..)`; refused without one.
+    pub fn unique_for(mut self, window: Duration) -> Self {
+        self.opts.unique_for = Some(window);
+        self
+    }
+
+    /// On a queue with priority levels (`RedisList::new(k).priorities(n)`), the level: `0` (the
+    /// default) is the lowest, `n - 1` the highest; readers take from the highest non-empty
+    /// level first. A level the destination does not have is refused.
+    pub fn priority(mut self, level: u8) -> Self {
+        self.opts.priority = level;
+        self
+    }
+
     /// Delivers the message once `delay` has passed.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.opts.due = Some(Due::In(delay));
@@ -178,13 +237,19 @@ impl<T: MessageType> PublishBuilder<'_, T> {
         self
     }
 
-    /// Encodes and publishes.
-    pub async fn publish(self) -> Result<()> {
-        let messages = self.encode()?;
-        self.publisher.send(messages).await
+    /// The publish, ready to send: `.publish().await?` returns what was [`Enqueued`].
+    pub fn publish(self) -> Publishing<'a, T> {
+        Publishing {
+            state: Sending::Built(self),
+        }
     }
 
     fn encode(&self) -> Result<Vec<OutMessage>> {
+        if self.opts.unique_for.is_some() && self.opts.id.is_none() {
+            return Err(Error::config(
+                "publish: `.unique_for(..)` needs the message's id: add `.id(..)`",
+            ));
+        }
         self.values
             .iter()
             .map(|value| {
@@ -201,8 +266,56 @@ impl<T: MessageType> PublishBuilder<'_, T> {
                     id: self.opts.id.clone(),
                     due: self.opts.due,
                     partition_key: self.opts.partition_key.clone(),
+                    unique_for: self.opts.unique_for,
+                    priority: self.opts.priority,
                 })
             })
             .collect()
+    }
+}
+
+/// A publish ready to send (a future): `.await` it, and it returns what was [`Enqueued`].
+#[must_use = "a publish does nothing until `.publish().await`"]
+pub struct Publishing<'a, T> {
+    state: Sending<'a, T>,
+}
+
+enum Sending<'a, T> {
+    /// Not polled yet: the builder, so methods can still change what is sent.
+    Built(PublishBuilder<'a, T>),
+    /// Polled: the send in flight.
+    Sent(BoxFuture<'a, Result<Enqueued>>),
+    /// Finished (or being polled).
+    Done,
+}
+
+impl<T: MessageType> Future for Publishing<'_, T> {
+    type Output = Result<Enqueued>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Sending::Built(builder) = std::mem::replace(&mut this.state, Sending::Done) {
+            let encoded = builder.encode();
+            let publisher = builder.publisher;
+            this.state = Sending::Sent(Box::pin(async move { publisher.send(encoded?).await }));
+        }
+        match &mut this.state {
+            Sending::Sent(fut) => {
+                let out = fut.as_mut().poll(cx);
+                if out.is_ready() {
+                    this.state = Sending::Done;
+                }
+                out
+            }
+            Sending::Built(_) | Sending::Done => Poll::Ready(Err(Error::Broker(
+                "publish polled after it finished".into(),
+            ))),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Publishing<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Publishing")
     }
 }

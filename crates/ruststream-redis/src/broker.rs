@@ -315,7 +315,9 @@ impl Broker for RedisBroker {
     }
 
     async fn publish_with(&self, policy: &PublishPolicy, messages: Vec<OutMessage>) -> Result<()> {
-        crate::publish::publish(&self.conns, &self.conns.routes, messages, Some(*policy)).await
+        crate::publish::publish(&self.conns, &self.conns.routes, messages, Some(*policy))
+            .await
+            .map(drop)
     }
 
     async fn close(&self) {

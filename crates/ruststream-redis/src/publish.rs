@@ -30,7 +30,7 @@ pub(crate) struct RedisPublisher {
 }
 
 impl PublishBackend for RedisPublisher {
-    fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<()>> {
+    fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<usize>> {
         Box::pin(async move {
             // A publisher taken from a broker that no app started connects on first use.
             self.conns.connect().await?;
@@ -51,13 +51,14 @@ struct Group {
     entries: Vec<Vec<Value>>,
 }
 
-/// Publishes `messages`, each with `policy` or its destination's default.
+/// Publishes `messages`, each with `policy` or its destination's default; returns how many
+/// were enqueued.
 pub(crate) async fn publish(
     conns: &Connections,
     routes: &Routes,
     messages: Vec<OutMessage>,
     policy: Option<PublishPolicy>,
-) -> Result<()> {
+) -> Result<usize> {
     let pool = conns.pool()?;
     let mut groups: Vec<Group> = Vec::new();
     for m in messages {
@@ -96,8 +97,8 @@ pub(crate) async fn publish(
         };
         add(&mut groups[i], m);
     }
-    try_join_all(groups.into_iter().map(|g| send(&pool, conns, g))).await?;
-    Ok(())
+    let sent = try_join_all(groups.into_iter().map(|g| send(&pool, conns, g))).await?;
+    Ok(sent.into_iter().sum())
 }
 
 fn add(g: &mut Group, m: OutMessage) {
@@ -135,8 +136,10 @@ fn due_arg(due: Due) -> (&'static str, i64) {
     }
 }
 
-async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
+/// Sends one group; returns how many of its messages were enqueued.
+async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<usize> {
     let client = pool.next();
+    let mut enqueued = g.now.len() + g.entries.len();
     if !g.now.is_empty() {
         match g.policy {
             PublishPolicy::PubSub(p) => pubsub::publish(client, &g.key, p, g.now).await?,
@@ -145,11 +148,11 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<()> {
         }
     }
     if !g.later.is_empty() {
-        delayed::schedule(client, &conns.keys.delayed(&g.key), g.later).await?;
+        enqueued += delayed::schedule(client, &conns.keys.delayed(&g.key), g.later).await?;
     }
     if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
         let now_ms = conns.memory.clock_ms();
         stream::add(client, &g.key, p, now_ms, g.entries).await?;
     }
-    Ok(())
+    Ok(enqueued)
 }

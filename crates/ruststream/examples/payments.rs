@@ -103,7 +103,7 @@ impl Handle<PaymentCreated> for ScheduleCheck {
             .publish()
             .await;
         match scheduled {
-            Ok(()) => Ok(()),
+            Ok(_) => Ok(()),
             Err(e) => {
                 tracing::warn!(error = %e, payment = %payment.id, "check not scheduled; retrying");
                 Err(HandlerOutcome::retry())

@@ -469,7 +469,7 @@ where
                     let acked = {
                         let mut p = published.lock().unwrap();
                         match sent {
-                            Ok(()) => {
+                            Ok(_) => {
                                 p.acked.push((n, Instant::now()));
                                 true
                             }

@@ -51,7 +51,8 @@ mod images {
     }
 
     pub(super) async fn publish_warmup(p: &Publisher, page: &str) -> ruststream::Result<()> {
-        p.message(&Warmup { page: page.into() }).publish().await
+        p.message(&Warmup { page: page.into() }).publish().await?;
+        Ok(())
     }
 }
 
@@ -97,7 +98,8 @@ mod images_manual {
     }
 
     pub(super) async fn publish_warmup(p: &Publisher, page: &str) -> ruststream::Result<()> {
-        p.message(&Warmup { page: page.into() }).publish().await
+        p.message(&Warmup { page: page.into() }).publish().await?;
+        Ok(())
     }
 }
 

@@ -253,7 +253,7 @@ async fn never(_job: &Job) {}
 struct NoBackend;
 
 impl PublishBackend for NoBackend {
-    fn publish(&self, _messages: Vec<OutMessage>) -> BoxFuture<'_, ruststream::Result<()>> {
+    fn publish(&self, _messages: Vec<OutMessage>) -> BoxFuture<'_, ruststream::Result<usize>> {
         Box::pin(async { Err(ruststream::Error::NotConnected) })
     }
 }

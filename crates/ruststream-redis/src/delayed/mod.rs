@@ -232,8 +232,12 @@ impl Mover {
 
 /// Schedules entries in the delayed set `delayed` with `schedule.lua`; `args` are its groups of
 /// four (`in`|`at`, ms, id, frame).
-pub(crate) async fn schedule(client: &Client, delayed: &Delayed, args: Vec<Value>) -> Result<()> {
-    let _: i64 = SCHEDULE
+pub(crate) async fn schedule(
+    client: &Client,
+    delayed: &Delayed,
+    args: Vec<Value>,
+) -> Result<usize> {
+    let added: i64 = SCHEDULE
         .evalsha_with_reload(
             client,
             vec![delayed.set.clone(), delayed.payloads.clone()],
@@ -241,7 +245,7 @@ pub(crate) async fn schedule(client: &Client, delayed: &Delayed, args: Vec<Value
         )
         .await
         .map_err(core)?;
-    Ok(())
+    Ok(usize::try_from(added).unwrap_or(0))
 }
 
 /// How long a blocking read may wait: `block`, cut short by the next due entry of `mover`.
