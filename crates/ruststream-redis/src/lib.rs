@@ -56,6 +56,7 @@ pub mod error;
 pub mod frame;
 mod gauges;
 mod keys;
+mod limit;
 pub mod list;
 mod lua;
 #[cfg(feature = "testing")]
@@ -76,6 +77,7 @@ mod transport;
 pub use broker::RedisBroker;
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
+pub use limit::RateLimit;
 pub use list::RedisList;
 pub use options::DEFAULT_MIN_IDLE;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};

@@ -5,9 +5,10 @@
 -- moves entries, so a full Redis can still drain its queues. Prepended with guard.lua and
 -- frame.lua.
 --
--- KEYS: queue, processing, and with recovery the recovery set.
+-- KEYS: queue, processing, with recovery the recovery set, with a rate limit its key (last).
 -- ARGV: most entries to claim, reader id ('' = no recovery), first claim sequence number,
---       min_idle ms, recovery-set ttl ms (0 = none), most claims to recover.
+--       min_idle ms, recovery-set ttl ms (0 = none), most claims to recover, then the rate
+--       limit (see limit.lua's rate_spec: mode, n, per us, header; mode '' = none).
 --
 -- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
 -- and its entry goes from the processing list back to the queue with its attempt raised by one.
@@ -19,12 +20,16 @@
 -- does not exist (it expired with recovery_ttl, or the queue ran without recovery before) while
 -- the processing list holds entries, nobody holds a claim on them: they go back to the queue as
 -- well.
--- Returns {recovered, run ('' without recovery), value...}, values oldest first.
+-- The entries are taken by limit.lua's `take`: as many as the rate limit allows, if any.
+-- Returns {recovered, run ('' without recovery), held back by the rate limit, ms until the limit
+-- lets the next pass, value...}, values oldest first.
+local lim = rate_spec(ARGV, 7, KEYS[#KEYS])
 local checks = {{KEYS[1], 'list'}, {KEYS[2], 'list'}}
-if KEYS[3] then checks[#checks + 1] = {KEYS[3], 'zset'} end
+if ARGV[2] ~= '' then checks[#checks + 1] = {KEYS[3], 'zset'} end
+checks[#checks + 1] = rate_check(lim)
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
-local out = {0, ''}
+local out = {0, '', 0, 0}
 local rid = ARGV[2]
 local now = 0
 if rid ~= '' then
@@ -55,20 +60,20 @@ if rid ~= '' then
 end
 local n = tonumber(ARGV[1])
 if n < 1 then return out end
-local taken = redis.call('LRANGE', KEYS[1], -n, -1)
+local taken, held, wait = take(KEYS[1], n, lim)
+out[3], out[4] = held, wait
 local m = #taken
 if m == 0 then return out end
-for i = m, 1, -1 do out[#out + 1] = taken[i] end
-for i = 3, m + 2, 1000 do
-  redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, m + 2)))
+for i = 1, m do out[#out + 1] = taken[i] end
+for i = 5, m + 4, 1000 do
+  redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, m + 4)))
 end
-redis.call('LTRIM', KEYS[1], 0, -m - 1)
 if rid ~= '' then
   local seq = tonumber(ARGV[3])
   local members = {}
-  for i = 3, m + 2 do
+  for i = 5, m + 4 do
     members[#members + 1] = now
-    members[#members + 1] = rid .. ':' .. (seq + i - 3) .. '.' .. out[2] .. ':' .. out[i]
+    members[#members + 1] = rid .. ':' .. (seq + i - 5) .. '.' .. out[2] .. ':' .. out[i]
   end
   for i = 1, #members, 1000 do
     redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))

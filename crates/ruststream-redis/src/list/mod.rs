@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use self::publish::push;
 use crate::conn::Connections;
 use crate::keys::{DeadLetter, Delayed, KeySpace, SourceKeys};
+use crate::limit::RateLimit;
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
 use crate::policy::PublishPolicy;
@@ -67,6 +68,7 @@ pub struct RedisList {
     recovery_ttl: Option<Duration>,
     no_recovery: bool,
     partitions: Option<u16>,
+    rate: Option<RateLimit>,
     options: SourceOptions,
 }
 
@@ -84,8 +86,51 @@ impl RedisList {
             recovery_ttl: None,
             no_recovery: false,
             partitions: None,
+            rate: None,
             options: SourceOptions::default(),
         }
+    }
+
+    /// Takes at most `n` messages per `per` from the queue, across every worker of every
+    /// instance (a [`RateLimit`]: a burst of `n`, then one every `per / n`). The limiter lives
+    /// in Redis (`<key>.rate`) and is checked by the script that takes the messages, on the
+    /// server's clock; messages over the limit stay in the queue, untouched, and the reader
+    /// waits until the next may pass. Needs `n` >= 1 and `per` > 0; a partitioned queue cannot
+    /// be limited as a whole (its partitions are in different slots).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisList;
+    /// let emails = RedisList::new("{emails}").reliable().rate_limit(100, Duration::from_secs(1));
+    /// assert_eq!(emails.rate().map(|r| r.n()), Some(100));
+    /// ```
+    pub fn rate_limit(mut self, n: u32, per: Duration) -> Self {
+        self.rate = Some(RateLimit::new(n, per));
+        self
+    }
+
+    /// Takes at most `n` messages per `per` for each value of the header `header` (a message
+    /// without it counts under the empty value), across every worker of every instance. A read
+    /// looks at up to 1,000 entries from the consuming end: a key over its limit leaves its
+    /// entries in place, in order, while other keys' entries are taken past them. The limiter
+    /// is a sorted set `<key>.rate.keys`, one member per key with a pass in the last `per`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisList;
+    /// let exports = RedisList::new("{exports}")
+    ///     .reliable()
+    ///     .rate_limit_by("customer", 10, Duration::from_secs(60));
+    /// assert_eq!(exports.rate().and_then(|r| r.header()), Some("customer"));
+    /// ```
+    pub fn rate_limit_by(mut self, header: impl Into<String>, n: u32, per: Duration) -> Self {
+        self.rate = Some(RateLimit::by(header, n, per));
+        self
+    }
+
+    /// The rate limit, if any.
+    pub fn rate(&self) -> Option<&RateLimit> {
+        self.rate.as_ref()
     }
 
     /// Spreads the queue over `n` lists `{key:0}` … `{key:n-1}`, each in a hash slot of its
@@ -189,6 +234,7 @@ impl RedisList {
             settle_tokens: (reliable && self.no_recovery)
                 .then(|| space.derived(&queue, ".settles")),
             dead: space.dead(&self.key, &self.options.dead_letter),
+            rate: self.rate.as_ref().map(|r| r.key(space, &queue)),
             queue,
         }
     }
@@ -246,6 +292,8 @@ struct ListKeys {
     settle_tokens: Option<String>,
     dead: Option<String>,
     delayed: Delayed,
+    /// With a rate limit: the limiter's key.
+    rate: Option<String>,
 }
 
 impl ListKeys {
@@ -257,6 +305,7 @@ impl ListKeys {
         keys.extend(self.dead.clone());
         keys.extend(self.recovery.clone());
         keys.extend(self.settle_tokens.clone());
+        keys.extend(self.rate.clone());
         keys
     }
 }
@@ -276,6 +325,13 @@ impl Transport for RedisList {
         });
         if let Some(n) = self.partitions {
             bindings["partitions"] = json!(n);
+        }
+        if let Some(r) = &self.rate {
+            bindings["rateLimit"] = json!({
+                "n": r.n(),
+                "perMs": u64::try_from(r.per().as_millis()).unwrap_or(u64::MAX),
+                "byHeader": r.header(),
+            });
         }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
@@ -350,6 +406,14 @@ impl Transport for RedisList {
         if key.is_empty() {
             return Err(Error::config("a RedisList has an empty key: name the list"));
         }
+        if let Some(rate) = &self.rate {
+            rate.validate(&format!("list `{key}`"))?;
+            if self.partitions.is_some() {
+                return Err(Error::config(format!(
+                    "list `{key}`: a rate limit cannot span partitions (each is in a hash slot of its own, and the limiter is one key); remove `.partitions(..)`, or limit a queue without partitions"
+                )));
+            }
+        }
         if let Some(n) = self.partitions {
             let named = [
                 ("processing", self.processing.is_some()),
@@ -409,85 +473,4 @@ impl Transport for RedisList {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(l: &RedisList) -> String {
-        l.validate(&KeySpace::default()).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn recovery_needs_min_idle_and_a_longer_ttl() {
-        let l = RedisList::new("{t}").reliable().recovery_zset("{t}.claims");
-        assert!(err(&l).contains("needs min_idle"));
-        let l = l.min_idle(Duration::from_secs(60));
-        assert!(l.validate(&KeySpace::default()).is_ok());
-        assert!(
-            err(&l.recovery_ttl(Duration::from_secs(60))).contains("must be longer than min_idle")
-        );
-        // Recovery is on by default: min_idle alone sets how soon a dead worker's claims return.
-        assert!(
-            RedisList::new("q")
-                .reliable()
-                .min_idle(Duration::from_secs(1))
-                .validate(&KeySpace::default())
-                .is_ok()
-        );
-        assert!(
-            err(&RedisList::new("q")
-                .reliable()
-                .no_recovery()
-                .min_idle(Duration::from_secs(1)))
-            .contains("no_recovery turns crash recovery off")
-        );
-        assert!(err(&RedisList::new("q").no_recovery()).contains("need a reliable list"));
-    }
-
-    #[test]
-    fn a_reliable_list_records_its_claims_unless_told_not_to() {
-        let space = KeySpace::new(String::new(), true);
-        let keys = RedisList::new("{t}").reliable().keys(&space);
-        assert_eq!(keys.recovery.as_deref(), Some("{t}.claims"));
-        let none = RedisList::new("{t}").reliable().no_recovery().keys(&space);
-        assert_eq!(none.recovery, None);
-        let named = RedisList::new("{t}")
-            .reliable()
-            .recovery_zset("{t}.z")
-            .min_idle(Duration::from_secs(5))
-            .keys(&space);
-        assert_eq!(named.recovery.as_deref(), Some("{t}.z"));
-        assert_eq!(RedisList::new("q").keys(&space).recovery, None);
-    }
-
-    #[test]
-    fn on_a_cluster_untagged_simple_lists_pass_and_untagged_reliable_ones_get_the_tag() {
-        let cluster = KeySpace::new("app:".into(), true);
-        let simple = RedisList::new("cache.warmups");
-        let keys = simple.keys(&cluster).used_together();
-        assert!(
-            keys.contains(&"{app:cache.warmups}.delayed".to_owned()),
-            "{keys:?}"
-        );
-        assert!(
-            keys.contains(&"{app:cache.warmups}.dead".to_owned()),
-            "{keys:?}"
-        );
-        assert!(simple.validate(&cluster).is_ok());
-        let e = err_on(&RedisList::new("jobs").reliable(), &cluster);
-        assert!(e.contains("hash tag: `{jobs}`"), "{e}");
-        let tagged = RedisList::new("{thumbnails}")
-            .reliable()
-            .recovery_zset("{thumbnails}.claims")
-            .min_idle(Duration::from_secs(1));
-        assert!(tagged.validate(&cluster).is_ok());
-        let stray = RedisList::new("{t}")
-            .reliable()
-            .recovery_zset("claims")
-            .min_idle(Duration::from_secs(1));
-        assert!(stray.validate(&cluster).is_err());
-    }
-
-    fn err_on(l: &RedisList, space: &KeySpace) -> String {
-        l.validate(space).unwrap_err().to_string()
-    }
-}
+mod tests;

@@ -1,10 +1,13 @@
 //! Reading a list subscription.
 //!
-//! - Simple: `RPOP key n`; when empty, `BRPOP key t`.
+//! - Simple: `RPOP key n`; when empty, `BRPOP key t`. With a rate limit, `pop.lua` instead of
+//!   `RPOP` (as many as the limit allows), and `BLMOVE key key RIGHT RIGHT t` to wait.
 //! - Reliable: `claim.lua` (stale claims swept back first, with recovery, then up to `n` entries
-//!   claimed into the processing list, each recorded in the recovery set); when the queue is
-//!   empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an entry arrives,
-//!   then `claim.lua` again.
+//!   claimed into the processing list, as many as a rate limit allows, each recorded in the
+//!   recovery set); when the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing
+//!   but wakes when an entry arrives, then `claim.lua` again.
+//! - Held back by a rate limit (see `crate::limit`), a reader waits (no command) until the
+//!   script says the next entry may pass, then reads again.
 //!
 //! Before each read the subscription's [`Mover`] moves due delayed entries into the queue.
 
@@ -27,6 +30,7 @@ use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::error::core;
+use crate::limit::{self, Held, Limiter};
 use crate::lua;
 use crate::memory::BlockingRead;
 use crate::transport::{
@@ -36,8 +40,19 @@ use crate::transport::{
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
 
-static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("claim.lua"), &[lua::GUARD, crate::frame::LUA]));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("claim.lua"),
+        &[lua::GUARD, crate::frame::LUA, limit::LUA],
+    )
+});
+
+static POP: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("pop.lua"),
+        &[lua::GUARD, crate::frame::LUA, limit::LUA],
+    )
+});
 
 /// Opens the receiver of `list`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -68,6 +83,11 @@ pub(super) async fn open(
         source: list.key.as_str().into(),
         block: list.options.block,
         mover,
+        rate: list
+            .rate
+            .as_ref()
+            .zip(keys.rate.clone())
+            .map(|(r, key)| r.limiter(key)),
     };
     let receiver = match list.mode {
         Mode::Simple => RedisReceiver::new(SimpleList {
@@ -119,6 +139,7 @@ struct Reader {
     source: Arc<str>,
     block: Duration,
     mover: Option<Mover>,
+    rate: Option<Limiter>,
 }
 
 impl Reader {
@@ -155,6 +176,44 @@ impl Reader {
         self.conn.blocking(wait, read, interrupt).await
     }
 
+    /// Waits until `queue` holds an entry, without taking it: `BLMOVE queue queue RIGHT RIGHT
+    /// t`, which moves nothing, at most `wait`.
+    async fn wait_for_entry(
+        &self,
+        queue: &str,
+        wait: Duration,
+        hurry: &CancellationToken,
+    ) -> Result<()> {
+        let waited = self
+            .blocking(
+                wait,
+                self.conn.client().blmove(
+                    queue,
+                    queue,
+                    LMoveDirection::Right,
+                    LMoveDirection::Right,
+                    wait.as_secs_f64(),
+                ),
+                hurry,
+            )
+            .await;
+        match waited {
+            Ok(_) => Ok(()),
+            // At maxmemory Redis refuses BLMOVE (it may grow a list), not the claim script
+            // (allow-oom): wait here instead, so a full Redis still drains its queues.
+            Err(e) if e.to_string().contains("OOM") => {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = self.stop.cancelled() => {}
+                    () = hurry.cancelled() => {}
+                    () = woken(self.mover.as_ref()) => {}
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn deliveries(&self, values: Vec<Bytes>) -> Vec<Delivery<Token>> {
         values
             .into_iter()
@@ -172,6 +231,9 @@ struct SimpleList {
 
 impl SimpleList {
     async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
+        if let Some(limiter) = &self.reader.rate {
+            return self.receive_limited(limiter, max, hurry).await;
+        }
         let r = &self.reader;
         r.move_due().await;
         let client = r.conn.client();
@@ -190,6 +252,55 @@ impl SimpleList {
             }
         }
         Ok(r.deliveries(values))
+    }
+
+    /// A rate-limited read: `pop.lua`; held back, wait for the limit; empty, wait for an entry
+    /// without taking it; then `pop.lua` once more.
+    async fn receive_limited(
+        &self,
+        limiter: &Limiter,
+        max: usize,
+        hurry: &CancellationToken,
+    ) -> Result<Vec<Delivery<Token>>> {
+        let r = &self.reader;
+        r.move_due().await;
+        let (values, held) = self.pop(limiter, max).await?;
+        if !values.is_empty() || !r.may_wait(hurry) {
+            return Ok(r.deliveries(values));
+        }
+        if held.wait.is_zero() {
+            r.wait_for_entry(&self.key, r.wait(Duration::MAX), hurry)
+                .await?;
+            r.move_due().await;
+        } else {
+            held.wait(r.block, &r.stop, hurry).await;
+        }
+        let (values, _) = self.pop(limiter, max).await?;
+        Ok(r.deliveries(values))
+    }
+
+    /// One `pop.lua` call: up to `max` entries, as many as the limit allows.
+    async fn pop(&self, limiter: &Limiter, max: usize) -> Result<(Vec<Bytes>, Held)> {
+        let mut args = vec![Value::Integer(i64::try_from(max).unwrap_or(i64::MAX))];
+        args.extend(limiter.args.iter().cloned());
+        let reply: Value = POP
+            .evalsha_with_reload(
+                self.reader.conn.client(),
+                vec![self.key.clone(), limiter.key.clone()],
+                args,
+            )
+            .await
+            .map_err(core)?;
+        let Value::Array(mut items) = reply else {
+            return Ok((Vec::new(), Held::default()));
+        };
+        let held = Held::read(&items, 0);
+        held.count(&self.key);
+        let values = items
+            .drain(2.min(items.len())..)
+            .filter_map(value_bytes)
+            .collect();
+        Ok((values, held))
     }
 }
 
@@ -236,9 +347,14 @@ impl ReliableList {
     async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
         let r = &self.reader;
         r.move_due().await;
-        let claimed = self.claim(max).await?;
+        let (claimed, held) = self.claim(max).await?;
         if !claimed.is_empty() || !r.may_wait(hurry) {
             return Ok(claimed);
+        }
+        if !held.wait.is_zero() {
+            // Entries wait, held back by the rate limit: wait for it, not for entries.
+            held.wait(r.block, &r.stop, hurry).await;
+            return Ok(self.claim(max).await?.0);
         }
         // With recovery, wake in time to sweep claims that go stale while the queue is empty.
         let wait = r.wait(
@@ -246,48 +362,29 @@ impl ReliableList {
                 .as_ref()
                 .map_or(Duration::MAX, |rec| Duration::from_millis(rec.min_idle_ms)),
         );
-        let queue = &self.keys.queue;
-        let waited = r
-            .blocking(
-                wait,
-                r.conn.client().blmove(
-                    queue,
-                    queue,
-                    LMoveDirection::Right,
-                    LMoveDirection::Right,
-                    wait.as_secs_f64(),
-                ),
-                hurry,
-            )
-            .await;
-        match waited {
-            Ok(_) => {}
-            // At maxmemory Redis refuses BLMOVE (it may grow a list), not the claim script
-            // (allow-oom): wait here instead, so a full Redis still drains its queues.
-            Err(e) if e.to_string().contains("OOM") => {
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = r.stop.cancelled() => {}
-                    () = hurry.cancelled() => {}
-                    () = woken(r.mover.as_ref()) => {}
-                }
-            }
-            Err(e) => return Err(e),
-        }
+        r.wait_for_entry(&self.keys.queue, wait, hurry).await?;
         r.move_due().await;
-        self.claim(max).await
+        Ok(self.claim(max).await?.0)
     }
 
-    /// One `claim.lua` call: sweep stale claims (with recovery), then claim up to `max`.
-    async fn claim(&self, max: usize) -> Result<Vec<Delivery<Token>>> {
+    /// One `claim.lua` call: sweep stale claims (with recovery), then claim up to `max`, as many
+    /// as the rate limit allows; with what the limit held back.
+    async fn claim(&self, max: usize) -> Result<(Vec<Delivery<Token>>, Held)> {
         let Some(processing) = &self.keys.processing else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Held::default()));
         };
         let mut keys = vec![self.keys.queue.clone(), processing.clone()];
         let max_i = i64::try_from(max).unwrap_or(i64::MAX);
         let first_seq = self.seq.fetch_add(max as u64, Ordering::Relaxed);
-        let args: Vec<Value> = match &self.recovery {
-            None => vec![Value::Integer(max_i), Value::from_static_str("")],
+        let mut args: Vec<Value> = match &self.recovery {
+            None => vec![
+                Value::Integer(max_i),
+                Value::from_static_str(""),
+                Value::Integer(0),
+                Value::Integer(0),
+                Value::Integer(0),
+                Value::Integer(0),
+            ],
             Some(r) => {
                 keys.push(r.zset.clone());
                 vec![
@@ -300,13 +397,22 @@ impl ReliableList {
                 ]
             }
         };
+        match &self.reader.rate {
+            Some(limiter) => {
+                keys.push(limiter.key.clone());
+                args.extend(limiter.args.iter().cloned());
+            }
+            None => args.extend(limit::no_args()),
+        }
         let reply: Value = CLAIM
             .evalsha_with_reload(self.reader.conn.client(), keys, args)
             .await
             .map_err(core)?;
         let Value::Array(mut items) = reply else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Held::default()));
         };
+        let held = Held::read(&items, 2);
+        held.count(&self.keys.queue);
         if let Some(Value::Integer(recovered)) = items.first()
             && *recovered > 0
         {
@@ -320,7 +426,10 @@ impl ReliableList {
             .cloned()
             .and_then(value_bytes)
             .unwrap_or_default();
-        let values: Vec<Bytes> = items.drain(2..).filter_map(value_bytes).collect();
+        let values: Vec<Bytes> = items
+            .drain(4.min(items.len())..)
+            .filter_map(value_bytes)
+            .collect();
         let mut out = self.reader.deliveries(values);
         for (i, d) in (first_seq..).zip(out.iter_mut()) {
             d.token.claim = Some(i);
@@ -338,7 +447,7 @@ impl ReliableList {
                     .filter_map(|d| Some((d.token.claim?, d.token.member.clone()?))),
             );
         }
-        Ok(out)
+        Ok((out, held))
     }
 }
 

@@ -6,7 +6,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, checks, keys; creating the group | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept) |
-//! | `receive.rs` | reading | `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >` |
+//! | `receive.rs` | reading | `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >`; with a rate limit `read.lua` (the limiter, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what it held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait |
 //! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |
 //! | `publish.rs` | publishing | `XADD key [MAXLEN ~ n \| MINID ~ id] * ..`, pipelined |
 //! | `bound.lua` | a route's bound, for the scripts that re-add entries | `XTRIM key MAXLEN ~ n` or `MINID ~ <TIME - age>` |
@@ -29,6 +29,7 @@ pub(crate) use self::publish::{add, fields};
 
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace, SourceKeys};
+use crate::limit::RateLimit;
 use crate::options::{SourceOptions, source_setters};
 use crate::policy::PublishPolicy;
 pub use crate::policy::StreamPublish as Publish;
@@ -65,6 +66,7 @@ pub struct RedisStream {
     /// A partition's stream: the key of the stream it is a partition of.
     partition_of: Option<String>,
     trim_acked: Option<std::time::Duration>,
+    rate: Option<RateLimit>,
     options: SourceOptions,
 }
 
@@ -82,8 +84,36 @@ impl RedisStream {
             partitions: None,
             partition_of: None,
             trim_acked: None,
+            rate: None,
             options: SourceOptions::default(),
         }
+    }
+
+    /// Reads at most `n` entries per `per` for the group, across every consumer of every
+    /// instance (a [`RateLimit`]: a burst of `n`, then one every `per / n`). One script checks
+    /// the limiter (`<key>.rate`, on the server's clock), reads as many new entries as it allows
+    /// and charges it for those it got; entries over the limit stay unread in the stream. A
+    /// per-key limit needs a list ([`RedisList::rate_limit_by`](crate::RedisList::rate_limit_by)):
+    /// a group reads in order and cannot skip an entry to read a later one. Entries claimed
+    /// back from a dead consumer (after `min_idle`) were counted when first read and are not
+    /// counted again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisStream;
+    /// let uploads = RedisStream::new("uploads")
+    ///     .group("thumbnailer")
+    ///     .rate_limit(50, Duration::from_secs(1));
+    /// assert_eq!(uploads.rate().map(|r| r.per()), Some(Duration::from_secs(1)));
+    /// ```
+    pub fn rate_limit(mut self, n: u32, per: std::time::Duration) -> Self {
+        self.rate = Some(RateLimit::new(n, per));
+        self
+    }
+
+    /// The rate limit, if any.
+    pub fn rate(&self) -> Option<&RateLimit> {
+        self.rate.as_ref()
     }
 
     /// Spreads the stream over `n` streams `{key:0}` … `{key:n-1}`, each in a hash slot of its
@@ -161,6 +191,7 @@ impl RedisStream {
         StreamKeys {
             delayed: space.delayed(&stream),
             dead: space.dead(&self.key, &self.options.dead_letter),
+            rate: self.rate.as_ref().map(|r| r.key(space, &stream)),
             stream,
         }
     }
@@ -172,6 +203,8 @@ struct StreamKeys {
     stream: String,
     dead: Option<String>,
     delayed: Delayed,
+    /// With a rate limit: the limiter's key.
+    rate: Option<String>,
 }
 
 impl StreamKeys {
@@ -183,6 +216,7 @@ impl StreamKeys {
             self.delayed.payloads.clone(),
         ];
         keys.extend(self.dead.clone());
+        keys.extend(self.rate.clone());
         keys
     }
 }
@@ -200,9 +234,18 @@ impl Transport for RedisStream {
         ChannelDoc {
             address: self.key.clone(),
             transport: "stream",
-            bindings: match self.partitions {
-                Some(n) => json!({ "group": self.group_name(), "partitions": n }),
-                None => json!({ "group": self.group_name() }),
+            bindings: {
+                let mut b = json!({ "group": self.group_name() });
+                if let Some(n) = self.partitions {
+                    b["partitions"] = json!(n);
+                }
+                if let Some(r) = &self.rate {
+                    b["rateLimit"] = json!({
+                        "n": r.n(),
+                        "perMs": u64::try_from(r.per().as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                b
             },
         }
     }
@@ -253,6 +296,14 @@ impl Transport for RedisStream {
             return Err(Error::config(format!(
                 "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
             )));
+        }
+        if let Some(rate) = &self.rate {
+            rate.validate(&format!("stream `{key}`"))?;
+            if self.partitions.is_some() {
+                return Err(Error::config(format!(
+                    "stream `{key}`: a rate limit cannot span partitions (each is in a hash slot of its own, and the limiter is one key); remove `.partitions(..)`, or limit a stream without partitions"
+                )));
+            }
         }
         if let Some(n) = self.partitions {
             let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));

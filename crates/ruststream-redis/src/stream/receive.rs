@@ -1,12 +1,18 @@
 //! Reading a stream subscription: `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >`
 //! on the subscription's own connection, after its [`Mover`] moved due delayed entries in.
+//!
+//! With a rate limit, `read.lua` reads instead (the limiter and `XREADGROUP` without `BLOCK`, in
+//! one run; see `crate::limit`). When it read nothing, the reader waits: for the limit, as long
+//! as the script says; for new entries, with `XREAD BLOCK ms STREAMS key <last id>`, which
+//! delivers nothing to the group, then reads once more.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::ClusterHash;
+use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Headers, Result};
 use tokio_util::sync::CancellationToken;
@@ -17,11 +23,19 @@ use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
 use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Destination, Mover, read_wait, woken};
 use crate::frame::{Frame, FrameError, FramePart};
+use crate::limit::{self, Held, Limiter};
 use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes, watch_source,
 };
+
+static READ: LazyLock<Script> = LazyLock::new(|| {
+    crate::lua::script(
+        include_str!("read.lua"),
+        &[crate::lua::GUARD, crate::frame::LUA, limit::LUA],
+    )
+});
 
 /// Opens the receiver of `stream`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -93,6 +107,11 @@ pub(super) async fn open(
         block: stream.options.block,
         mover,
         recovery,
+        rate: stream
+            .rate
+            .as_ref()
+            .zip(keys.rate.clone())
+            .map(|(r, key)| r.limiter(key)),
         settler: RedisSettler::new(settler),
     });
     Ok(receiver.gated(gate))
@@ -107,6 +126,7 @@ struct StreamReceiver {
     block: Duration,
     mover: Option<Mover>,
     recovery: Option<Recovery>,
+    rate: Option<Limiter>,
     settler: RedisSettler,
 }
 
@@ -128,6 +148,9 @@ impl StreamReceiver {
                         .map(|(id, frame, error)| (id, (frame, error))),
                 ));
             }
+        }
+        if let Some(limiter) = &self.rate {
+            return self.receive_limited(limiter, max, hurry).await;
         }
         let g = &self.group;
         let mut args: Vec<Value> = vec![
@@ -166,6 +189,86 @@ impl StreamReceiver {
         };
         let reply = self.conn.blocking(wait, read, interrupt).await?;
         Ok(self.deliver(entries(reply)))
+    }
+
+    /// A rate-limited read: `read.lua`; when it read nothing, wait for the limit or for new
+    /// entries, then `read.lua` once more.
+    async fn receive_limited(
+        &self,
+        limiter: &Limiter,
+        max: usize,
+        hurry: &CancellationToken,
+    ) -> Result<Vec<Delivery<Token>>> {
+        let (read, held, last) = self.read_limited(limiter, max).await?;
+        if !read.is_empty() || self.stop.is_cancelled() || hurry.is_cancelled() {
+            return Ok(self.deliver(read));
+        }
+        match last {
+            Some(last) => {
+                let wait = read_wait(self.mover.as_ref(), self.block);
+                let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+                let args: Vec<Value> = vec![
+                    "BLOCK".into(),
+                    Value::Integer(block_ms),
+                    "STREAMS".into(),
+                    self.group.key.as_str().into(),
+                    Value::from(last),
+                ];
+                let read = self.conn.client().custom(
+                    fred::cmd!("XREAD", hash: ClusterHash::Offset(3), blocking: true),
+                    args,
+                );
+                let interrupt = async {
+                    tokio::select! {
+                        () = self.stop.cancelled() => {}
+                        () = hurry.cancelled() => {}
+                        () = woken(self.mover.as_ref()) => {}
+                    }
+                };
+                let _: Value = self.conn.blocking(wait, read, interrupt).await?;
+                if let Some(m) = &self.mover {
+                    m.move_due(self.conn.client()).await;
+                }
+            }
+            None => held.wait(self.block, &self.stop, hurry).await,
+        }
+        let (read, _, _) = self.read_limited(limiter, max).await?;
+        Ok(self.deliver(read))
+    }
+
+    /// One `read.lua` call: what it read, what the limit held back, and the stream's last id
+    /// when it read nothing though the limit let it.
+    async fn read_limited(
+        &self,
+        limiter: &Limiter,
+        max: usize,
+    ) -> Result<(Vec<StreamEntry>, Held, Option<Bytes>)> {
+        let g = &self.group;
+        let mut args: Vec<Value> = vec![
+            g.group.as_str().into(),
+            g.consumer.as_str().into(),
+            Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
+        ];
+        args.extend(limiter.args.iter().cloned());
+        let reply: Value = READ
+            .evalsha_with_reload(
+                self.conn.client(),
+                vec![g.key.clone(), limiter.key.clone()],
+                args,
+            )
+            .await
+            .map_err(crate::error::core)?;
+        let Value::Array(mut items) = reply else {
+            return Ok((Vec::new(), Held::default(), None));
+        };
+        let held = Held::read(&items, 0);
+        held.count(&g.key);
+        let read = items.pop().map(entries).unwrap_or_default();
+        let last = items
+            .pop()
+            .and_then(value_bytes)
+            .filter(|id| !id.is_empty());
+        Ok((read, held, last))
     }
 
     /// The deliveries of `entries`, held (for their leases) until settled.
@@ -214,8 +317,11 @@ fn consumer_name() -> String {
     format!("{host}-{}-{}", std::process::id(), &id[24..])
 }
 
+/// One entry read: its id and frame (with the first unreadable part, if any).
+type StreamEntry = (Bytes, (Frame, Option<FrameError>));
+
 /// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`.
-fn entries(reply: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
+fn entries(reply: Value) -> Vec<StreamEntry> {
     let streams: Vec<Value> = match reply {
         Value::Array(items) => items
             .into_iter()

@@ -182,7 +182,7 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         | "HGETALL" | "HKEYS" | "HVALS" => hashes::execute(st, name, args),
         "ZADD" | "ZREM" | "ZCARD" | "ZSCORE" | "ZCOUNT" | "ZRANGEBYSCORE" | "ZRANGE"
         | "ZREMRANGEBYSCORE" => zsets::execute(st, name, args),
-        "XADD" | "XLEN" | "XRANGE" | "XREVRANGE" | "XDEL" | "XACK" | "XTRIM" => {
+        "XADD" | "XLEN" | "XRANGE" | "XREVRANGE" | "XDEL" | "XACK" | "XTRIM" | "XREAD" => {
             streams::execute(st, now, name, args)
         }
         "XGROUP" => groups::xgroup(st, now, args),

@@ -1,0 +1,237 @@
+//! Rate limits on a subscription: [`RateLimit`], set with `.rate_limit(n, per)` (and on lists
+//! `.rate_limit_by(header, n, per)`) on [`RedisList`](crate::RedisList) and
+//! [`RedisStream`](crate::RedisStream).
+//!
+//! The limiter lives in Redis, next to the queue (`K.rate`, or `K.rate.keys` per key), and is
+//! checked inside the script that takes the messages, on the server's clock: every worker of
+//! every instance shares it, and nothing is counted on the client. `limit.lua` holds the
+//! algorithm (GCRA, a burst of `n` then one every `per / n`) and the take from a list; the
+//! scripts that use it are `list/claim.lua` (reliable lists), `list/pop.lua` (simple lists,
+//! instead of `RPOP`) and `stream/read.lua` (instead of `XREADGROUP`). Commands: `TIME`, `GET`,
+//! `SET .. PX` (whole queue) or `ZSCORE`, `ZADD`, `ZREMRANGEBYSCORE`, `PEXPIRE` (per key), within
+//! those scripts; a reader held back waits (no command) for as long as the script says.
+//!
+//! Messages over the limit stay queued, untouched: nothing is failed, retried or counted as an
+//! attempt. How many a read held back is counted in `ruststream_rate_limited_total{queue}` (a
+//! message that waits through several reads counts at each).
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use ruststream_core::{Error, Result};
+use tokio_util::sync::CancellationToken;
+
+use crate::keys::KeySpace;
+
+/// The Lua of the limiter and of the take from a list (`rate_spec`, `take`, ...).
+pub(crate) const LUA: &str = include_str!("limit.lua");
+
+/// At most `n` messages per `per`, across every worker of every instance: a burst of `n` after
+/// a quiet spell, then one every `per / n`. So in any window of length `W`, at most
+/// `n + n * W / per` messages are taken; on average `n` per `per`.
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream_redis::RedisList;
+///
+/// // 100 a second in all, whatever the number of instances.
+/// let emails = RedisList::new("{emails}").reliable().rate_limit(100, Duration::from_secs(1));
+/// // 10 a minute per customer, named by each message's `customer` header.
+/// let per_customer = RedisList::new("{exports}")
+///     .reliable()
+///     .rate_limit_by("customer", 10, Duration::from_secs(60));
+/// # let _ = (emails, per_customer);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimit {
+    n: u32,
+    per: Duration,
+    by: Option<String>,
+}
+
+impl RateLimit {
+    /// `n` messages per `per` for the whole queue.
+    pub fn new(n: u32, per: Duration) -> Self {
+        Self { n, per, by: None }
+    }
+
+    /// `n` messages per `per` for each value of the header `header` (a message without it
+    /// counts under the empty value).
+    pub fn by(header: impl Into<String>, n: u32, per: Duration) -> Self {
+        Self {
+            n,
+            per,
+            by: Some(header.into()),
+        }
+    }
+
+    /// How many messages may pass per [`per`](Self::per).
+    pub fn n(&self) -> u32 {
+        self.n
+    }
+
+    /// The period of the limit.
+    pub fn per(&self) -> Duration {
+        self.per
+    }
+
+    /// The header that names each message's key, for a per-key limit.
+    pub fn header(&self) -> Option<&str> {
+        self.by.as_deref()
+    }
+
+    /// Refuses `n` = 0, a zero or over-long period, and an empty header name; `what` names the
+    /// subscription.
+    pub(crate) fn validate(&self, what: &str) -> Result<()> {
+        if self.n == 0 {
+            return Err(Error::config(format!(
+                "{what}: rate_limit needs n of at least 1 (messages per period); to stop a queue, pause it (`ruststream pause`)"
+            )));
+        }
+        if self.per.is_zero() {
+            return Err(Error::config(format!(
+                "{what}: rate_limit needs a period longer than zero, e.g. `.rate_limit(100, Duration::from_secs(1))`"
+            )));
+        }
+        if self.per > MAX_PER {
+            return Err(Error::config(format!(
+                "{what}: rate_limit's period is at most {} days (it is {:?}); use a smaller n over a shorter period",
+                MAX_PER.as_secs() / 86_400,
+                self.per
+            )));
+        }
+        if self.by.as_deref() == Some("") {
+            return Err(Error::config(format!(
+                "{what}: rate_limit_by needs the name of the header that holds each message's key"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The full name of the limiter's key for the queue `queue` (full name): `K.rate`, or
+    /// `K.rate.keys` per key, in the queue's slot.
+    pub(crate) fn key(&self, space: &KeySpace, queue: &str) -> String {
+        match self.by {
+            None => space.derived(queue, ".rate"),
+            Some(_) => space.derived(queue, ".rate.keys"),
+        }
+    }
+
+    /// The limiter of this limit on its key `key` (see [`key`](Self::key)).
+    pub(crate) fn limiter(&self, key: String) -> Limiter {
+        Limiter {
+            key,
+            args: self.args(),
+        }
+    }
+
+    /// The script arguments `limit.lua`'s `rate_spec` reads: mode, n, per in µs, header.
+    fn args(&self) -> [Value; 4] {
+        let per_us = u64::try_from(self.per.as_micros()).unwrap_or(u64::MAX);
+        [
+            Value::from_static_str(if self.by.is_some() { "key" } else { "all" }),
+            Value::from(self.n.to_string()),
+            Value::from(per_us.to_string()),
+            Value::from(self.by.clone().unwrap_or_default()),
+        ]
+    }
+}
+
+/// The longest period: ten years in µs stays far below 2^53, where Lua's numbers stop being
+/// exact.
+const MAX_PER: Duration = Duration::from_secs(10 * 365 * 86_400);
+
+/// A rate limit as a reader sends it: the limiter's key and its script arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Limiter {
+    /// The limiter's key (full name).
+    pub(crate) key: String,
+    /// `limit.lua`'s `rate_spec` arguments: mode, n, per in µs, header.
+    pub(crate) args: [Value; 4],
+}
+
+/// The script arguments of no limit.
+pub(crate) fn no_args() -> [Value; 4] {
+    std::array::from_fn(|_| Value::from_static_str(""))
+}
+
+/// What a limited read's script said besides the entries: how many it held back and how long
+/// until the limit lets the next one pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Held {
+    /// Entries the limit held back in this read.
+    pub(crate) entries: u64,
+    /// How long until the next may pass (zero when none was held).
+    pub(crate) wait: Duration,
+}
+
+impl Held {
+    /// Reads the two integers a script returns at `at` and `at + 1` of `items`.
+    pub(crate) fn read(items: &[Value], at: usize) -> Self {
+        let int = |i: usize| match items.get(i) {
+            Some(Value::Integer(n)) => u64::try_from(*n).unwrap_or(0),
+            _ => 0,
+        };
+        Self {
+            entries: int(at),
+            wait: Duration::from_millis(int(at + 1)),
+        }
+    }
+
+    /// Counts the held entries in `ruststream_rate_limited_total{queue}`.
+    pub(crate) fn count(self, queue: &str) {
+        if self.entries > 0 {
+            metrics::counter!("ruststream_rate_limited_total", "queue" => queue.to_owned())
+                .increment(self.entries);
+        }
+    }
+
+    /// Waits until the limit lets the next message pass, at most `cap`; a stop or a hurry ends
+    /// the wait early. Returns at once when the limit said no wait.
+    pub(crate) async fn wait(
+        self,
+        cap: Duration,
+        stop: &CancellationToken,
+        hurry: &CancellationToken,
+    ) {
+        if self.wait.is_zero() {
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(self.wait.min(cap)) => {}
+            () = stop.cancelled() => {}
+            () = hurry.cancelled() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(l: &RateLimit) -> String {
+        l.validate("list `q`").unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_limits_are_refused_with_the_fix() {
+        assert!(err(&RateLimit::new(0, Duration::from_secs(1))).contains("n of at least 1"));
+        assert!(err(&RateLimit::new(1, Duration::ZERO)).contains("longer than zero"));
+        assert!(err(&RateLimit::new(1, Duration::from_secs(u64::MAX))).contains("at most"));
+        assert!(err(&RateLimit::by("", 1, Duration::from_secs(1))).contains("name of the header"));
+        assert!(
+            RateLimit::by("k", 1, Duration::from_millis(1))
+                .validate("q")
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_limiter_key_is_in_the_queue_slot() {
+        let cluster = KeySpace::new(String::new(), true);
+        let all = RateLimit::new(5, Duration::from_secs(1));
+        assert_eq!(all.key(&cluster, "jobs"), "{jobs}.rate");
+        let keyed = RateLimit::by("customer", 5, Duration::from_secs(1));
+        assert_eq!(keyed.key(&cluster, "{t}"), "{t}.rate.keys");
+    }
+}

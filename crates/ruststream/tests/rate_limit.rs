@@ -1,0 +1,338 @@
+//! Rate limits (issue 15): `.rate_limit(n, per)` on lists (simple, reliable) and streams, and
+//! `.rate_limit_by(header, n, per)` on lists. Several apps share one limited queue; the limiter
+//! lives in Redis, so what they handle together stays within the limit. Each test runs on the
+//! model (`memory`, the `TestApp` server, on the virtual clock, which is also Redis's `TIME`
+//! there), the standalone server and the cluster.
+//!
+//! The limit's rule (GCRA, see `ruststream_redis::RateLimit`): in any window of length W, at
+//! most `n + n * W / per` messages pass. The tests assert that bound on handler timestamps, with
+//! a tolerance of one message for the time between a claim (server clock) and its handler
+//! (client clock), and that every message is handled in the end, none failed or dead-lettered.
+//! They assert no lower bound on throughput.
+
+mod harness;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use harness::{Env, WAIT, bounded, on, start, stop, wait_until};
+use ruststream::prelude::*;
+use ruststream::{RunningApp, Source};
+use tokio::time::Instant;
+
+on!(
+    [memory, standalone, cluster] multi_thread:
+    three_apps_on_a_reliable_list_stay_within_the_limit,
+    three_apps_on_a_simple_list_stay_within_the_limit,
+    two_apps_on_a_stream_stay_within_the_limit,
+    a_hot_key_is_held_while_another_key_passes,
+    a_wrong_type_at_the_limiter_key_moves_nothing,
+);
+
+on!([memory] the_virtual_clock_gives_exact_counts);
+on!([memory] bad_limits_stop_the_app_with_a_fix);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    key: String,
+    n: u32,
+}
+
+outgoing!(Job);
+
+/// Every handled job with the time its handler started, across the apps that share it.
+#[derive(Clone, Default)]
+struct Seen {
+    seen: Arc<Mutex<Vec<(Job, Instant)>>>,
+}
+
+impl Seen {
+    fn count(&self) -> usize {
+        self.seen.lock().expect("lock").len()
+    }
+
+    fn jobs(&self) -> Vec<(Job, Instant)> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    fn count_of(&self, key: &str) -> usize {
+        self.jobs().iter().filter(|(j, _)| j.key == key).count()
+    }
+}
+
+impl Handle<Job> for Seen {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.seen
+            .lock()
+            .expect("lock")
+            .push((job.clone(), Instant::now()));
+        Ok(())
+    }
+}
+
+/// An app on a broker of its own (own connections) with one subscriber.
+fn app(env: &Env, source: impl Source<Broker = RedisBroker>, seen: &Seen) -> RustStream {
+    let seen = seen.clone();
+    RustStream::new(AppInfo::new("rate", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(env.broker_with(|b| b), move |b| {
+            b.include(subscriber(source, seen).build());
+        })
+}
+
+/// Publishes `count` jobs of `key` to `to`, each with the header `customer: key`.
+async fn publish(env: &Env, to: &str, key: &str, from: u32, count: u32) {
+    let broker = env.broker();
+    broker.connect().await.expect("connect");
+    let p = broker.publisher();
+    for n in from..from + count {
+        let job = Job {
+            key: key.to_owned(),
+            n,
+        };
+        p.message(&job)
+            .to(to)
+            .header("customer", key)
+            .publish()
+            .await
+            .expect("publish");
+    }
+}
+
+/// Asserts that no window of the handler times holds more than `n + n * W / per` (+1).
+fn assert_within(times: &mut [Instant], n: u32, per: Duration) {
+    times.sort_unstable();
+    let n = f64::from(n);
+    for i in 0..times.len() {
+        for j in i..times.len() {
+            let w = (times[j] - times[i]).as_secs_f64();
+            let passed = (j - i + 1) as f64;
+            let most = n + n * w / per.as_secs_f64() + 1.0;
+            assert!(
+                passed <= most,
+                "{passed} handled within {w:.3} s, the limit allows {most:.1}"
+            );
+        }
+    }
+}
+
+async fn stop_all(apps: Vec<RunningApp>) {
+    for a in apps {
+        stop(a).await;
+    }
+}
+
+/// `apps` apps on `source`, a backlog of `total`, and the bound checked once all are handled.
+async fn run_limited(
+    env: &Env,
+    source: impl Source<Broker = RedisBroker> + Clone,
+    to: &str,
+    apps: usize,
+    total: u32,
+    n: u32,
+    per: Duration,
+) {
+    publish(env, to, "a", 0, total).await;
+    let seen = Seen::default();
+    let mut running = Vec::new();
+    for _ in 0..apps {
+        running.push(start(app(env, source.clone(), &seen)).await);
+    }
+    wait_until("every message handled", WAIT * 2, async || {
+        seen.count() >= total as usize
+    })
+    .await;
+    stop_all(running).await;
+    let jobs = seen.jobs();
+    let mut ns: Vec<u32> = jobs.iter().map(|(j, _)| j.n).collect();
+    ns.sort_unstable();
+    ns.dedup();
+    assert_eq!(ns.len(), total as usize, "each message handled");
+    let mut times: Vec<Instant> = jobs.iter().map(|(_, t)| *t).collect();
+    assert_within(&mut times, n, per);
+    let span = times[times.len() - 1] - times[0];
+    // The limit allows `total` no sooner than (total - n) steps after the first.
+    let least = per.mul_f64(f64::from(total - n) / f64::from(n));
+    assert!(
+        span + per / 10 >= least,
+        "{total} handled in {span:?}: faster than the limit allows ({least:?})"
+    );
+    assert_eq!(env.llen(&format!("{to}.dead")).await, 0, "nothing dead");
+}
+
+async fn three_apps_on_a_reliable_list_stay_within_the_limit(env: &Env) {
+    let per = Duration::from_secs(1);
+    let source = RedisList::new("{rl}")
+        .reliable()
+        .concurrency(8)
+        .rate_limit(10, per);
+    run_limited(env, source, "{rl}", 3, 40, 10, per).await;
+    assert_eq!(env.llen("{rl}.processing").await, 0);
+}
+
+async fn three_apps_on_a_simple_list_stay_within_the_limit(env: &Env) {
+    let per = Duration::from_millis(500);
+    let source = RedisList::new("{sl}").concurrency(8).rate_limit(5, per);
+    run_limited(env, source, "{sl}", 3, 25, 5, per).await;
+}
+
+async fn two_apps_on_a_stream_stay_within_the_limit(env: &Env) {
+    let per = Duration::from_secs(1);
+    let source = RedisStream::new("{st}")
+        .group("g")
+        .concurrency(8)
+        .rate_limit(10, per);
+    let broker = env.broker_with(|b| b.route("{st}", ruststream::stream::Publish::new()));
+    broker.connect().await.expect("connect");
+    // The group exists before the backlog, so that it reads it all.
+    let seen = Seen::default();
+    let first = start(app(env, source.clone(), &seen)).await;
+    let p = broker.publisher();
+    let jobs: Vec<Job> = (0..30).map(|n| Job { key: "a".into(), n }).collect();
+    p.messages(&jobs)
+        .to("{st}")
+        .publish()
+        .await
+        .expect("publish");
+    let second = start(app(env, source, &seen)).await;
+    wait_until("every entry handled", WAIT * 2, async || seen.count() >= 30).await;
+    stop_all(vec![first, second]).await;
+    let all = seen.jobs();
+    let mut ns: Vec<u32> = all.iter().map(|(j, _)| j.n).collect();
+    ns.sort_unstable();
+    assert_eq!(ns, (0..30).collect::<Vec<_>>(), "each entry once");
+    let mut times: Vec<Instant> = all.iter().map(|(_, t)| *t).collect();
+    assert_within(&mut times, 10, per);
+    assert_eq!(env.pending("{st}", "g").await, 0, "all acknowledged");
+}
+
+async fn a_hot_key_is_held_while_another_key_passes(env: &Env) {
+    // 2 per 10 s per customer: the hot customer's backlog is ahead of the cold one's.
+    let per = Duration::from_secs(10);
+    publish(env, "{hk}", "hot", 0, 8).await;
+    publish(env, "{hk}", "cold", 100, 2).await;
+    let seen = Seen::default();
+    let source = RedisList::new("{hk}")
+        .reliable()
+        .concurrency(4)
+        .rate_limit_by("customer", 2, per);
+    let a = start(app(env, source.clone(), &seen)).await;
+    let b = start(app(env, source, &seen)).await;
+    wait_until("the cold key passes the hot one", WAIT, async || {
+        seen.count_of("cold") == 2
+    })
+    .await;
+    let hot: Vec<u32> = seen
+        .jobs()
+        .iter()
+        .filter(|(j, _)| j.key == "hot")
+        .map(|(j, _)| j.n)
+        .collect();
+    stop_all(vec![a, b]).await;
+    assert!(
+        hot.len() <= 3,
+        "the hot key passed {hot:?} within its burst"
+    );
+    assert!(hot.is_sorted(), "in order within the key: {hot:?}");
+    // The held entries stay queued, in order, not failed.
+    let left: Vec<u32> = env
+        .frames("{hk}")
+        .await
+        .iter()
+        .rev()
+        .map(|f| serde_json::from_slice::<Job>(&f.payload).expect("a job").n)
+        .collect();
+    assert_eq!(left.len(), 8 - hot.len(), "held entries stay in the queue");
+    assert!(left.is_sorted(), "held in order: {left:?}");
+    assert_eq!(env.llen("{hk}.dead").await, 0);
+    assert_eq!(env.llen("{hk}.processing").await, 0);
+}
+
+async fn a_wrong_type_at_the_limiter_key_moves_nothing(env: &Env) {
+    env.lpush_raw("{wt}.rate", "not a limiter").await;
+    publish(env, "{wt}", "a", 0, 3).await;
+    let seen = Seen::default();
+    let source = RedisList::new("{wt}")
+        .reliable()
+        .rate_limit(100, Duration::from_secs(1));
+    let running = start(app(env, source, &seen)).await;
+    // The claim fails before its first write: the entries stay where they were.
+    env.advance(Duration::from_millis(300)).await;
+    assert_eq!(seen.count(), 0);
+    assert_eq!(env.llen("{wt}").await, 3);
+    assert_eq!(env.llen("{wt}.processing").await, 0);
+    // Once the key is gone, the queue drains.
+    env.cmd("DEL", vec![env.key("{wt}.rate").into()])
+        .await
+        .expect("DEL");
+    wait_until("drained", WAIT, async || seen.count() == 3).await;
+    stop(running).await;
+}
+
+async fn the_virtual_clock_gives_exact_counts(env: &Env) {
+    // 5 a second: a burst of 5, then one every 200 ms.
+    publish(env, "{vc}", "a", 0, 20).await;
+    let seen = Seen::default();
+    let source = RedisList::new("{vc}")
+        .reliable()
+        .rate_limit(5, Duration::from_secs(1));
+    let a = start(app(env, source.clone(), &seen)).await;
+    let b = start(app(env, source, &seen)).await;
+    wait_until("the burst", WAIT, async || seen.count() == 5).await;
+    let t0 = seen.jobs()[0].1;
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    tokio::time::sleep_until(at(150)).await;
+    assert_eq!(seen.count(), 5, "no more before the first step");
+    tokio::time::sleep_until(at(250)).await;
+    assert_eq!(seen.count(), 6, "one per step");
+    tokio::time::sleep_until(at(1050)).await;
+    assert_eq!(seen.count(), 10);
+    tokio::time::sleep_until(at(3050)).await;
+    assert_eq!(seen.count(), 20, "the rest, one per step");
+    stop_all(vec![a, b]).await;
+    assert_eq!(env.llen("{vc}").await, 0);
+}
+
+async fn bad_limits_stop_the_app_with_a_fix(env: &Env) {
+    let second = Duration::from_secs(1);
+    let cases: Vec<(RedisList, &str)> = vec![
+        (
+            RedisList::new("{q}").rate_limit(0, second),
+            "n of at least 1",
+        ),
+        (
+            RedisList::new("{q}")
+                .reliable()
+                .rate_limit(1, Duration::ZERO),
+            "longer than zero",
+        ),
+        (
+            RedisList::new("q").partitions(2).rate_limit(1, second),
+            "cannot span partitions",
+        ),
+        (
+            RedisList::new("{q}").rate_limit_by("", 1, second),
+            "name of the header",
+        ),
+    ];
+    let seen = Seen::default();
+    for (source, says) in cases {
+        let e = bounded("refused", WAIT, env.try_start(app(env, source, &seen)))
+            .await
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    let e = env
+        .try_start(app(
+            env,
+            RedisStream::new("{s}")
+                .group("g")
+                .rate_limit(3, Duration::ZERO),
+            &seen,
+        ))
+        .await
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("longer than zero"), "{e}");
+}
