@@ -183,6 +183,9 @@ fn subscription(
             };
             subscriber(s, handler).build::<Msg>()
         }
+        Scenario::RateLimit | Scenario::RateLimitKey => {
+            subscriber(list(crate::rate_limit::source(scenario, key)), handler).build::<Msg>()
+        }
         Scenario::Batch => {
             let source = list(RedisList::new(key).reliable().no_recovery());
             subscriber(source, RecordBatch(handler.0))

@@ -76,10 +76,14 @@ pub enum Scenario {
     Pubsub,
     /// A steady rate on a reliable list, end-to-end latency.
     Latency,
+    /// Reliable list with a rate limit that never holds back: the limiter's cost.
+    RateLimit,
+    /// Reliable list with a per-key rate limit that never holds back.
+    RateLimitKey,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 12] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
@@ -90,6 +94,8 @@ impl Scenario {
         Self::Delayed,
         Self::Pubsub,
         Self::Latency,
+        Self::RateLimit,
+        Self::RateLimitKey,
     ];
 
     pub fn name(self) -> &'static str {
@@ -104,6 +110,8 @@ impl Scenario {
             Self::Delayed => "delayed",
             Self::Pubsub => "pubsub",
             Self::Latency => "latency",
+            Self::RateLimit => "rate-limit",
+            Self::RateLimitKey => "rate-limit-key",
         }
     }
 

@@ -17,6 +17,7 @@
 mod child;
 mod cluster;
 mod common;
+mod rate_limit;
 mod raw;
 
 use std::collections::HashMap;
@@ -58,7 +59,7 @@ const DELAYED_AHEAD: Duration = Duration::from_millis(100);
 )]
 struct Cli {
     /// all, publish (both forms), publish-batch, publish-single, simple, reliable, recovery,
-    /// batch, stream, delayed, pubsub, latency.
+    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Messages per scenario.
@@ -574,7 +575,9 @@ async fn scenario(
         | Scenario::Reliable
         | Scenario::Recovery
         | Scenario::Batch
-        | Scenario::Stream => {
+        | Scenario::Stream
+        | Scenario::RateLimit
+        | Scenario::RateLimitKey => {
             queue(ctx, s, c, prefix, line).await?;
         }
         Scenario::Delayed => delayed(ctx, c, &tuning, prefix, &raw_key, line).await?,
@@ -647,7 +650,7 @@ async fn queue(
         let b = tuning.batch();
         let out = match s {
             Scenario::Simple => raw::simple(&ctx.raw, &raw_key, n, b).await?,
-            Scenario::Reliable | Scenario::Batch => {
+            Scenario::Reliable | Scenario::Batch | Scenario::RateLimit | Scenario::RateLimitKey => {
                 raw::reliable(&ctx.raw, &raw_key, n, b, false).await?
             }
             Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
