@@ -117,6 +117,18 @@ impl RateLimit {
         }
     }
 
+    /// The limit in the AsyncAPI bindings: `{n, perMs, byHeader?}`.
+    pub(crate) fn describe(&self) -> serde_json::Value {
+        let mut b = serde_json::json!({
+            "n": self.n,
+            "perMs": u64::try_from(self.per.as_millis()).unwrap_or(u64::MAX),
+        });
+        if let Some(h) = &self.by {
+            b["byHeader"] = serde_json::json!(h);
+        }
+        b
+    }
+
     /// The limiter of this limit on its key `key` (see [`key`](Self::key)).
     pub(crate) fn limiter(&self, key: String) -> Limiter {
         Limiter {

@@ -15,7 +15,7 @@ mod harness;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use harness::{Env, WAIT, bounded, on, start, stop, wait_until};
+use harness::{Env, WAIT, on, start, stop, wait_until};
 use ruststream::prelude::*;
 use ruststream::{RunningApp, Source};
 use tokio::time::Instant;
@@ -317,22 +317,12 @@ async fn bad_limits_stop_the_app_with_a_fix(env: &Env) {
     ];
     let seen = Seen::default();
     for (source, says) in cases {
-        let e = bounded("refused", WAIT, env.try_start(app(env, source, &seen)))
-            .await
-            .err()
-            .expect("refused");
-        assert!(e.to_string().contains(says), "{e}");
+        let e = env.refusal(app(env, source, &seen)).await;
+        assert!(e.contains(says), "{e}");
     }
-    let e = env
-        .try_start(app(
-            env,
-            RedisStream::new("{s}")
-                .group("g")
-                .rate_limit(3, Duration::ZERO),
-            &seen,
-        ))
-        .await
-        .err()
-        .expect("refused");
-    assert!(e.to_string().contains("longer than zero"), "{e}");
+    let stream = RedisStream::new("{s}")
+        .group("g")
+        .rate_limit(3, Duration::ZERO);
+    let e = env.refusal(app(env, stream, &seen)).await;
+    assert!(e.contains("longer than zero"), "{e}");
 }

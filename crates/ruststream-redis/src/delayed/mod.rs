@@ -256,6 +256,20 @@ pub(crate) fn read_wait(mover: Option<&Mover>, block: Duration) -> Duration {
     block.min(until_due).max(MIN_WAIT)
 }
 
+/// Resolves when a reader's blocking read should end early: on `stop`, on `hurry`, or when
+/// `mover` is woken.
+pub(crate) async fn interrupted(
+    stop: &tokio_util::sync::CancellationToken,
+    hurry: &tokio_util::sync::CancellationToken,
+    mover: Option<&Mover>,
+) {
+    tokio::select! {
+        () = stop.cancelled() => {}
+        () = hurry.cancelled() => {}
+        () = woken(mover) => {}
+    }
+}
+
 /// Resolves when `mover` is woken; never without one.
 pub(crate) async fn woken(mover: Option<&Mover>) {
     match mover {

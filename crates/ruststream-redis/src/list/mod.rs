@@ -327,11 +327,7 @@ impl Transport for RedisList {
             bindings["partitions"] = json!(n);
         }
         if let Some(r) = &self.rate {
-            bindings["rateLimit"] = json!({
-                "n": r.n(),
-                "perMs": u64::try_from(r.per().as_millis()).unwrap_or(u64::MAX),
-                "byHeader": r.header(),
-            });
+            bindings["rateLimit"] = r.describe();
         }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());

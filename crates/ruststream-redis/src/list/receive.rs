@@ -28,7 +28,7 @@ use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
-use crate::delayed::{Destination, Mover, read_wait, woken};
+use crate::delayed::{Destination, Mover, interrupted, read_wait, woken};
 use crate::error::core;
 use crate::limit::{self, Held, Limiter};
 use crate::lua;
@@ -166,13 +166,7 @@ impl Reader {
         read: impl Future<Output = Result<Value, fred::error::Error>>,
         hurry: &CancellationToken,
     ) -> Result<Value> {
-        let interrupt = async {
-            tokio::select! {
-                () = self.stop.cancelled() => {}
-                () = hurry.cancelled() => {}
-                () = woken(self.mover.as_ref()) => {}
-            }
-        };
+        let interrupt = interrupted(&self.stop, hurry, self.mover.as_ref());
         self.conn.blocking(wait, read, interrupt).await
     }
 
@@ -231,8 +225,8 @@ struct SimpleList {
 
 impl SimpleList {
     async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
-        if let Some(limiter) = &self.reader.rate {
-            return self.receive_limited(limiter, max, hurry).await;
+        if self.reader.rate.is_some() {
+            return self.receive_limited(max, hurry).await;
         }
         let r = &self.reader;
         r.move_due().await;
@@ -258,13 +252,12 @@ impl SimpleList {
     /// without taking it; then `pop.lua` once more.
     async fn receive_limited(
         &self,
-        limiter: &Limiter,
         max: usize,
         hurry: &CancellationToken,
     ) -> Result<Vec<Delivery<Token>>> {
         let r = &self.reader;
         r.move_due().await;
-        let (values, held) = self.pop(limiter, max).await?;
+        let (values, held) = self.pop(max).await?;
         if !values.is_empty() || !r.may_wait(hurry) {
             return Ok(r.deliveries(values));
         }
@@ -275,12 +268,15 @@ impl SimpleList {
         } else {
             held.wait(r.block, &r.stop, hurry).await;
         }
-        let (values, _) = self.pop(limiter, max).await?;
+        let (values, _) = self.pop(max).await?;
         Ok(r.deliveries(values))
     }
 
-    /// One `pop.lua` call: up to `max` entries, as many as the limit allows.
-    async fn pop(&self, limiter: &Limiter, max: usize) -> Result<(Vec<Bytes>, Held)> {
+    /// One `pop.lua` call: up to `max` entries, as many as the limit allows (none without one).
+    async fn pop(&self, max: usize) -> Result<(Vec<Bytes>, Held)> {
+        let Some(limiter) = &self.reader.rate else {
+            return Ok((Vec::new(), Held::default()));
+        };
         let mut args = vec![Value::Integer(i64::try_from(max).unwrap_or(i64::MAX))];
         args.extend(limiter.args.iter().cloned());
         let reply: Value = POP

@@ -240,10 +240,7 @@ impl Transport for RedisStream {
                     b["partitions"] = json!(n);
                 }
                 if let Some(r) = &self.rate {
-                    b["rateLimit"] = json!({
-                        "n": r.n(),
-                        "perMs": u64::try_from(r.per().as_millis()).unwrap_or(u64::MAX),
-                    });
+                    b["rateLimit"] = r.describe();
                 }
                 b
             },

@@ -21,7 +21,7 @@ use super::recover::{Group, Recovery};
 use super::settle::StreamSettle;
 use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
 use crate::conn::{Connections, ReadConn};
-use crate::delayed::{Destination, Mover, read_wait, woken};
+use crate::delayed::{Destination, Mover, interrupted, read_wait};
 use crate::frame::{Frame, FrameError, FramePart};
 use crate::limit::{self, Held, Limiter};
 use crate::memory::BlockingRead;
@@ -180,13 +180,7 @@ impl StreamReceiver {
             fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
             args,
         );
-        let interrupt = async {
-            tokio::select! {
-                () = self.stop.cancelled() => {}
-                () = hurry.cancelled() => {}
-                () = woken(self.mover.as_ref()) => {}
-            }
-        };
+        let interrupt = interrupted(&self.stop, hurry, self.mover.as_ref());
         let reply = self.conn.blocking(wait, read, interrupt).await?;
         Ok(self.deliver(entries(reply)))
     }
@@ -218,14 +212,8 @@ impl StreamReceiver {
                     fred::cmd!("XREAD", hash: ClusterHash::Offset(3), blocking: true),
                     args,
                 );
-                let interrupt = async {
-                    tokio::select! {
-                        () = self.stop.cancelled() => {}
-                        () = hurry.cancelled() => {}
-                        () = woken(self.mover.as_ref()) => {}
-                    }
-                };
-                let _: Value = self.conn.blocking(wait, read, interrupt).await?;
+                let interrupt = interrupted(&self.stop, hurry, self.mover.as_ref());
+                self.conn.blocking(wait, read, interrupt).await?;
                 if let Some(m) = &self.mover {
                     m.move_due(self.conn.client()).await;
                 }

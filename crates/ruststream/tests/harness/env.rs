@@ -177,6 +177,14 @@ impl Env {
         super::try_start(app).await
     }
 
+    /// The error `app` is refused with at startup; fails the test if it starts.
+    pub async fn refusal(&self, app: RustStream) -> String {
+        match self.try_start(app).await {
+            Ok(_) => panic!("the app started; it should have been refused"),
+            Err(e) => e.to_string(),
+        }
+    }
+
     /// Shuts `app` down within [`WAIT`].
     pub async fn stop(&self, app: RunningApp) {
         super::stop(app).await;

@@ -124,30 +124,12 @@ fn parse_xreadgroup(args: &[Bytes]) -> R<ReadGroup<'_>> {
         return Err(syntax());
     }
     let (group, consumer) = (&args[1], &args[2]);
-    let mut count = usize::MAX;
-    let mut noack = false;
-    let mut i = 3;
-    while i < args.len() {
-        match upper(&args[i]).as_str() {
-            "COUNT" => {
-                count = parse_usize(args.get(i + 1).ok_or_else(syntax)?)?;
-                i += 1;
-            }
-            "BLOCK" => i += 1,
-            "NOACK" => noack = true,
-            "STREAMS" => break,
-            _ => return Err(syntax()),
-        }
-        i += 1;
-    }
-    // No STREAMS (the loop ran off the end): Redis's syntax error, not a slice past the end.
-    let rest = args.get(i + 1..).ok_or_else(syntax)?;
-    if rest.is_empty() || !rest.len().is_multiple_of(2) {
-        return Err(err(
-            "ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' must be specified.",
-        ));
-    }
-    let (keys, ids) = rest.split_at(rest.len() / 2);
+    let StreamsRead {
+        count,
+        noack,
+        keys,
+        ids,
+    } = parse_read(&args[3..], "xreadgroup", "'>'")?;
     Ok(ReadGroup {
         group,
         consumer,

@@ -133,6 +133,50 @@ fn stream_id_arg(b: &[u8], default_seq: u64) -> R<StreamId> {
     }
 }
 
+/// The options and streams of `XREAD` / `XREADGROUP` after `GROUP g c`:
+/// `[COUNT n] [BLOCK ms] [NOACK] STREAMS key.. id..`.
+struct StreamsRead<'a> {
+    count: usize,
+    noack: bool,
+    keys: &'a [Bytes],
+    ids: &'a [Bytes],
+}
+
+/// Parses [`StreamsRead`]; `cmd` and `id` name the command and its id form in the error of an
+/// unbalanced list. `BLOCK` is read and ignored: the model answers at once.
+fn parse_read<'a>(args: &'a [Bytes], cmd: &str, id: &str) -> R<StreamsRead<'a>> {
+    let mut count = usize::MAX;
+    let mut noack = false;
+    let mut i = 0;
+    while i < args.len() {
+        match upper(&args[i]).as_str() {
+            "COUNT" => {
+                count = parse_usize(args.get(i + 1).ok_or_else(syntax)?)?;
+                i += 1;
+            }
+            "BLOCK" => i += 1,
+            "NOACK" => noack = true,
+            "STREAMS" => break,
+            _ => return Err(syntax()),
+        }
+        i += 1;
+    }
+    // No STREAMS (the loop ran off the end): Redis's syntax error, not a slice past the end.
+    let rest = args.get(i + 1..).ok_or_else(syntax)?;
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return Err(err(format!(
+            "ERR Unbalanced '{cmd}' list of streams: for each stream key an ID or {id} must be specified."
+        )));
+    }
+    let (keys, ids) = rest.split_at(rest.len() / 2);
+    Ok(StreamsRead {
+        count,
+        noack,
+        keys,
+        ids,
+    })
+}
+
 /// Keys of one command in a cluster must share a slot.
 pub(crate) fn check_slot(st: &State, keys: &[&[u8]]) -> R<()> {
     if !st.cluster {

@@ -75,27 +75,9 @@ pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
 /// `XREAD [COUNT n] [BLOCK ms] STREAMS key.. id..`: the entries after each id, without waiting
 /// (the blocking wait is the server's `ready`); `$` is the stream's last id, so nothing.
 fn xread(st: &State, args: &[Bytes]) -> R<Value> {
-    let mut count = usize::MAX;
-    let mut i = 0;
-    while i < args.len() {
-        match upper(&args[i]).as_str() {
-            "COUNT" => {
-                count = parse_usize(args.get(i + 1).ok_or_else(syntax)?)?;
-                i += 1;
-            }
-            "BLOCK" => i += 1,
-            "STREAMS" => break,
-            _ => return Err(syntax()),
-        }
-        i += 1;
-    }
-    let rest = args.get(i + 1..).ok_or_else(syntax)?;
-    if rest.is_empty() || !rest.len().is_multiple_of(2) {
-        return Err(err(
-            "ERR Unbalanced 'xread' list of streams: for each stream key an ID or '$' must be specified.",
-        ));
-    }
-    let (keys, ids) = rest.split_at(rest.len() / 2);
+    let StreamsRead {
+        count, keys, ids, ..
+    } = parse_read(args, "xread", "'$'")?;
     check_slot(st, &keys.iter().map(|k| &k[..]).collect::<Vec<_>>())?;
     let mut out = Vec::new();
     for (key, id) in keys.iter().zip(ids) {
