@@ -129,11 +129,12 @@ impl RateLimit {
         b
     }
 
-    /// The limiter of this limit on its key `key` (see [`key`](Self::key)).
+    /// The limiter of this limit on its key (see [`key`](Self::key)).
     pub(crate) fn limiter(&self, key: String) -> Limiter {
         Limiter {
             key,
             args: self.args(),
+            keyed: self.by.is_some(),
         }
     }
 
@@ -160,6 +161,24 @@ pub(crate) struct Limiter {
     pub(crate) key: String,
     /// `limit.lua`'s `rate_spec` arguments: mode, n, per in µs, header.
     pub(crate) args: [Value; 4],
+    /// A per-key limit: entries of other keys may arrive while one key is held.
+    keyed: bool,
+}
+
+/// Longest a reader of a per-key limit waits for a held key before it reads again: entries of
+/// other keys may arrive meanwhile, and nothing announces them without taking them.
+const KEYED_RECHECK: Duration = Duration::from_millis(100);
+
+impl Limiter {
+    /// Longest a held-back reader waits before reading again: the read's `block`, or for a
+    /// per-key limit [`KEYED_RECHECK`] at most.
+    pub(crate) fn wait_cap(&self, block: Duration) -> Duration {
+        if self.keyed {
+            block.min(KEYED_RECHECK)
+        } else {
+            block
+        }
+    }
 }
 
 /// The script arguments of no limit.

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use harness::{Env, WAIT, on, start, stop, wait_until};
 use ruststream::prelude::*;
+use ruststream::testing::TestApp;
 use ruststream::{RunningApp, Source};
 use tokio::time::Instant;
 
@@ -30,6 +31,7 @@ on!(
 );
 
 on!([memory] the_virtual_clock_gives_exact_counts);
+// And `TestApp` itself, below: `test_app_counts_per_key_passes_on_the_virtual_clock`.
 on!([memory] bad_limits_stop_the_app_with_a_fix);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -325,4 +327,56 @@ async fn bad_limits_stop_the_app_with_a_fix(env: &Env) {
         .rate_limit(3, Duration::ZERO);
     let e = env.refusal(app(env, stream, &seen)).await;
     assert!(e.contains("longer than zero"), "{e}");
+}
+
+/// `TestApp`: a per-key limit of 2 per 10 s (a burst of 2, then one every 5 s per key), counted
+/// exactly as model time advances.
+#[tokio::test(start_paused = true)]
+async fn test_app_counts_per_key_passes_on_the_virtual_clock() -> ruststream::Result<()> {
+    let seen = Seen::default();
+    let source =
+        RedisList::new("{jobs}")
+            .reliable()
+            .rate_limit_by("customer", 2, Duration::from_secs(10));
+    let handler = seen.clone();
+    let app = RustStream::new(AppInfo::new("rate", "0.0.0")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379").prefix("t:"),
+        move |b| {
+            b.include(subscriber(source, handler).build());
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    for (key, n) in [("hot", 6), ("cold", 2)] {
+        for i in 0..n {
+            let job = Job {
+                key: key.into(),
+                n: i,
+            };
+            tb.broker::<RedisBroker>()
+                .message(&job)
+                .to("{jobs}")
+                .header("customer", key)
+                .publish()
+                .await?;
+        }
+    }
+    // A reader held by the hot key reads again within 100 ms, and finds the cold key's entries.
+    tb.advance(Duration::from_millis(200)).await?;
+    assert_eq!((seen.count_of("hot"), seen.count_of("cold")), (2, 2));
+    tb.advance(Duration::from_millis(4700)).await?;
+    assert_eq!(seen.count_of("hot"), 2, "the next step is at 5 s");
+    tb.advance(Duration::from_millis(200)).await?;
+    assert_eq!(seen.count_of("hot"), 3);
+    tb.advance(Duration::from_secs(10)).await?;
+    assert_eq!(seen.count_of("hot"), 5, "at 10 s and 15 s");
+    tb.advance(Duration::from_secs(5)).await?;
+    assert_eq!(seen.count_of("hot"), 6);
+    let hot: Vec<u32> = seen
+        .jobs()
+        .iter()
+        .filter(|(j, _)| j.key == "hot")
+        .map(|(j, _)| j.n)
+        .collect();
+    assert_eq!(hot, (0..6).collect::<Vec<_>>(), "in order within the key");
+    tb.shutdown().await
 }

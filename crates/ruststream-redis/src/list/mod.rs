@@ -112,8 +112,9 @@ impl RedisList {
     /// Takes at most `n` messages per `per` for each value of the header `header` (a message
     /// without it counts under the empty value), across every worker of every instance. A read
     /// looks at up to 1,000 entries from the consuming end: a key over its limit leaves its
-    /// entries in place, in order, while other keys' entries are taken past them. The limiter
-    /// is a sorted set `<key>.rate.keys`, one member per key with a pass in the last `per`.
+    /// entries in place, in order, while other keys' entries are taken past them; a reader held
+    /// back by one key reads again within 100 ms, for other keys' new entries. The limiter is a
+    /// sorted set `<key>.rate.keys`, one member per key with a pass in the last `per`.
     ///
     /// ```
     /// use std::time::Duration;

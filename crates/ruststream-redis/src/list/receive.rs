@@ -266,7 +266,8 @@ impl SimpleList {
                 .await?;
             r.move_due().await;
         } else {
-            held.wait(r.block, &r.stop, hurry).await;
+            let cap = r.rate.as_ref().map_or(r.block, |l| l.wait_cap(r.block));
+            held.wait(cap, &r.stop, hurry).await;
         }
         let (values, _) = self.pop(max).await?;
         Ok(r.deliveries(values))
@@ -349,7 +350,8 @@ impl ReliableList {
         }
         if !held.wait.is_zero() {
             // Entries wait, held back by the rate limit: wait for it, not for entries.
-            held.wait(r.block, &r.stop, hurry).await;
+            let cap = r.rate.as_ref().map_or(r.block, |l| l.wait_cap(r.block));
+            held.wait(cap, &r.stop, hurry).await;
             return Ok(self.claim(max).await?.0);
         }
         // With recovery, wake in time to sweep claims that go stale while the queue is empty.
