@@ -15,6 +15,7 @@ mod harness;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use harness::proxy::Proxy;
 use harness::{Env, WAIT, on, start, stop, wait_until};
 use ruststream::prelude::*;
 use ruststream::testing::TestApp;
@@ -31,6 +32,7 @@ on!(
 );
 
 on!([memory] the_virtual_clock_gives_exact_counts);
+on!([standalone] a_claim_whose_reply_is_lost_loses_nothing_and_keeps_the_limit);
 // And `TestApp` itself, below: `test_app_counts_per_key_passes_on_the_virtual_clock`.
 on!([memory] bad_limits_stop_the_app_with_a_fix);
 
@@ -269,6 +271,47 @@ async fn a_wrong_type_at_the_limiter_key_moves_nothing(env: &Env) {
         .expect("DEL");
     wait_until("drained", WAIT, async || seen.count() == 3).await;
     stop(running).await;
+}
+
+async fn a_claim_whose_reply_is_lost_loses_nothing_and_keeps_the_limit(env: &Env) {
+    // The first claim runs (takes the burst of 5 and charges for it) but its reply is lost;
+    // fred sends it again, and that run charges only for what it takes. The 5 lost entries are
+    // swept back after min_idle and pass the limit again.
+    let per = Duration::from_secs(1);
+    publish(env, "{lost}", "a", 0, 10).await;
+    let proxy = Proxy::start(env.url().expect("the standalone server")).await;
+    let rate_key = env.key("{lost}.rate");
+    proxy.cut_after(rate_key.as_bytes());
+    let broker = RedisBroker::standalone(proxy.url()).prefix(&env.prefix);
+    let seen = Seen::default();
+    let source = RedisList::new("{lost}")
+        .reliable()
+        .min_idle(Duration::from_millis(500))
+        .rate_limit(5, per);
+    let handler = seen.clone();
+    let app = RustStream::new(AppInfo::new("rate", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(broker, move |b| {
+            b.include(subscriber(source, handler).build());
+        });
+    let running = start(app).await;
+    let distinct = || {
+        let mut ns: Vec<u32> = seen.jobs().iter().map(|(j, _)| j.n).collect();
+        ns.sort_unstable();
+        ns.dedup();
+        ns.len()
+    };
+    wait_until("every message handled", WAIT * 2, async || distinct() == 10).await;
+    stop(running).await;
+    assert_eq!(proxy.cuts(), 1, "one reply was lost");
+    assert!(
+        proxy.sent_count(rate_key.as_bytes()) >= 2,
+        "the claim was sent again"
+    );
+    let mut times: Vec<Instant> = seen.jobs().iter().map(|(_, t)| *t).collect();
+    assert_within(&mut times, 5, per);
+    assert_eq!(env.llen("{lost}.dead").await, 0);
+    assert_eq!(env.llen("{lost}").await, 0);
 }
 
 async fn the_virtual_clock_gives_exact_counts(env: &Env) {
