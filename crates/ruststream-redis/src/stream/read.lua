@@ -16,6 +16,7 @@ local lim = rate_spec(ARGV, 4, KEYS[2])
 local bad = wrong_types({{KEYS[1], 'stream'}, rate_check(lim)})
 if bad then return redis.error_reply(bad) end
 local want = tonumber(ARGV[3])
+if want < 1 then return {0, 0, '', false} end
 local now = rate_now()
 local tat = rate_get(lim)
 local free, wait = rate_free(lim, tat, now, want)
@@ -30,7 +31,8 @@ if free > 0 then
     local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
     return {0, 0, top[1] and top[1][1] or '0-0', false}
   end
-  if got < want then return {0, 0, '', reply} end
+  -- The stream ran out, or the limit let all that was asked: it held nothing back.
+  if got < free or free >= want then return {0, 0, '', reply} end
 end
 -- The limit held back what it did not let through: how many new entries wait for the group.
 local held = 0
