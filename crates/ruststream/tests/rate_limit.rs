@@ -12,11 +12,13 @@
 
 mod harness;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use harness::proxy::Proxy;
 use harness::{Env, WAIT, on, start, stop, wait_until};
+use metrics_exporter_prometheus::PrometheusHandle;
+use ruststream::http::metrics::install_recorder;
 use ruststream::prelude::*;
 use ruststream::testing::TestApp;
 use ruststream::{RunningApp, Source};
@@ -43,6 +45,25 @@ struct Job {
 }
 
 outgoing!(Job);
+
+/// The recorder of this test binary (process-global; each test's queue label has its prefix).
+fn prometheus() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| install_recorder().expect("the only recorder of this test binary"))
+        .clone()
+}
+
+/// `ruststream_rate_limited_total` of the queue `key` (full name), 0 when not recorded.
+fn held_back(env: &Env, key: &str) -> f64 {
+    let label = format!("queue=\"{}\"", env.key(key));
+    prometheus()
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("ruststream_rate_limited_total") && l.contains(&label))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
 
 /// Every handled job with the time its handler started, across the apps that share it.
 #[derive(Clone, Default)]
@@ -136,6 +157,7 @@ async fn run_limited(
     n: u32,
     per: Duration,
 ) {
+    prometheus();
     publish(env, to, "a", 0, total).await;
     let seen = Seen::default();
     let mut running = Vec::new();
@@ -162,6 +184,7 @@ async fn run_limited(
         "{total} handled in {span:?}: faster than the limit allows ({least:?})"
     );
     assert_eq!(env.llen(&format!("{to}.dead")).await, 0, "nothing dead");
+    assert!(held_back(env, to) >= 1.0, "held-back reads are counted");
 }
 
 async fn three_apps_on_a_reliable_list_stay_within_the_limit(env: &Env) {
@@ -186,6 +209,7 @@ async fn two_apps_on_a_stream_stay_within_the_limit(env: &Env) {
         .group("g")
         .concurrency(8)
         .rate_limit(10, per);
+    prometheus();
     let broker = env.broker_with(|b| b.route("{st}", ruststream::stream::Publish::new()));
     broker.connect().await.expect("connect");
     // The group exists before the backlog, so that it reads it all.
@@ -208,6 +232,7 @@ async fn two_apps_on_a_stream_stay_within_the_limit(env: &Env) {
     let mut times: Vec<Instant> = all.iter().map(|(_, t)| *t).collect();
     assert_within(&mut times, 10, per);
     assert_eq!(env.pending("{st}", "g").await, 0, "all acknowledged");
+    assert!(held_back(env, "{st}") >= 1.0, "held-back reads are counted");
 }
 
 async fn a_hot_key_is_held_while_another_key_passes(env: &Env) {
