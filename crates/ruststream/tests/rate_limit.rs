@@ -81,7 +81,16 @@ impl Seen {
     }
 
     fn count_of(&self, key: &str) -> usize {
-        self.jobs().iter().filter(|(j, _)| j.key == key).count()
+        self.ns_of(key).len()
+    }
+
+    /// The numbers of `key`'s handled jobs, in handling order.
+    fn ns_of(&self, key: &str) -> Vec<u32> {
+        self.jobs()
+            .iter()
+            .filter(|(j, _)| j.key == key)
+            .map(|(j, _)| j.n)
+            .collect()
     }
 }
 
@@ -251,12 +260,7 @@ async fn a_hot_key_is_held_while_another_key_passes(env: &Env) {
         seen.count_of("cold") == 2
     })
     .await;
-    let hot: Vec<u32> = seen
-        .jobs()
-        .iter()
-        .filter(|(j, _)| j.key == "hot")
-        .map(|(j, _)| j.n)
-        .collect();
+    let hot = seen.ns_of("hot");
     stop_all(vec![a, b]).await;
     assert!(
         hot.len() <= 3,
@@ -439,12 +443,7 @@ async fn test_app_counts_per_key_passes_on_the_virtual_clock() -> ruststream::Re
     assert_eq!(seen.count_of("hot"), 5, "at 10 s and 15 s");
     tb.advance(Duration::from_secs(5)).await?;
     assert_eq!(seen.count_of("hot"), 6);
-    let hot: Vec<u32> = seen
-        .jobs()
-        .iter()
-        .filter(|(j, _)| j.key == "hot")
-        .map(|(j, _)| j.n)
-        .collect();
+    let hot = seen.ns_of("hot");
     assert_eq!(hot, (0..6).collect::<Vec<_>>(), "in order within the key");
     tb.shutdown().await
 }
