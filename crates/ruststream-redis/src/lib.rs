@@ -9,6 +9,8 @@
 //! - [`list::Publish`]: how replies and publishes are pushed (`LPUSH`, optional expiry);
 //!   [`stream::Publish`] (`XADD`, optionally bounded with `MAXLEN`/`MINID ~`) and
 //!   [`pubsub::Publish`] (`PUBLISH`, `SPUBLISH`) for the other transports.
+//! - [`RateLimit`]: `.rate_limit(n, per)` on a list or stream (`.rate_limit_by(header, n, per)`
+//!   per key on a list), shared by every worker of every instance through a limiter in Redis.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
 //!
 //! Data model (key `K`): `K` the queue, `K.processing` claimed entries, `K.delayed` +
@@ -23,7 +25,7 @@
 //! One folder per transport, each with its options, receive path, settle path and Lua scripts
 //! (`*.lua`, read with `include_str!`): `list/`, `stream/`, `pubsub/`; `delayed/` schedules and
 //! moves delayed entries. Around them: `keys` names every key and checks the cluster's slot
-//! rule, `options` holds what every source can set, `transport` is the contract a transport
+//! rule, `options` holds what every source can set, `limit` the rate limiter, `transport` is the contract a transport
 //! fulfils, `conn` builds connections, `policy` holds each destination's publish policy (its
 //! route), `publish` routes outgoing messages, `frame` is the byte
 //! layout of a list value, `broker` ties them to the core.

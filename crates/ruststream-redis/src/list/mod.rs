@@ -7,7 +7,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, its checks, its keys | none |
-//! | `receive.rs` | reading | simple: `RPOP key n`, `BRPOP` when empty; reliable: `claim.lua`, `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | simple: `RPOP key n`, `BRPOP` when empty (with a rate limit `pop.lua`, and `BLMOVE key key RIGHT RIGHT t` to wait); reliable: `claim.lua` (which applies a rate limit, see `crate::limit`), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` |
 //!
