@@ -10,6 +10,7 @@
 //! | `K.delayed`, `K.delayed.payloads` | delayed publishes and retries waiting for their time |
 //! | `K.dead` | dead letters, with a `reason` header (or the name `.dead_letter(..)` gives) |
 //! | `K.paused` | present while an operator has paused the subscription (`pause`/`resume`) |
+//! | `K.unique:<id>` | marks `id` as published to `K` within its `.unique_for(..)` window (expires with it) |
 //!
 //! On a cluster, every key one script touches must hash to one slot. A key with a hash tag passes
 //! it on (`{thumbnails}.dead`); the default derived names of an untagged key put the whole key in

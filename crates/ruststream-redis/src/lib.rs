@@ -72,6 +72,7 @@ pub mod pubsub;
 pub mod stream;
 mod tls;
 mod transport;
+mod unique;
 
 pub use broker::RedisBroker;
 pub use frame::REASON_HEADER;
