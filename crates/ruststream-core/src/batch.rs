@@ -218,6 +218,39 @@ impl<'a> BatchContext<'a> {
     pub fn publisher(&self) -> &'a Publisher {
         self.publisher
     }
+
+    /// Reports item `i`'s progress, as [`Context::progress`](crate::Context::progress) does for
+    /// one message.
+    pub async fn progress<P: serde::Serialize + ?Sized>(
+        &self,
+        i: usize,
+        progress: &P,
+    ) -> crate::Result<()> {
+        let write = crate::JobWrite::Progress(crate::job::encode(progress)?);
+        crate::job::write(self.publisher, self.job_id(i)?, write).await
+    }
+
+    /// Sets item `i`'s result, as [`Context::set_result`](crate::Context::set_result) does for
+    /// one message: what its publisher's `await_result` returns; the first result stays.
+    pub async fn set_result<R: serde::Serialize + ?Sized>(
+        &self,
+        i: usize,
+        result: &R,
+    ) -> crate::Result<()> {
+        let write = crate::JobWrite::Result(crate::job::encode(result)?);
+        crate::job::write(self.publisher, self.job_id(i)?, write).await
+    }
+
+    fn job_id(&self, i: usize) -> crate::Result<&'a str> {
+        self.info(i)
+            .map(|info| info.message_id.as_str())
+            .ok_or_else(|| {
+                crate::Error::config(format!(
+                    "batch context: no item {i} in a batch of {}",
+                    self.len()
+                ))
+            })
+    }
 }
 
 impl<S: Source, H> SubscriberBuilder<S, H> {

@@ -106,10 +106,7 @@ impl<'a> Context<'a> {
     }
 
     async fn write(&self, write: JobWrite) -> Result<()> {
-        self.publisher
-            .job_store()?
-            .write_job(&self.info.message_id, write)
-            .await
+        crate::job::write(self.publisher, &self.info.message_id, write).await
     }
 
     /// A publisher on the broker the message came from:

@@ -37,7 +37,7 @@ pub const RESULT_HEADER: &str = "rs.result";
 pub const FIRST_POLL: Duration = Duration::from_millis(2);
 
 /// The longest wait between two reads of an awaited job's record: what a result may be late by.
-pub const MAX_POLL: Duration = Duration::from_millis(50);
+pub const MAX_POLL: Duration = Duration::from_millis(20);
 
 /// One write to a job's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +104,11 @@ pub(crate) fn unsupported() -> Error {
     Error::config(
         "this broker keeps no job progress or results: use a broker that does (RedisBroker)",
     )
+}
+
+/// Applies `write` to job `id`'s record through `publisher`'s broker.
+pub(crate) async fn write(publisher: &crate::Publisher, id: &str, write: JobWrite) -> Result<()> {
+    publisher.job_store()?.write_job(id, write).await
 }
 
 /// `value` as the JSON a record stores.

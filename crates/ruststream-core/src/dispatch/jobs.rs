@@ -28,14 +28,7 @@ pub(super) fn failure(
 
 /// Writes `reason` as the job's error. A failed write is logged: the awaiter then times out.
 pub(super) async fn record_failure(publisher: &Publisher, info: &DeliveryInfo, reason: String) {
-    let written = match publisher.job_store() {
-        Ok(store) => {
-            store
-                .write_job(&info.message_id, JobWrite::Failed(reason))
-                .await
-        }
-        Err(e) => Err(e),
-    };
+    let written = crate::job::write(publisher, &info.message_id, JobWrite::Failed(reason)).await;
     if let Err(e) = written {
         tracing::warn!(message_id = %info.message_id, error = %e,
             "the job's failure was not recorded: its awaiter will time out");
