@@ -29,6 +29,7 @@ on!(
     a_result_expires_after_its_ttl,
     the_first_result_stays,
     a_job_key_of_another_type_is_refused_and_left_alone,
+    a_batch_handler_sets_results_and_its_dead_letters_fail_their_awaiters,
 );
 
 on!([memory] a_zero_result_ttl_is_refused_at_startup);
@@ -73,6 +74,8 @@ enum Mode {
     Twice,
     /// Sets a result and records the error it got, if any; acks.
     Probe,
+    /// Works `n` ms, sets `Done { n }` and records when in `stamps` (the latency probe).
+    Stamp(Arc<Mutex<Vec<(u32, std::time::Instant)>>>),
 }
 
 #[derive(Clone)]
@@ -151,6 +154,18 @@ impl Handle<Job> for Worker {
                     ctx.progress(&9u32).await.expect("progress");
                     Ok(())
                 }
+            }
+            Mode::Stamp(stamps) => {
+                tokio::time::sleep(Duration::from_millis(job.n.into())).await;
+                let done = Done {
+                    n: job.n,
+                    by: self.name.to_owned(),
+                };
+                // Stamped before the write: the latency includes its round trip.
+                let at = std::time::Instant::now();
+                stamps.lock().expect("lock").push((job.n, at));
+                ctx.set_result(&done).await.expect("set_result");
+                Ok(())
             }
             Mode::Probe => {
                 if let Err(e) = ctx.set_result(&1u32).await {
@@ -484,6 +499,163 @@ async fn a_zero_result_ttl_is_refused_at_startup(env: &Env) {
         panic!("a zero result ttl must be refused at startup");
     };
     assert!(err.to_string().contains("result_ttl"), "{err}");
+}
+
+/// Per item: an even job's result is `2n`, an odd job is dropped.
+#[derive(Clone)]
+struct EvenOnly;
+
+impl HandleBatch<Job> for EvenOnly {
+    async fn handle_batch(&self, jobs: &[Job], ctx: &mut BatchContext<'_>) -> BatchOutcome {
+        let mut each = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            if job.n % 2 == 1 {
+                each.push(HandlerOutcome::drop());
+                continue;
+            }
+            let done = Done {
+                n: job.n * 2,
+                by: format!("batch of {}", jobs.len()),
+            };
+            ctx.progress(i, &1u32).await.expect("progress");
+            ctx.set_result(i, &done).await.expect("set_result");
+            each.push(HandlerOutcome::ack());
+        }
+        BatchOutcome::each(each)
+    }
+}
+
+async fn a_batch_handler_sets_results_and_its_dead_letters_fail_their_awaiters(env: &Env) {
+    let batch_worker = async || {
+        let app = RustStream::new(AppInfo::new("results-batch", "0.0.0"))
+            .shutdown_timeout(Duration::from_secs(1))
+            .with_broker(env.broker_with(|b| b), |b| {
+                let source = RedisList::new(KEY).reliable().concurrency(4);
+                b.include(
+                    subscriber(source, EvenOnly)
+                        .batch(2)
+                        .max_wait(Duration::from_millis(50))
+                        .build(),
+                );
+            });
+        env.start(app).await
+    };
+    let apps = [batch_worker().await, batch_worker().await];
+    let publisher = producer(env);
+    let results = futures::future::join_all((0..4).map(|n| {
+        let publisher = &publisher;
+        async move { await_job(publisher, KEY, n, &format!("batch-{n}"), WAIT).await }
+    }))
+    .await;
+    for (n, result) in (0u32..).zip(results) {
+        if n % 2 == 0 {
+            assert_eq!(result.expect("an even job's result").n, n * 2);
+        } else {
+            assert_failed(result, &format!("batch-{n}"), |r| r == "dropped");
+        }
+    }
+    assert_eq!(
+        publisher
+            .progress::<u32>("batch-2")
+            .await
+            .expect("progress"),
+        Some(1)
+    );
+    stop_all(env, apps).await;
+}
+
+/// At maxmemory (noeviction) the job script, which only adds, is refused whole: the handler's
+/// `set_result` fails with OOM and writes nothing, while the message is still handled and
+/// settled. On a server of the test's own.
+#[tokio::test]
+async fn a_full_redis_refuses_a_result_whole() {
+    if harness::redis_url().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(harness::unique("results-oom"));
+    std::fs::create_dir_all(&dir).expect("a data directory");
+    let redis = harness::stand::OwnRedis::start(dir, harness::stand::OwnRedis::free_port()).await;
+    let broker = || RedisBroker::standalone(redis.url()).prefix("oom:");
+    let publisher = broker().publisher();
+    publish_job(&publisher, 1, "full").await;
+    let raw = harness::stand::node_client(&redis.url()).await;
+    let config_set = async |name: &str, value: &str| {
+        let _: Value = raw
+            .custom(fred::cmd!("CONFIG"), vec!["SET", name, value])
+            .await
+            .expect("CONFIG SET");
+    };
+    config_set("maxmemory-policy", "noeviction").await;
+    config_set("maxmemory", "1").await;
+    let handler = Worker::new("w", Mode::Probe);
+    let app = RustStream::new(AppInfo::new("results-oom", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(broker(), {
+            let handler = handler.clone();
+            move |b| {
+                b.include(subscriber(reliable(KEY), handler).build());
+            }
+        });
+    let app = harness::start(app).await;
+    harness::wait_until("the handler ran", WAIT, async || handler.attempts() == [1]).await;
+    let errors = handler.errors.lock().expect("lock").clone();
+    assert!(errors.len() == 1 && errors[0].contains("OOM"), "{errors:?}");
+    let exists: i64 = raw
+        .exists("oom:ruststream:job:{full}")
+        .await
+        .expect("EXISTS");
+    assert_eq!(exists, 0, "nothing written");
+    harness::wait_until("the message was settled", WAIT, async || {
+        let processing: i64 = raw.llen("oom:{jobs}.processing").await.expect("LLEN");
+        processing == 0
+    })
+    .await;
+    harness::stop(app).await;
+    config_set("maxmemory", "0").await;
+    let _ = raw.quit().await;
+}
+
+/// Not a timed test: measures how late `await_result` returns after the handler calls `set_result`, for
+/// jobs working 0 to 99 ms (so the awaiter's polls are at every phase). Run it with
+/// `scripts/test -p ruststream --test results -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a latency probe, not a test"]
+async fn probe_await_latency() {
+    let Some(env) = Env::open(harness::Topology::Standalone, "probe").await else {
+        return;
+    };
+    let stamps = Arc::default();
+    let app = worker(
+        &env,
+        reliable(KEY),
+        Worker::new("w", Mode::Stamp(Arc::clone(&stamps))),
+        |b| b,
+    )
+    .await;
+    let publisher = producer(&env);
+    let mut late = Vec::new();
+    for n in 0..100 {
+        let done = await_job(&publisher, KEY, n, &format!("probe-{n}"), WAIT)
+            .await
+            .expect("result");
+        let returned = std::time::Instant::now();
+        let stamped = stamps
+            .lock()
+            .expect("lock")
+            .iter()
+            .find(|(m, _)| *m == done.n)
+            .map(|(_, at)| *at);
+        late.push(returned - stamped.expect("stamped"));
+    }
+    late.sort();
+    println!(
+        "await_result after set_result: median {:?}, p90 {:?}, max {:?}",
+        late[late.len() / 2],
+        late[late.len() * 9 / 10],
+        late[late.len() - 1]
+    );
+    env.stop(app).await;
+    env.cleanup().await;
 }
 
 /// A `TestApp` on the virtual clock: a ten-minute job's progress, its awaited result, and its
