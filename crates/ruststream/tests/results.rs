@@ -34,6 +34,9 @@ on!(
 
 on!([memory] a_zero_result_ttl_is_refused_at_startup);
 
+// The proxy that loses replies works on a standalone server only.
+on!([standalone] multi_thread: a_result_whose_reply_was_lost_is_written_once);
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 struct Job {
     n: u32,
@@ -499,6 +502,39 @@ async fn a_zero_result_ttl_is_refused_at_startup(env: &Env) {
         panic!("a zero result ttl must be refused at startup");
     };
     assert!(err.to_string().contains("result_ttl"), "{err}");
+}
+
+async fn a_result_whose_reply_was_lost_is_written_once(env: &Env) {
+    let proxy = harness::proxy::Proxy::start(env.url().expect("standalone")).await;
+    let prefix = env.prefix.clone();
+    let through_proxy = RedisBroker::standalone(proxy.url()).prefix(prefix);
+    let handler = Worker::new("w", Mode::Double);
+    let app = RustStream::new(AppInfo::new("results-cut", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(through_proxy, {
+            let handler = handler.clone();
+            move |b| {
+                b.include(subscriber(reliable(KEY), handler).build());
+            }
+        });
+    let app = env.start(app).await;
+    // The worker's write to the record runs, its reply is lost, and fred sends it again.
+    let needle = b"ruststream:job:{cut}";
+    proxy.cut_after(needle);
+    let done = await_job(&producer(env), KEY, 7, "cut", WAIT)
+        .await
+        .expect("the result");
+    assert_eq!(done.n, 14);
+    env.eventually("the handler finished", async || handler.attempts() == [1])
+        .await;
+    assert_eq!(proxy.cuts(), 1, "the reply was cut");
+    assert!(proxy.sent_count(needle) >= 2, "the write was sent again");
+    let state = producer(env).job_state("cut").await.expect("state");
+    assert_eq!(
+        state.and_then(|s| s.result::<Done>().ok().flatten()),
+        Some(done)
+    );
+    env.stop(app).await;
 }
 
 /// Per item: an even job's result is `2n`, an odd job is dropped.
