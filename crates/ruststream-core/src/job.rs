@@ -170,7 +170,56 @@ pub(crate) async fn wait<R: DeserializeOwned>(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use super::*;
+    use crate::{OutMessage, PublishBackend, Publisher};
+
+    /// A store whose `n`th read (from 0) answers `read(n)`; publishing counts messages.
+    struct Fake {
+        reads: AtomicUsize,
+        read: fn(usize) -> Result<Option<JobRecord>>,
+        keeps_jobs: bool,
+    }
+
+    impl Fake {
+        fn new(read: fn(usize) -> Result<Option<JobRecord>>) -> Self {
+            Self {
+                reads: AtomicUsize::new(0),
+                read,
+                keeps_jobs: true,
+            }
+        }
+    }
+
+    impl JobStore for Fake {
+        fn write_job<'a>(&'a self, _: &'a str, _: JobWrite) -> BoxFuture<'a, Result<()>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn read_job<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<Option<JobRecord>>> {
+            let n = self.reads.fetch_add(1, Ordering::Relaxed);
+            let read = (self.read)(n);
+            Box::pin(async move { read })
+        }
+    }
+
+    impl PublishBackend for Fake {
+        fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<usize>> {
+            Box::pin(async move { Ok(messages.len()) })
+        }
+
+        fn jobs(&self) -> Option<&dyn JobStore> {
+            self.keeps_jobs.then_some(self as &dyn JobStore)
+        }
+    }
+
+    fn done(n: u32) -> Result<Option<JobRecord>> {
+        Ok(Some(JobRecord::new(None, Some(encode(&n)?), None)))
+    }
+
+    const SHORT: Duration = Duration::from_millis(40);
 
     #[test]
     fn a_record_decodes_its_fields() {
@@ -180,5 +229,67 @@ mod tests {
         assert!(!record.is_final());
         let bad = JobRecord::new(Some(Bytes::from_static(b"not json")), None, None);
         assert!(matches!(bad.progress::<u32>(), Err(Error::Decode(_))));
+    }
+
+    #[tokio::test]
+    async fn failed_reads_are_read_again_until_the_result_comes() {
+        let store = Fake::new(|n| match n {
+            0 | 1 => Err(Error::Broker("connection reset".into())),
+            2 => Ok(None),
+            _ => done(7),
+        });
+        assert_eq!(
+            wait::<u32>(&store, "j", Duration::from_secs(5))
+                .await
+                .unwrap(),
+            7
+        );
+        assert_eq!(store.reads.load(Ordering::Relaxed), 4);
+    }
+
+    #[tokio::test]
+    async fn an_error_in_the_record_fails_the_wait_with_its_reason() {
+        let store = Fake::new(|_| Ok(Some(JobRecord::new(None, None, Some("dropped".into())))));
+        let e = wait::<u32>(&store, "j", SHORT).await.unwrap_err();
+        assert!(
+            matches!(e, Error::JobFailed { ref id, ref reason } if id == "j" && reason == "dropped"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_record_times_out_naming_the_job_and_a_read_failing_to_the_end_says_why() {
+        let e = wait::<u32>(&Fake::new(|_| Ok(None)), "j", SHORT)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::ResultTimeout { ref id, waited } if id == "j" && waited >= SHORT),
+            "{e}"
+        );
+        let down = Fake::new(|_| Err(Error::Broker("down".into())));
+        let e = wait::<u32>(&down, "j", SHORT).await.unwrap_err();
+        assert!(matches!(e, Error::Broker(ref m) if m == "down"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn await_result_is_refused_without_a_store_and_for_many_messages() {
+        let payload = Bytes::from_static(b"job");
+        let mut fake = Fake::new(|_| done(1));
+        fake.keeps_jobs = false;
+        let publisher = Publisher::new(Arc::new(fake));
+        let publish = publisher.message(&payload).to("k").publish();
+        let e = publish.await_result::<u32>(SHORT).await.unwrap_err();
+        assert!(e.to_string().contains("keeps no job"), "{e}");
+        let publisher = Publisher::new(Arc::new(Fake::new(|_| done(1))));
+        let two = [payload.clone(), payload.clone()];
+        let e = publisher
+            .messages(&two)
+            .to("k")
+            .publish()
+            .await_result::<u32>(SHORT)
+            .await;
+        assert!(matches!(e, Err(Error::Config(_))), "{e:?}");
+        let one = publisher.message(&payload).to("k").publish();
+        assert_eq!(one.await_result::<u32>(SHORT).await.unwrap(), 1);
     }
 }

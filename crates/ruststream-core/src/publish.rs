@@ -339,8 +339,9 @@ impl<T: MessageType> Publishing<'_, T> {
     /// fails at once with [`Error::JobFailed`] and the reason; with no result in time, with
     /// [`Error::ResultTimeout`], which names the job so that
     /// [`Publisher::job_state`] can read it later. A publish that `.unique_for(..)` finds a
-    /// duplicate of awaits the result of the job already enqueued under that id. One message
-    /// only: `messages(..)` with more than one value is refused.
+    /// duplicate of awaits the result of the job already enqueued under that id (whose failure
+    /// is recorded only if it too was published with `await_result`). One message only:
+    /// `messages(..)` with more than one value is refused.
     ///
     /// ```no_run
     /// # use std::time::Duration;
