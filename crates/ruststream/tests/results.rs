@@ -14,7 +14,7 @@ use fred::prelude::*;
 use harness::{Env, WAIT, bounded, on};
 use ruststream::prelude::*;
 use ruststream::testing::TestApp;
-use ruststream::{Error, RunningApp};
+use ruststream::{Error, RunningApp, Source};
 use tokio::sync::{Barrier, Semaphore};
 
 on!(
@@ -30,6 +30,7 @@ on!(
     the_first_result_stays,
     a_job_key_of_another_type_is_refused_and_left_alone,
     a_batch_handler_sets_results_and_its_dead_letters_fail_their_awaiters,
+    a_pubsub_retry_fails_its_awaiter,
 );
 
 on!([memory] a_zero_result_ttl_is_refused_at_startup);
@@ -89,6 +90,8 @@ struct Worker {
     attempts: Arc<Mutex<Vec<u32>>>,
     /// Errors `set_result` returned.
     errors: Arc<Mutex<Vec<String>>>,
+    /// Whether each delivery said its publisher awaits its result.
+    awaited: Arc<Mutex<Vec<bool>>>,
 }
 
 impl Worker {
@@ -98,6 +101,7 @@ impl Worker {
             mode,
             attempts: Arc::default(),
             errors: Arc::default(),
+            awaited: Arc::default(),
         }
     }
 
@@ -177,6 +181,7 @@ impl Handle<Job> for Worker {
                 Ok(())
             }
         };
+        self.awaited.lock().expect("lock").push(ctx.is_awaited());
         self.attempts.lock().expect("lock").push(ctx.attempt());
         outcome
     }
@@ -193,7 +198,7 @@ fn reliable(key: &str) -> RedisList {
 /// A worker app on a broker of its own (`configure`d), reading `source`.
 async fn worker(
     env: &Env,
-    source: RedisList,
+    source: impl Source<Broker = RedisBroker>,
     handler: Worker,
     configure: impl FnOnce(RedisBroker) -> RedisBroker,
 ) -> RunningApp {
@@ -277,6 +282,7 @@ async fn two_workers_return_results_to_a_producer_in_another_app(env: &Env) {
     let mut by = vec![one.by, two.by];
     by.sort();
     assert_eq!(by, ["a", "b"]);
+    assert_eq!(*handler.awaited.lock().expect("lock"), [true, true]);
     stop_all(env, apps).await;
 }
 
@@ -483,6 +489,11 @@ async fn a_job_key_of_another_type_is_refused_and_left_alone(env: &Env) {
     publish_job(&producer(env), 1, "taken").await;
     env.eventually("the handler ran", async || handler.attempts() == [1])
         .await;
+    assert_eq!(
+        *handler.awaited.lock().expect("lock"),
+        [false],
+        "published without await_result"
+    );
     let errors = handler.errors.lock().expect("lock").clone();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("WRONGTYPE"), "{errors:?}");
@@ -535,6 +546,42 @@ async fn a_result_whose_reply_was_lost_is_written_once(env: &Env) {
         Some(done)
     );
     env.stop(app).await;
+}
+
+async fn a_pubsub_retry_fails_its_awaiter(env: &Env) {
+    const CHANNEL: &str = "{events}";
+    let handler = Worker::new("", Mode::Retry);
+    let apps = [
+        worker(env, RedisChannel::new(CHANNEL), handler.named("a"), |b| b).await,
+        worker(env, RedisChannel::new(CHANNEL), handler.named("b"), |b| b).await,
+    ];
+    let nodes = env.node_clients().await;
+    env.eventually("both apps subscribed", async || {
+        let mut total = 0;
+        for node in &nodes {
+            let reply: Vec<Value> = node
+                .custom(
+                    fred::cmd!("PUBSUB"),
+                    vec!["NUMSUB".to_owned(), env.key(CHANNEL)],
+                )
+                .await
+                .expect("PUBSUB NUMSUB");
+            total += reply.get(1).and_then(Value::as_i64).unwrap_or(0);
+        }
+        total == 2
+    })
+    .await;
+    let publisher = env
+        .broker_with(|b| b.route(CHANNEL, pubsub::Publish::new()))
+        .publisher();
+    let result = await_job(&publisher, CHANNEL, 1, "event-1", WAIT).await;
+    // Each subscriber's retry is a dead letter; the first recorded stays.
+    assert_failed(result, "event-1", |r| r.starts_with("no-redelivery"));
+    env.eventually("both subscribers ran", async || {
+        handler.attempts() == [1, 1]
+    })
+    .await;
+    stop_all(env, apps).await;
 }
 
 /// Per item: an even job's result is `2n`, an odd job is dropped.
