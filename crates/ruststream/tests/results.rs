@@ -78,6 +78,8 @@ enum Mode {
     Twice,
     /// Sets a result and records the error it got, if any; acks.
     Probe,
+    /// Reports progress `"started"`, works this long, then doubles.
+    Slow(Duration),
     /// Works `n` ms, sets `Done { n }` and records when in `stamps` (the latency probe).
     Stamp(Arc<Mutex<Vec<(u32, std::time::Instant)>>>),
 }
@@ -173,6 +175,11 @@ impl Handle<Job> for Worker {
                 stamps.lock().expect("lock").push((job.n, at));
                 ctx.set_result(&done).await.expect("set_result");
                 Ok(())
+            }
+            Mode::Slow(work) => {
+                ctx.progress("started").await.expect("progress");
+                tokio::time::sleep(*work).await;
+                self.double(job, ctx).await
             }
             Mode::Probe => {
                 if let Err(e) = ctx.set_result(&1u32).await {
@@ -745,31 +752,11 @@ async fn probe_await_latency() {
 /// record's expiry an hour later, in milliseconds of real time.
 #[tokio::test(start_paused = true)]
 async fn testapp_awaits_a_long_job_on_the_virtual_clock() {
-    #[derive(Clone)]
-    struct Slow;
-
-    impl Handle<Job> for Slow {
-        async fn handle(
-            &self,
-            job: &Job,
-            _: &(),
-            ctx: &mut Context<'_>,
-        ) -> Result<(), HandlerOutcome> {
-            ctx.progress(&"started").await.expect("progress");
-            tokio::time::sleep(Duration::from_secs(600)).await;
-            let done = Done {
-                n: job.n * 2,
-                by: "slow".into(),
-            };
-            ctx.set_result(&done).await.expect("set_result");
-            Ok(())
-        }
-    }
-
     let app = RustStream::new(AppInfo::new("results", "0.0.0")).with_broker(
         RedisBroker::from_env(),
         |b| {
-            b.include(subscriber(reliable(KEY), Slow).build());
+            let slow = Worker::new("slow", Mode::Slow(Duration::from_secs(600)));
+            b.include(subscriber(reliable(KEY), slow).build());
         },
     );
     let tb = TestApp::start(app).await.expect("starts");
