@@ -10,6 +10,8 @@
 //!   [`stream::Publish`] (`XADD`, optionally bounded with `MAXLEN`/`MINID ~`) and
 //!   [`pubsub::Publish`] (`PUBLISH`, `SPUBLISH`) for the other transports.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
+//! - Job progress and results (`Context::set_result`, `publish().await_result(..)`): one hash
+//!   per job with a ttl ([`RedisBroker::result_ttl`]), written by `job.lua` (`results.rs`).
 //!
 //! Data model (key `K`): `K` the queue, `K.processing` claimed entries, `K.delayed` +
 //! `K.delayed.payloads` retries waiting for their time, `K.dead` dead letters with a `reason`
@@ -69,6 +71,7 @@ mod pause;
 mod policy;
 mod publish;
 pub mod pubsub;
+mod results;
 pub mod stream;
 mod tls;
 mod transport;
@@ -82,5 +85,6 @@ pub use options::DEFAULT_MIN_IDLE;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
+pub use results::DEFAULT_RESULT_TTL;
 pub use stream::RedisStream;
 pub use transport::RedisSource;

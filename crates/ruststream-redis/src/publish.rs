@@ -42,6 +42,11 @@ impl PublishBackend for RedisPublisher {
             publish(&self.conns, &self.routes, messages, None).await
         })
     }
+
+    /// Job records are hashes with a ttl (`crate::results`).
+    fn jobs(&self) -> Option<&dyn ruststream_core::JobStore> {
+        Some(self)
+    }
 }
 
 /// Messages for one key with one policy.
