@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use serde::Serialize;
 
 use crate::erased::{BatchOptions, ErasedBatchHandler, Handled, Handler, panic_message};
 use crate::subscriber::{MessageDoc, SubscriberBuilder};
-use crate::{DeliveryInfo, HandlerOutcome, MessageType, Publisher, Source, Subscriber};
+use crate::{DeliveryInfo, HandlerOutcome, JobWrite, MessageType, Publisher, Source, Subscriber};
 
 /// How long a partial batch waits for more messages when `max_wait` is not set.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(100);
@@ -217,6 +218,31 @@ impl<'a> BatchContext<'a> {
     /// A publisher on the broker the batch came from.
     pub fn publisher(&self) -> &'a Publisher {
         self.publisher
+    }
+
+    /// Reports item `i`'s progress, as [`Context::progress`](crate::Context::progress) does for
+    /// one message.
+    pub async fn progress<P: Serialize + ?Sized>(&self, i: usize, p: &P) -> crate::Result<()> {
+        let write = JobWrite::Progress(crate::job::encode(p)?);
+        crate::job::write(self.publisher, self.job_id(i)?, write).await
+    }
+
+    /// Sets item `i`'s result, as [`Context::set_result`](crate::Context::set_result) does for
+    /// one message: what its publisher's `await_result` returns; the first result stays.
+    pub async fn set_result<R: Serialize + ?Sized>(&self, i: usize, r: &R) -> crate::Result<()> {
+        let write = JobWrite::Result(crate::job::encode(r)?);
+        crate::job::write(self.publisher, self.job_id(i)?, write).await
+    }
+
+    fn job_id(&self, i: usize) -> crate::Result<&'a str> {
+        self.info(i)
+            .map(|info| info.message_id.as_str())
+            .ok_or_else(|| {
+                crate::Error::config(format!(
+                    "batch context: no item {i} in a batch of {}",
+                    self.len()
+                ))
+            })
     }
 }
 

@@ -1,8 +1,11 @@
-//! The per-message [`Context`] a handler receives: who the message is, and a way to publish.
+//! The per-message [`Context`] a handler receives: who the message is, a way to publish, and
+//! the job's progress and result (see [`crate::job`]).
 
 use std::sync::Arc;
 
-use crate::{Headers, Publisher};
+use serde::Serialize;
+
+use crate::{Headers, JobWrite, Publisher, Result};
 
 /// What a broker knows about one delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +69,44 @@ impl<'a> Context<'a> {
     /// One header, when set.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.info.headers.get(name).map(String::as_str)
+    }
+
+    /// Whether the publisher awaits this message's result (`publish().await_result(..)`).
+    pub fn is_awaited(&self) -> bool {
+        self.info.headers.contains_key(crate::job::RESULT_HEADER)
+    }
+
+    /// Reports the job's progress (any serde value, stored as JSON under the message id with
+    /// the broker's result ttl), readable at once by any process with
+    /// `publisher.progress::<P>(id)`. Each call replaces the progress before it; once the job
+    /// has a result or failed, it changes nothing.
+    ///
+    /// ```no_run
+    /// use ruststream_core::{Context, Result};
+    ///
+    /// async fn render(pages: u32, ctx: &mut Context<'_>) -> Result<()> {
+    ///     for page in 1..=pages {
+    ///         // ... render the page ...
+    ///         ctx.progress(&(page * 100 / pages)).await?;
+    ///     }
+    ///     ctx.set_result(&format!("rendered {pages} pages")).await
+    /// }
+    /// ```
+    pub async fn progress<P: Serialize + ?Sized>(&self, progress: &P) -> Result<()> {
+        self.write(JobWrite::Progress(crate::job::encode(progress)?))
+            .await
+    }
+
+    /// Sets the job's result (any serde value, stored as JSON under the message id with the
+    /// broker's result ttl): what the publisher's `await_result` returns. The first result
+    /// stays: a later call, e.g. by a redelivery of the message after a crash, changes nothing.
+    pub async fn set_result<R: Serialize + ?Sized>(&self, result: &R) -> Result<()> {
+        self.write(JobWrite::Result(crate::job::encode(result)?))
+            .await
+    }
+
+    async fn write(&self, write: JobWrite) -> Result<()> {
+        crate::job::write(self.publisher, &self.info.message_id, write).await
     }
 
     /// A publisher on the broker the message came from:

@@ -16,6 +16,7 @@
 //!   whatever is still unfinished is left to the broker's recovery. Nothing is lost.
 
 mod batcher;
+mod jobs;
 mod meters;
 mod observing;
 mod settle;
@@ -286,12 +287,13 @@ impl<B: Broker> Subscription<B> {
             started,
             #[cfg(feature = "otel")]
             consumer,
-        );
+        )
+        .await;
     }
 
-    /// Settles one handled delivery: the source's retry rule, otel, observer, tally, metrics,
-    /// then the settler (with the delivery's permit).
-    fn finish(
+    /// Settles one handled delivery: the source's retry rule, an awaited job's failure, otel,
+    /// observer, tally, metrics, then the settler (with the delivery's permit).
+    async fn finish(
         &self,
         (delivery, permit): Held<B>,
         outcome: Option<HandlerOutcome>,
@@ -318,6 +320,9 @@ impl<B: Broker> Subscription<B> {
                     meters.ignored.increment(1);
                 }
             }
+        }
+        if let Some(reason) = jobs::failure(&delivery.info, &settlement, self.source.retries()) {
+            jobs::record_failure(&self.publisher, &delivery.info, reason).await;
         }
         #[cfg(feature = "otel")]
         consumer.end(&settlement, self.source.retries());

@@ -26,6 +26,24 @@ pub enum Error {
     /// The broker could not connect, or a command failed.
     #[error("broker: {0}")]
     Broker(String),
+    /// A job awaited with `await_result` failed: its message went to the dead-letter list.
+    #[error("job {id} failed: {reason}")]
+    JobFailed {
+        /// The job's (message's) id.
+        id: String,
+        /// The dead letter's reason (`dropped`, `max-attempts`, `decode: ..`).
+        reason: String,
+    },
+    /// No result came within the time given to `await_result`.
+    #[error(
+        "no result for job {id} within {waited:?}: it may still run; read it later with `publisher.job_state(\"{id}\")`"
+    )]
+    ResultTimeout {
+        /// The job's (message's) id, to read its state later.
+        id: String,
+        /// How long it was awaited.
+        waited: std::time::Duration,
+    },
     /// The operation needs a running broker, and it is closed or was never started.
     #[error("broker is not connected: start the app (or the broker) before publishing")]
     NotConnected,

@@ -2,7 +2,7 @@
 //!
 //! Users depend on the `ruststream` crate; this crate holds what every broker shares: the
 //! [`Handle`] trait and [`HandlerOutcome`], batch handlers ([`HandleBatch`]), the per-message
-//! [`Context`], message types ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the
+//! [`Context`] (with job progress and results, see [`job`]), message types ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the
 //! dispatch loop (concurrency, panics, retries, graceful shutdown), [`RustStream`] apps and the
 //! AsyncAPI document.
 //! It sends no command to any server itself.
@@ -20,6 +20,7 @@ mod erased;
 pub mod error;
 pub mod handler;
 pub mod health;
+pub mod job;
 pub mod message;
 pub mod observe;
 #[cfg(feature = "otel")]
@@ -40,6 +41,7 @@ pub use context::{Context, DeliveryInfo};
 pub use error::{Error, Result};
 pub use handler::{Handle, IntoHandlerResult};
 pub use health::{Health, Probe, SubscriptionState};
+pub use job::{JobRecord, JobStore, JobWrite};
 pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
 pub use publish::{

@@ -99,6 +99,13 @@ pub trait PublishBackend: Send + Sync + 'static {
     /// Publishes every message, or fails; returns how many were enqueued (a message with
     /// [`OutMessage::unique_for`] whose id was seen within the window is not).
     fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<usize>>;
+
+    /// Where this broker keeps job progress and results (see [`crate::job`]); `None` (the
+    /// default) when it keeps none, and then `await_result`, `Context::set_result` and
+    /// `Publisher::job_state` fail saying so.
+    fn jobs(&self) -> Option<&dyn crate::JobStore> {
+        None
+    }
 }
 
 /// A cheap, cloneable handle that publishes messages through a broker.
@@ -294,7 +301,6 @@ impl<T: MessageType> Future for Publishing<'_, T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        // Only a builder is taken out: a send in flight stays in place between polls.
         if matches!(this.state, Sending::Built(_))
             && let Sending::Built(builder) = std::mem::replace(&mut this.state, Sending::Done)
         {
@@ -320,5 +326,94 @@ impl<T: MessageType> Future for Publishing<'_, T> {
 impl<T> fmt::Debug for Publishing<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Publishing")
+    }
+}
+
+impl<T: MessageType> Publishing<'_, T> {
+    /// Publishes the message and waits, at most `timeout`, for the result its handler sets
+    /// with [`Context::set_result`](crate::Context::set_result), decoded as `R` (JSON). The
+    /// handler may run in any process on the same broker.
+    ///
+    /// The message gets an id (a UUID v7) unless `.id(..)` gave one; it is the job's id. When
+    /// the message ends in the dead-letter list (dropped, out of attempts, undecodable), this
+    /// fails at once with [`Error::JobFailed`] and the reason; with no result in time, with
+    /// [`Error::ResultTimeout`], which names the job so that
+    /// [`Publisher::job_state`] can read it later. A publish that `.unique_for(..)` finds a
+    /// duplicate of awaits the result of the job already enqueued under that id (whose failure
+    /// is recorded only if it too was published with `await_result`). One message only:
+    /// `messages(..)` with more than one value is refused.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use ruststream_core::{Publisher, Result};
+    /// # #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    /// # struct Resize { image: String }
+    /// # ruststream_core::outgoing!(Resize);
+    /// # async fn f(publisher: &Publisher) -> Result<()> {
+    /// let url: String = publisher
+    ///     .message(&Resize { image: "a.png".into() })
+    ///     .to("{resize}")
+    ///     .publish()
+    ///     .await_result(Duration::from_secs(30))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn await_result<R: serde::de::DeserializeOwned>(
+        self,
+        timeout: Duration,
+    ) -> Result<R> {
+        let Sending::Built(mut builder) = self.state else {
+            return Err(Error::Broker("publish polled after it finished".into()));
+        };
+        if builder.values.len() != 1 {
+            return Err(Error::config(
+                "await_result: a publish of one message awaits one result; publish the values one at a time",
+            ));
+        }
+        let publisher = builder.publisher;
+        // Fails before publishing on a broker that keeps no results.
+        let store = publisher.job_store()?;
+        let id = builder
+            .opts
+            .id
+            .get_or_insert_with(|| uuid::Uuid::now_v7().to_string())
+            .clone();
+        builder
+            .opts
+            .headers
+            .insert(crate::job::RESULT_HEADER.to_owned(), "1".to_owned());
+        publisher.send(builder.encode()?).await?;
+        crate::job::wait(store, &id, timeout).await
+    }
+}
+
+impl Publisher {
+    /// What is known of job `id` (a message id): its latest progress, its result or why it
+    /// failed; `None` when nothing was recorded or the record expired.
+    pub async fn job_state(&self, id: &str) -> Result<Option<crate::JobRecord>> {
+        self.job_store()?.read_job(id).await
+    }
+
+    /// The latest progress the handler of job `id` reported, decoded as `P`.
+    pub async fn progress<P: serde::de::DeserializeOwned>(&self, id: &str) -> Result<Option<P>> {
+        match self.job_state(id).await? {
+            Some(record) => record.progress(),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits, at most `timeout`, for the result of job `id` (published earlier, e.g. after an
+    /// [`Error::ResultTimeout`]): as [`Publishing::await_result`] after its publish.
+    pub async fn wait_result<R: serde::de::DeserializeOwned>(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<R> {
+        crate::job::wait(self.job_store()?, id, timeout).await
+    }
+
+    /// This broker's job store, or the error saying it has none.
+    pub(crate) fn job_store(&self) -> Result<&dyn crate::JobStore> {
+        self.0.jobs().ok_or_else(crate::job::unsupported)
     }
 }

@@ -174,6 +174,21 @@ impl RedisBroker {
         self.with(|s| s.schedule.batch = n)
     }
 
+    /// How long a job's progress and result (`Context::progress`, `Context::set_result`, a
+    /// dead letter of a message published with `await_result`) live after their last write:
+    /// the record's `PEXPIRE`. Default [`DEFAULT_RESULT_TTL`](crate::DEFAULT_RESULT_TTL), 1 h;
+    /// it is the handling process's broker that writes, so set it there. Zero is refused at
+    /// startup.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisBroker;
+    /// let broker = RedisBroker::from_env().result_ttl(Duration::from_secs(600));
+    /// ```
+    pub fn result_ttl(self, ttl: std::time::Duration) -> Self {
+        self.with(|s| s.result_ttl = ttl)
+    }
+
     /// A publisher whose destinations use their subscriptions' transports (list by default).
     pub fn publisher(&self) -> Publisher {
         Publisher::new(Arc::new(RedisPublisher {
@@ -254,6 +269,7 @@ impl Broker for RedisBroker {
             Some(schedule.interval),
             Some(schedule.batch),
         )?;
+        crate::results::validate_ttl(self.conns.settings.result_ttl)?;
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }

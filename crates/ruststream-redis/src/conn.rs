@@ -58,6 +58,8 @@ pub(crate) struct Settings {
     pub(crate) scheduling: bool,
     /// The subscriptions' mover schedule, unless a source sets its own.
     pub(crate) schedule: crate::options::Schedule,
+    /// How long a job's progress and result live after their last write (`crate::results`).
+    pub(crate) result_ttl: std::time::Duration,
 }
 
 /// The URL schemes a broker connects with, for errors.
@@ -86,6 +88,7 @@ impl Settings {
             prefix: String::new(),
             pool_size: 2,
             scheduling: true,
+            result_ttl: crate::results::DEFAULT_RESULT_TTL,
             schedule: crate::options::Schedule::default(),
         }
     }

@@ -70,6 +70,14 @@ pub enum PubSubError {
         /// The channel, as the publisher named it.
         channel: String,
     },
+    /// A publish with `.unique_for(..)` to a channel.
+    #[error(
+        "channel `{channel}`: pub/sub cannot hold a message unique within a window, it stores nothing; publish it without .unique_for, or to a list or stream"
+    )]
+    CannotBeUnique {
+        /// The channel, as the publisher named it.
+        channel: String,
+    },
 }
 
 impl From<PubSubError> for CoreError {

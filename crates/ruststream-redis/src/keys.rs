@@ -12,6 +12,7 @@
 //! | `K.paused` | present while an operator has paused the subscription (`pause`/`resume`) |
 //! | `K.rate` | a rate limit's state (`.rate_limit(n, per)`): a string, expires when idle |
 //! | `K.rate.keys` | a per-key rate limit's state (`.rate_limit_by(..)`): a sorted set, key → its state |
+//! | `K.unique:<id>` | marks `id` as published to `K` within its `.unique_for(..)` window (expires with it) |
 //!
 //! On a cluster, every key one script touches must hash to one slot. A key with a hash tag passes
 //! it on (`{thumbnails}.dead`); the default derived names of an untagged key put the whole key in

@@ -12,6 +12,8 @@
 //! - [`RateLimit`]: `.rate_limit(n, per)` on a list or stream (`.rate_limit_by(header, n, per)`
 //!   per key on a list), shared by every worker of every instance through a limiter in Redis.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
+//! - Job progress and results (`Context::set_result`, `publish().await_result(..)`): one hash
+//!   per job with a ttl ([`RedisBroker::result_ttl`]), written by `job.lua` (`results.rs`).
 //!
 //! Data model (key `K`): `K` the queue, `K.processing` claimed entries, `K.delayed` +
 //! `K.delayed.payloads` retries waiting for their time, `K.dead` dead letters with a `reason`
@@ -72,9 +74,11 @@ mod pause;
 mod policy;
 mod publish;
 pub mod pubsub;
+mod results;
 pub mod stream;
 mod tls;
 mod transport;
+mod unique;
 
 pub use broker::RedisBroker;
 pub use frame::REASON_HEADER;
@@ -85,5 +89,6 @@ pub use options::DEFAULT_MIN_IDLE;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
+pub use results::DEFAULT_RESULT_TTL;
 pub use stream::RedisStream;
 pub use transport::RedisSource;

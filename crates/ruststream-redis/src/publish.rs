@@ -5,7 +5,11 @@
 //! keys go out concurrently on the pool, which pipelines them.
 //!
 //! A destination spread over partitions (`crate::partition`) gets each message on the partition
-//! its partition key picks, or the next one round robin.
+//! its partition key picks, or the next one round robin; a unique message without a partition key
+//! goes to the partition its id picks, so its window holds across partitions.
+//!
+//! Messages with a unique window (`crate::unique`) go out through `unique/publish.lua`, or
+//! `schedule.lua` when delayed, which enqueue only those whose id holds no window yet.
 //!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
@@ -21,6 +25,7 @@ use crate::conn::Connections;
 use crate::error::PubSubError;
 use crate::frame::{encode_parts, new_id};
 use crate::policy::{PublishPolicy, Routes};
+use crate::unique::{self, Target};
 use crate::{delayed, list, pubsub, stream};
 
 /// The publish backend of a [`RedisBroker`](crate::RedisBroker).
@@ -37,6 +42,11 @@ impl PublishBackend for RedisPublisher {
             publish(&self.conns, &self.routes, messages, None).await
         })
     }
+
+    /// Job records are hashes with a ttl (`crate::results`).
+    fn jobs(&self) -> Option<&dyn ruststream_core::JobStore> {
+        Some(self)
+    }
 }
 
 /// Messages for one key with one policy.
@@ -47,8 +57,12 @@ struct Group {
     now: Vec<Value>,
     /// `schedule.lua` arguments of delayed messages.
     later: Vec<Value>,
+    /// The unique keys of the delayed messages with a window, in order.
+    later_unique: Vec<String>,
     /// Stream entries' fields.
     entries: Vec<Vec<Value>>,
+    /// Messages due now with a unique window.
+    unique: unique::Batch,
 }
 
 /// Publishes `messages`, each with `policy` or its destination's default; returns how many
@@ -72,9 +86,19 @@ pub(crate) async fn publish(
             }
             .into());
         }
+        if matches!(policy, PublishPolicy::PubSub(_)) && m.unique_for.is_some() {
+            return Err(PubSubError::CannotBeUnique {
+                channel: m.destination,
+            }
+            .into());
+        }
         let key = match policy.partitions() {
             Some(n) => {
-                let i = crate::partition::pick(n, m.partition_key.as_deref(), routes.round_robin());
+                let by = m.partition_key.as_deref().or(match m.unique_for {
+                    Some(_) => m.id.as_deref(),
+                    None => None,
+                });
+                let i = crate::partition::pick(n, by, routes.round_robin());
                 conns.keys.key(&crate::partition::key(&m.destination, i))
             }
             None => conns.keys.key(&m.destination),
@@ -90,19 +114,37 @@ pub(crate) async fn publish(
                     policy,
                     now: Vec::new(),
                     later: Vec::new(),
+                    later_unique: Vec::new(),
                     entries: Vec::new(),
+                    unique: unique::Batch::default(),
                 });
                 groups.len() - 1
             }
         };
-        add(&mut groups[i], m);
+        add(&mut groups[i], &conns.keys, m);
     }
-    let sent = try_join_all(groups.into_iter().map(|g| send(&pool, conns, g))).await?;
+    // One token per publish call that has unique messages: a call sent again after its reply
+    // was lost recognises its own windows.
+    let token = if groups
+        .iter()
+        .any(|g| !g.unique.is_empty() || !g.later_unique.is_empty())
+    {
+        new_id()
+    } else {
+        String::new()
+    };
+    let sent = try_join_all(
+        groups
+            .into_iter()
+            .map(|g| send(&pool, conns, g, token.as_str())),
+    )
+    .await?;
     Ok(sent.into_iter().sum())
 }
 
-fn add(g: &mut Group, m: OutMessage) {
+fn add(g: &mut Group, keys: &crate::keys::KeySpace, m: OutMessage) {
     let id = m.id.unwrap_or_else(new_id);
+    let unique = m.unique_for.map(|w| (unique::key(keys, &g.key, &id), w));
     if let Some(due) = m.due {
         // Waits in the delayed set as a frame; the mover turns it into its destination's form.
         let (kind, ms) = due_arg(due);
@@ -111,7 +153,23 @@ fn add(g: &mut Group, m: OutMessage) {
             Value::Integer(ms),
             Value::from(id.as_str()),
             Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)),
+            Value::Integer(unique.as_ref().map_or(0, |(_, w)| unique::window_ms(*w))),
         ]);
+        g.later_unique.extend(unique.map(|(k, _)| k));
+        return;
+    }
+    if let Some((key, window)) = unique {
+        match g.policy {
+            PublishPolicy::Stream(_) => {
+                g.unique
+                    .entry(key, window, stream::fields(&id, 1, &m.headers, m.payload));
+            }
+            PublishPolicy::List(_) | PublishPolicy::PubSub(_) => g.unique.frame(
+                key,
+                window,
+                Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)),
+            ),
+        }
         return;
     }
     match g.policy {
@@ -137,7 +195,7 @@ fn due_arg(due: Due) -> (&'static str, i64) {
 }
 
 /// Sends one group; returns how many of its messages were enqueued.
-async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<usize> {
+async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result<usize> {
     let client = pool.next();
     let mut enqueued = g.now.len() + g.entries.len();
     if !g.now.is_empty() {
@@ -147,8 +205,24 @@ async fn send(pool: &Pool, conns: &Connections, g: Group) -> Result<usize> {
             PublishPolicy::Stream(_) => {}
         }
     }
+    if !g.unique.is_empty() {
+        // Pub/Sub has no unique messages: `publish` refused them.
+        let target = match g.policy {
+            PublishPolicy::Stream(p) => Some(Target::Stream {
+                bound: p.script_arg(),
+            }),
+            PublishPolicy::List(p) => Some(Target::List {
+                ttl_ms: p.ttl.map_or(0, list::ttl_ms),
+            }),
+            PublishPolicy::PubSub(_) => None,
+        };
+        if let Some(target) = target {
+            enqueued += g.unique.send(client, &g.key, token, target).await?;
+        }
+    }
     if !g.later.is_empty() {
-        enqueued += delayed::schedule(client, &conns.keys.delayed(&g.key), g.later).await?;
+        let delayed = conns.keys.delayed(&g.key);
+        enqueued += delayed::schedule(client, &delayed, token, g.later, g.later_unique).await?;
     }
     if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
         let now_ms = conns.memory.clock_ms();

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ruststream_core::{
-    App, Broker, Error, IntoSubscriber, MessageType, PublishBuilder, Publisher, Result, RunningApp,
-    RustStream,
+    App, Broker, Enqueued, Error, IntoSubscriber, MessageType, PublishBuilder, Publisher, Result,
+    RunningApp, RustStream,
 };
 use ruststream_redis::RedisBroker;
 use ruststream_redis::frame::Frame;
@@ -449,6 +449,19 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
+    /// Enqueues the message only when no publish of its id to the destination holds a window
+    /// (`PublishBuilder::unique_for`; the window runs on the model's clock). Needs `.id(..)`.
+    pub fn unique_for(mut self, window: Duration) -> Self {
+        self.inner = self.inner.unique_for(window);
+        self
+    }
+
+    /// On a queue with priority levels, the level (`PublishBuilder::priority`).
+    pub fn priority(mut self, level: u8) -> Self {
+        self.inner = self.inner.priority(level);
+        self
+    }
+
     /// On a destination spread over partitions, the key that picks the partition.
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
         self.inner = self.inner.partition_key(key);
@@ -462,12 +475,14 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
-    /// Publishes, then waits until the app has settled (the handlers it triggers have run).
+    /// Publishes, then waits until the app has settled (the handlers it triggers have run);
+    /// returns what was [`Enqueued`].
     ///
     /// # Errors
     /// When the publish fails (no destination, an encoding error), or the app does not settle.
-    pub async fn publish(self) -> Result<()> {
-        self.inner.publish().await?;
-        self.app.settle().await
+    pub async fn publish(self) -> Result<Enqueued> {
+        let enqueued = self.inner.publish().await?;
+        self.app.settle().await?;
+        Ok(enqueued)
     }
 }

@@ -14,11 +14,14 @@ pub use cli::{run_main, run_main_from};
 #[cfg(feature = "otel")]
 pub use ruststream_core::opentelemetry;
 pub use ruststream_core::{
-    App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, DeliveryInfo, Due, Error, Handle,
-    HandleBatch, HandlerOutcome, Headers, Health, IntoBatchOutcome, IntoHandlerResult,
-    IntoSubscriber, MessageType, Mount, OutMessage, Publisher, Result, RunningApp, RustStream,
-    Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing, subscriber,
+    App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, DeliveryInfo, Due, Enqueued, Error,
+    Handle, HandleBatch, HandlerOutcome, Headers, Health, IntoBatchOutcome, IntoHandlerResult,
+    IntoSubscriber, MessageType, Mount, OutMessage, PublishBuilder, Publisher, Publishing, Result,
+    RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
+    subscriber,
 };
+/// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
+pub use ruststream_core::{JobRecord, job};
 pub use ruststream_macros::{Outgoing, app, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
 pub use ruststream_redis as redis;

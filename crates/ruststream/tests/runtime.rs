@@ -270,7 +270,8 @@ fn test_app(base: Counter) -> RustStream {
 /// Publishes `jobs` to `{added}` through `tb` and waits until the app settles.
 async fn tb_publish(tb: &TestApp, jobs: &[Job]) -> ruststream::Result<()> {
     let b = tb.broker::<RedisBroker>();
-    b.messages(jobs).to("{added}").publish().await
+    b.messages(jobs).to("{added}").publish().await?;
+    Ok(())
 }
 
 #[tokio::test(start_paused = true)]

@@ -247,3 +247,39 @@ async fn a_queue_with_partitions_spreads_over_the_cluster_models_slots() -> rust
     assert_eq!(worker.attempts.lock().expect("lock").len(), 8);
     tb.shutdown().await
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_unique_id_is_enqueued_once_per_window_on_the_clock() -> ruststream::Result<()> {
+    let worker = Worker::default();
+    let app = RustStream::new(AppInfo::new("testapp", "0.0.0")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379"),
+        |b| {
+            b.include(subscriber(RedisList::new("{jobs}").reliable(), worker.clone()).build());
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    let broker = tb.broker::<RedisBroker>();
+    let window = Duration::from_secs(60);
+    let jobs: Vec<Job> = (0..4).map(|n| Job { n }).collect();
+    let publish = |job| {
+        broker
+            .message(job)
+            .to("{jobs}")
+            .id("nightly")
+            .unique_for(window)
+            .publish()
+    };
+    assert!(publish(&jobs[0]).await?.is_enqueued());
+    let second = publish(&jobs[1]).await?;
+    assert_eq!((second.enqueued, second.duplicates), (0, 1));
+    broker.subscriber("{jobs}").assert_called(1);
+    tokio::time::advance(Duration::from_secs(59)).await;
+    assert!(
+        !publish(&jobs[2]).await?.is_enqueued(),
+        "still within the window"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(publish(&jobs[3]).await?.is_enqueued(), "the window ended");
+    broker.subscriber("{jobs}").assert_called(2);
+    tb.shutdown().await
+}

@@ -129,7 +129,8 @@ impl<B: Broker> Subscription<B> {
                 started,
                 #[cfg(feature = "otel")]
                 consumer,
-            );
+            )
+            .await;
         }
     }
 

@@ -3,7 +3,8 @@
 //! [`Mover`] moves them to `K` when due.
 //!
 //! Scripts (each a `.lua` file beside this one):
-//! - `schedule.lua` (the publisher's `.delay(..)`/`.at(..)`): `HSETNX` + `ZADD`, so an id already
+//! - `schedule.lua` (the publisher's `.delay(..)`/`.at(..)`): `HSETNX` + `ZADD` (and the unique
+//!   window's `SET NX PX` of `.unique_for(..)`), so an id already
 //!   waiting keeps its first schedule; a new earliest entry `PUBLISH`es on the delayed set's name
 //!   to wake the readers of the destination.
 //! - `move_due.lua` (before each read, unless scheduling is off): `ZRANGEBYSCORE`, `HMGET`,
@@ -62,8 +63,12 @@ static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-static SCHEDULE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("schedule.lua"), &[lua::GUARD]));
+static SCHEDULE: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("schedule.lua"),
+        &[lua::GUARD, crate::unique::LUA],
+    )
+});
 
 /// When the next due entry of a delayed set may be, shared by a subscription's reader (which
 /// waits for it) and its settler (which schedules retries into it).
@@ -230,19 +235,24 @@ impl Mover {
     }
 }
 
-/// Schedules entries in the delayed set `delayed` with `schedule.lua`; `args` are its groups of
-/// four (`in`|`at`, ms, id, frame).
+/// Schedules entries in the delayed set `delayed` with `schedule.lua` for the publish `token`;
+/// `groups` are its groups of five (`in`|`at`, ms, id, frame, unique window ms or 0), `unique`
+/// the unique keys of those with a window, in order. Returns how many were scheduled.
 pub(crate) async fn schedule(
     client: &Client,
     delayed: &Delayed,
-    args: Vec<Value>,
+    token: &str,
+    groups: Vec<Value>,
+    unique: Vec<String>,
 ) -> Result<usize> {
+    let mut keys = Vec::with_capacity(unique.len() + 2);
+    keys.extend([delayed.set.clone(), delayed.payloads.clone()]);
+    keys.extend(unique);
+    let mut args = Vec::with_capacity(groups.len() + 1);
+    args.push(Value::from(token));
+    args.extend(groups);
     let added: i64 = SCHEDULE
-        .evalsha_with_reload(
-            client,
-            vec![delayed.set.clone(), delayed.payloads.clone()],
-            args,
-        )
+        .evalsha_with_reload(client, keys, args)
         .await
         .map_err(core)?;
     Ok(usize::try_from(added).unwrap_or(0))

@@ -26,7 +26,7 @@ use ruststream_core::{ChannelDoc, Error, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::publish::push;
+pub(crate) use self::publish::{push, ttl_ms};
 use crate::conn::Connections;
 use crate::keys::{DeadLetter, Delayed, KeySpace, SourceKeys};
 use crate::limit::RateLimit;

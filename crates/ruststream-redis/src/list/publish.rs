@@ -2,6 +2,7 @@
 //! `push_ttl.lua` (`LPUSH` then `PEXPIRE`, atomically).
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
@@ -14,6 +15,11 @@ use crate::policy::ListPublish;
 static PUSH_TTL: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("push_ttl.lua"), &[lua::GUARD]));
 
+/// A list's ttl as the scripts take it: whole milliseconds, at least one.
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
 /// Pushes `frames` onto the full key `key` as `policy` says.
 pub(crate) async fn push(
     client: &Client,
@@ -24,9 +30,7 @@ pub(crate) async fn push(
     match policy.ttl {
         Some(ttl) => {
             let mut args = Vec::with_capacity(frames.len() + 1);
-            args.push(Value::Integer(
-                i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1),
-            ));
+            args.push(Value::Integer(ttl_ms(ttl)));
             args.extend(frames);
             let _: i64 = PUSH_TTL
                 .evalsha_with_reload(client, vec![key.to_owned()], args)

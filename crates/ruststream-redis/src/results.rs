@@ -1,0 +1,110 @@
+//! Job progress and results (the core's [`JobStore`], see `ruststream_core::job`): one hash per
+//! job, `<prefix>ruststream:job:{<id>}` (the id is the hash tag, so on a cluster each job's key
+//! lives in a slot of its own and every command touches one key), with the fields `progress`,
+//! `result` or `error`, and `state` (`running`, `done`, `failed`).
+//!
+//! Commands: writes are `job.lua` (`HGET` of the state, `HSET`, `PEXPIRE` with the broker's
+//! [`result_ttl`](crate::RedisBroker::result_ttl), atomically; a final record is never
+//! changed); reads are one `HMGET key progress result error`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use futures::future::BoxFuture;
+use ruststream_core::{Error, JobRecord, JobStore, JobWrite, Result};
+
+use crate::error::core;
+use crate::lua;
+use crate::publish::RedisPublisher;
+
+/// How long a job's record lives after its last write, unless the broker sets its own.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
+
+static JOB: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("job.lua"), &[lua::GUARD]));
+
+/// The full key of job `id`'s record.
+fn job_key(prefix: &str, id: &str) -> String {
+    format!("{prefix}ruststream:job:{{{id}}}")
+}
+
+/// Refuses a ttl that would drop a record at once.
+pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
+    if ttl < Duration::from_millis(1) {
+        return Err(Error::config(
+            "RedisBroker::result_ttl is zero: job results would expire at once; give it at least 1 ms (the default is 1 h)",
+        ));
+    }
+    Ok(())
+}
+
+impl JobStore for RedisPublisher {
+    fn write_job<'a>(&'a self, id: &'a str, write: JobWrite) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            let (kind, value) = match write {
+                JobWrite::Progress(json) => ("progress", Value::Bytes(json)),
+                JobWrite::Result(json) => ("result", Value::Bytes(json)),
+                JobWrite::Failed(reason) => ("failed", Value::from(reason)),
+                other => {
+                    return Err(Error::Broker(format!(
+                        "this broker cannot store the job write {other:?}"
+                    )));
+                }
+            };
+            let ttl = self.conns.settings.result_ttl;
+            let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
+            let pool = self.conns.pool()?;
+            let _: i64 = JOB
+                .evalsha_with_reload(
+                    pool.next(),
+                    vec![job_key(self.conns.keys.prefix(), id)],
+                    vec![Value::from_static_str(kind), value, Value::Integer(ttl_ms)],
+                )
+                .await
+                .map_err(core)?;
+            Ok(())
+        })
+    }
+
+    fn read_job<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<JobRecord>>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            let pool = self.conns.pool()?;
+            let fields: Vec<Option<Bytes>> = pool
+                .next()
+                .hmget(
+                    job_key(self.conns.keys.prefix(), id),
+                    vec!["progress", "result", "error"],
+                )
+                .await
+                .map_err(core)?;
+            let mut fields = fields.into_iter();
+            let (progress, result, error) = (
+                fields.next().flatten(),
+                fields.next().flatten(),
+                fields.next().flatten(),
+            );
+            if progress.is_none() && result.is_none() && error.is_none() {
+                return Ok(None);
+            }
+            let error = error.map(|e| String::from_utf8_lossy(&e).into_owned());
+            Ok(Some(JobRecord::new(progress, result, error)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_id_is_the_hash_tag() {
+        assert_eq!(job_key("app:", "0192-ab"), "app:ruststream:job:{0192-ab}");
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(Duration::from_millis(1)).is_ok());
+    }
+}
