@@ -294,7 +294,9 @@ impl<T: MessageType> Future for Publishing<'_, T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Sending::Built(builder) = std::mem::replace(&mut this.state, Sending::Done) {
+        if matches!(this.state, Sending::Built(_))
+            && let Sending::Built(builder) = std::mem::replace(&mut this.state, Sending::Done)
+        {
             let encoded = builder.encode();
             let publisher = builder.publisher;
             this.state = Sending::Sent(Box::pin(async move { publisher.send(encoded?).await }));
