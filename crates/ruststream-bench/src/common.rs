@@ -76,10 +76,12 @@ pub enum Scenario {
     Pubsub,
     /// A steady rate on a reliable list, end-to-end latency.
     Latency,
+    /// `Reliable` on a queue with priority levels, messages spread over them.
+    Priorities,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
@@ -90,6 +92,7 @@ impl Scenario {
         Self::Delayed,
         Self::Pubsub,
         Self::Latency,
+        Self::Priorities,
     ];
 
     pub fn name(self) -> &'static str {
@@ -104,6 +107,7 @@ impl Scenario {
             Self::Delayed => "delayed",
             Self::Pubsub => "pubsub",
             Self::Latency => "latency",
+            Self::Priorities => "priorities",
         }
     }
 

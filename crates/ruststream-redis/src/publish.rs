@@ -5,7 +5,8 @@
 //! keys go out concurrently on the pool, which pipelines them.
 //!
 //! A destination spread over partitions (`crate::partition`) gets each message on the partition
-//! its partition key picks, or the next one round robin.
+//! its partition key picks, or the next one round robin. A message with a priority goes onto its
+//! level of a list with priority levels (`list::place`).
 //!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
@@ -61,7 +62,7 @@ pub(crate) async fn publish(
 ) -> Result<usize> {
     let pool = conns.pool()?;
     let mut groups: Vec<Group> = Vec::new();
-    for m in messages {
+    for mut m in messages {
         let policy = policy
             .or_else(|| routes.get(&m.destination))
             .unwrap_or_default();
@@ -79,6 +80,7 @@ pub(crate) async fn publish(
             }
             None => conns.keys.key(&m.destination),
         };
+        let (key, policy) = list::place(&conns.keys, key, policy, &mut m)?;
         let i = match groups
             .iter()
             .position(|g| g.key == key && g.policy == policy)

@@ -455,6 +455,13 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
+    /// On a queue with priority levels, the level (see
+    /// [`PublishBuilder::priority`](ruststream_core::PublishBuilder::priority)).
+    pub fn priority(mut self, level: u8) -> Self {
+        self.inner = self.inner.priority(level);
+        self
+    }
+
     /// Delivers the message at `when`, on the model's clock: compute it from
     /// [`TestApp::now`] (`tb.now() + d`), which follows the virtual clock.
     pub fn at(mut self, when: SystemTime) -> Self {

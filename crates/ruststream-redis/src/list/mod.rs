@@ -7,13 +7,15 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, its checks, its keys | none |
-//! | `receive.rs` | reading | simple: `RPOP key n`, `BRPOP` when empty; reliable: `claim.lua`, `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | simple: `RPOP key n` (with levels `pop.lua`), `BRPOP` when empty; reliable: `claim.lua`, `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
-//! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` |
+//! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
+//! | `levels.rs` | priority levels: their keys, a publish's level, the readers' wake-ups | `SUBSCRIBE`, `PUBLISH` |
 //!
 //! A simple list's settle only pushes dead letters (see `crate::dead`).
 
 mod lease;
+mod levels;
 mod publish;
 mod receive;
 mod settle;
@@ -26,11 +28,13 @@ use ruststream_core::{ChannelDoc, Error, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::levels::place;
 pub(crate) use self::publish::push;
 use crate::conn::Connections;
 use crate::keys::{DeadLetter, Delayed, KeySpace, SourceKeys};
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
+pub use crate::policy::MAX_PRIORITIES;
 use crate::policy::PublishPolicy;
 use crate::transport::{RedisReceiver, Transport};
 
@@ -67,6 +71,7 @@ pub struct RedisList {
     recovery_ttl: Option<Duration>,
     no_recovery: bool,
     partitions: Option<u16>,
+    priorities: Option<u8>,
     options: SourceOptions,
 }
 
@@ -84,6 +89,7 @@ impl RedisList {
             recovery_ttl: None,
             no_recovery: false,
             partitions: None,
+            priorities: None,
             options: SourceOptions::default(),
         }
     }
@@ -105,6 +111,45 @@ impl RedisList {
     pub fn partitions(mut self, n: u16) -> Self {
         self.partitions = Some(n);
         self
+    }
+
+    /// Gives the queue `n` priority levels, `0` (the lowest, where a publish without a
+    /// priority and a raw `LPUSH key` land) to `n - 1` (the highest), `n` from 2 to
+    /// [`MAX_PRIORITIES`]; a message is published onto one with
+    /// [`priority(i)`](ruststream_core::PublishBuilder::priority). Level 0 is the key itself,
+    /// level `i` the list `<key>.p<i>` in its slot. Readers, simple or reliable, always take
+    /// from the highest non-empty level first, in one script run: the priority is strict, so
+    /// lower levels wait (starve) for as long as a higher one has entries. Claims, leases,
+    /// settling and recovery are the same as without levels; an entry swept back from a dead
+    /// worker, a retry and a delayed message all go onto their own level (the `rs.priority`
+    /// header, which handlers see). With [`partitions`](Self::partitions) every partition has
+    /// the levels. Why readers wake for a higher level at once while they wait on level 0:
+    /// `docs/decisions.md`, "Priority levels (issue 15)".
+    ///
+    /// ```no_run
+    /// # async fn run(publisher: ruststream_core::Publisher) -> ruststream_core::Result<()> {
+    /// use ruststream_redis::RedisList;
+    /// let jobs = RedisList::new("{jobs}").reliable().priorities(3);
+    /// assert_eq!(jobs.level_keys(), ["{jobs}", "{jobs}.p1", "{jobs}.p2"]);
+    /// // ... subscribe a handler to `jobs`, then publish onto its highest level:
+    /// publisher.message(&"urgent").to("{jobs}").priority(2).publish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priorities(mut self, n: u8) -> Self {
+        self.priorities = Some(n);
+        self
+    }
+
+    /// The keys of its priority levels, lowest first (without the broker's prefix, as on a
+    /// standalone server; just the key without [`priorities`](Self::priorities)).
+    pub fn level_keys(&self) -> Vec<String> {
+        let mut keys = vec![self.key.clone()];
+        keys.extend(levels::keys(
+            &KeySpace::default(),
+            &self.key,
+            self.priorities,
+        ));
+        keys
     }
 
     /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
@@ -189,6 +234,7 @@ impl RedisList {
             settle_tokens: (reliable && self.no_recovery)
                 .then(|| space.derived(&queue, ".settles")),
             dead: space.dead(&self.key, &self.options.dead_letter),
+            levels: levels::keys(space, &queue, self.priorities),
             queue,
         }
     }
@@ -246,6 +292,8 @@ struct ListKeys {
     settle_tokens: Option<String>,
     dead: Option<String>,
     delayed: Delayed,
+    /// Priority levels 1 … n-1 (level 0 is the queue); empty without levels.
+    levels: Vec<String>,
 }
 
 impl ListKeys {
@@ -257,6 +305,7 @@ impl ListKeys {
         keys.extend(self.dead.clone());
         keys.extend(self.recovery.clone());
         keys.extend(self.settle_tokens.clone());
+        keys.extend(self.levels.iter().cloned());
         keys
     }
 }
@@ -276,6 +325,9 @@ impl Transport for RedisList {
         });
         if let Some(n) = self.partitions {
             bindings["partitions"] = json!(n);
+        }
+        if let Some(n) = self.priorities {
+            bindings["priorities"] = json!(n);
         }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
@@ -306,6 +358,7 @@ impl Transport for RedisList {
             transport: "list",
             mode: mode.to_owned(),
             paused: Some(space.paused(&keys.queue)),
+            levels: keys.levels,
             queue: keys.queue,
             processing: keys.processing,
             min_idle_ms: keys
@@ -331,10 +384,17 @@ impl Transport for RedisList {
         })
     }
 
-    /// A partitioned list's publishers spread messages over its partitions.
+    /// A partitioned list's publishers spread messages over its partitions; one with priority
+    /// levels lets them publish onto its levels.
     fn route(&self) -> Option<PublishPolicy> {
-        let n = self.partitions?;
-        Some(PublishPolicy::List(Publish::new().partitions(n)))
+        if self.partitions.is_none() && self.priorities.is_none() {
+            return None;
+        }
+        Some(PublishPolicy::List(Publish {
+            partitions: self.partitions,
+            priorities: self.priorities,
+            ..Publish::new()
+        }))
     }
 
     /// A simple list popped the entry before its handler ran: a retry settles nothing.
@@ -350,6 +410,7 @@ impl Transport for RedisList {
         if key.is_empty() {
             return Err(Error::config("a RedisList has an empty key: name the list"));
         }
+        levels::check(&format!("list `{key}`"), self.priorities)?;
         if let Some(n) = self.partitions {
             let named = [
                 ("processing", self.processing.is_some()),
@@ -409,85 +470,4 @@ impl Transport for RedisList {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err(l: &RedisList) -> String {
-        l.validate(&KeySpace::default()).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn recovery_needs_min_idle_and_a_longer_ttl() {
-        let l = RedisList::new("{t}").reliable().recovery_zset("{t}.claims");
-        assert!(err(&l).contains("needs min_idle"));
-        let l = l.min_idle(Duration::from_secs(60));
-        assert!(l.validate(&KeySpace::default()).is_ok());
-        assert!(
-            err(&l.recovery_ttl(Duration::from_secs(60))).contains("must be longer than min_idle")
-        );
-        // Recovery is on by default: min_idle alone sets how soon a dead worker's claims return.
-        assert!(
-            RedisList::new("q")
-                .reliable()
-                .min_idle(Duration::from_secs(1))
-                .validate(&KeySpace::default())
-                .is_ok()
-        );
-        assert!(
-            err(&RedisList::new("q")
-                .reliable()
-                .no_recovery()
-                .min_idle(Duration::from_secs(1)))
-            .contains("no_recovery turns crash recovery off")
-        );
-        assert!(err(&RedisList::new("q").no_recovery()).contains("need a reliable list"));
-    }
-
-    #[test]
-    fn a_reliable_list_records_its_claims_unless_told_not_to() {
-        let space = KeySpace::new(String::new(), true);
-        let keys = RedisList::new("{t}").reliable().keys(&space);
-        assert_eq!(keys.recovery.as_deref(), Some("{t}.claims"));
-        let none = RedisList::new("{t}").reliable().no_recovery().keys(&space);
-        assert_eq!(none.recovery, None);
-        let named = RedisList::new("{t}")
-            .reliable()
-            .recovery_zset("{t}.z")
-            .min_idle(Duration::from_secs(5))
-            .keys(&space);
-        assert_eq!(named.recovery.as_deref(), Some("{t}.z"));
-        assert_eq!(RedisList::new("q").keys(&space).recovery, None);
-    }
-
-    #[test]
-    fn on_a_cluster_untagged_simple_lists_pass_and_untagged_reliable_ones_get_the_tag() {
-        let cluster = KeySpace::new("app:".into(), true);
-        let simple = RedisList::new("cache.warmups");
-        let keys = simple.keys(&cluster).used_together();
-        assert!(
-            keys.contains(&"{app:cache.warmups}.delayed".to_owned()),
-            "{keys:?}"
-        );
-        assert!(
-            keys.contains(&"{app:cache.warmups}.dead".to_owned()),
-            "{keys:?}"
-        );
-        assert!(simple.validate(&cluster).is_ok());
-        let e = err_on(&RedisList::new("jobs").reliable(), &cluster);
-        assert!(e.contains("hash tag: `{jobs}`"), "{e}");
-        let tagged = RedisList::new("{thumbnails}")
-            .reliable()
-            .recovery_zset("{thumbnails}.claims")
-            .min_idle(Duration::from_secs(1));
-        assert!(tagged.validate(&cluster).is_ok());
-        let stray = RedisList::new("{t}")
-            .reliable()
-            .recovery_zset("claims")
-            .min_idle(Duration::from_secs(1));
-        assert!(stray.validate(&cluster).is_err());
-    }
-
-    fn err_on(l: &RedisList, space: &KeySpace) -> String {
-        l.validate(space).unwrap_err().to_string()
-    }
-}
+mod tests;

@@ -1,10 +1,12 @@
 //! Reading a list subscription.
 //!
-//! - Simple: `RPOP key n`; when empty, `BRPOP key t`.
+//! - Simple: `RPOP key n` (with priority levels `pop.lua`, highest level first); when empty,
+//!   `BRPOP key t` (with levels `BRPOP` over every level, highest first).
 //! - Reliable: `claim.lua` (stale claims swept back first, with recovery, then up to `n` entries
-//!   claimed into the processing list, each recorded in the recovery set); when the queue is
-//!   empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an entry arrives,
-//!   then `claim.lua` again.
+//!   claimed into the processing list, from the highest non-empty level down, each recorded in
+//!   the recovery set); when the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves
+//!   nothing but wakes when an entry arrives on level 0 (a level above announces its first entry
+//!   on Pub/Sub, see `levels.rs`), then `claim.lua` again.
 //!
 //! Before each read the subscription's [`Mover`] moves due delayed entries into the queue.
 
@@ -21,6 +23,7 @@ use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::Leases;
+use super::levels::Wakes;
 use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
 use crate::conn::{Connections, ReadConn};
@@ -36,8 +39,19 @@ use crate::transport::{
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
 
-static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("claim.lua"), &[lua::GUARD, crate::frame::LUA]));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("claim.lua"),
+        &[lua::GUARD, crate::frame::LUA, lua::LEVELS],
+    )
+});
+
+static POP: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("pop.lua"),
+        &[lua::GUARD, crate::frame::LUA, lua::LEVELS],
+    )
+});
 
 /// Opens the receiver of `list`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -60,7 +74,8 @@ pub(super) async fn open(
         keys.dead.as_deref(),
         Destination::List,
     )
-    .await?;
+    .await?
+    .map(|m| m.with_levels(&keys.levels));
     let gate = watch_source(conns, list, &pool, &stop).await?;
     let reader = Reader {
         conn,
@@ -68,6 +83,7 @@ pub(super) async fn open(
         source: list.key.as_str().into(),
         block: list.options.block,
         mover,
+        wakes: Wakes::open(conns, &keys.levels).await?,
     };
     let receiver = match list.mode {
         Mode::Simple => RedisReceiver::new(SimpleList {
@@ -76,6 +92,7 @@ pub(super) async fn open(
                 dead: keys.dead.clone(),
             }),
             key: keys.queue,
+            levels: keys.levels,
             reader,
         }),
         Mode::Reliable => open_reliable(list, keys, pool, reader),
@@ -119,6 +136,8 @@ struct Reader {
     source: Arc<str>,
     block: Duration,
     mover: Option<Mover>,
+    /// With priority levels: woken when a level above 0 gets its first entry.
+    wakes: Wakes,
 }
 
 impl Reader {
@@ -150,6 +169,7 @@ impl Reader {
                 () = self.stop.cancelled() => {}
                 () = hurry.cancelled() => {}
                 () = woken(self.mover.as_ref()) => {}
+                () = self.wakes.any() => {}
             }
         };
         self.conn.blocking(wait, read, interrupt).await
@@ -166,6 +186,8 @@ impl Reader {
 /// A simple list: popped, at most once.
 struct SimpleList {
     key: String,
+    /// Priority levels 1 … n-1; empty without levels.
+    levels: Vec<String>,
     reader: Reader,
     settler: RedisSettler,
 }
@@ -175,12 +197,23 @@ impl SimpleList {
         let r = &self.reader;
         r.move_due().await;
         let client = r.conn.client();
-        let popped: Value = client.rpop(&self.key, Some(max)).await.map_err(core)?;
+        let popped: Value = if self.levels.is_empty() {
+            client.rpop(&self.key, Some(max)).await
+        } else {
+            let mut keys = vec![self.key.clone()];
+            keys.extend(self.levels.iter().cloned());
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            POP.evalsha_with_reload(client, keys, vec![max]).await
+        }
+        .map_err(core)?;
         let mut values = bytes_array(popped);
         if values.is_empty() && r.may_wait(hurry) {
             let wait = r.wait(Duration::MAX);
+            // Highest level first: BRPOP pops from the first non-empty key it is given.
+            let mut keys: Vec<&str> = self.levels.iter().rev().map(String::as_str).collect();
+            keys.push(&self.key);
             let got = r
-                .blocking(wait, client.brpop(&self.key, wait.as_secs_f64()), hurry)
+                .blocking(wait, client.brpop(keys, wait.as_secs_f64()), hurry)
                 .await?;
             if let Value::Array(mut kv) = got
                 && kv.len() == 2
@@ -270,6 +303,7 @@ impl ReliableList {
                     () = r.stop.cancelled() => {}
                     () = hurry.cancelled() => {}
                     () = woken(r.mover.as_ref()) => {}
+                    () = r.wakes.any() => {}
                 }
             }
             Err(e) => return Err(e),
@@ -300,6 +334,7 @@ impl ReliableList {
                 ]
             }
         };
+        keys.extend(self.keys.levels.iter().cloned());
         let reply: Value = CLAIM
             .evalsha_with_reload(self.reader.conn.client(), keys, args)
             .await

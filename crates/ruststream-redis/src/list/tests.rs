@@ -1,0 +1,99 @@
+//! Unit tests of the list source's options and keys.
+
+use super::*;
+
+fn err(l: &RedisList) -> String {
+    l.validate(&KeySpace::default()).unwrap_err().to_string()
+}
+
+#[test]
+fn recovery_needs_min_idle_and_a_longer_ttl() {
+    let l = RedisList::new("{t}").reliable().recovery_zset("{t}.claims");
+    assert!(err(&l).contains("needs min_idle"));
+    let l = l.min_idle(Duration::from_secs(60));
+    assert!(l.validate(&KeySpace::default()).is_ok());
+    assert!(err(&l.recovery_ttl(Duration::from_secs(60))).contains("must be longer than min_idle"));
+    // Recovery is on by default: min_idle alone sets how soon a dead worker's claims return.
+    assert!(
+        RedisList::new("q")
+            .reliable()
+            .min_idle(Duration::from_secs(1))
+            .validate(&KeySpace::default())
+            .is_ok()
+    );
+    assert!(
+        err(&RedisList::new("q")
+            .reliable()
+            .no_recovery()
+            .min_idle(Duration::from_secs(1)))
+        .contains("no_recovery turns crash recovery off")
+    );
+    assert!(err(&RedisList::new("q").no_recovery()).contains("need a reliable list"));
+}
+
+#[test]
+fn a_reliable_list_records_its_claims_unless_told_not_to() {
+    let space = KeySpace::new(String::new(), true);
+    let keys = RedisList::new("{t}").reliable().keys(&space);
+    assert_eq!(keys.recovery.as_deref(), Some("{t}.claims"));
+    let none = RedisList::new("{t}").reliable().no_recovery().keys(&space);
+    assert_eq!(none.recovery, None);
+    let named = RedisList::new("{t}")
+        .reliable()
+        .recovery_zset("{t}.z")
+        .min_idle(Duration::from_secs(5))
+        .keys(&space);
+    assert_eq!(named.recovery.as_deref(), Some("{t}.z"));
+    assert_eq!(RedisList::new("q").keys(&space).recovery, None);
+}
+
+#[test]
+fn on_a_cluster_untagged_simple_lists_pass_and_untagged_reliable_ones_get_the_tag() {
+    let cluster = KeySpace::new("app:".into(), true);
+    let simple = RedisList::new("cache.warmups");
+    let keys = simple.keys(&cluster).used_together();
+    assert!(
+        keys.contains(&"{app:cache.warmups}.delayed".to_owned()),
+        "{keys:?}"
+    );
+    assert!(
+        keys.contains(&"{app:cache.warmups}.dead".to_owned()),
+        "{keys:?}"
+    );
+    assert!(simple.validate(&cluster).is_ok());
+    let e = err_on(&RedisList::new("jobs").reliable(), &cluster);
+    assert!(e.contains("hash tag: `{jobs}`"), "{e}");
+    let tagged = RedisList::new("{thumbnails}")
+        .reliable()
+        .recovery_zset("{thumbnails}.claims")
+        .min_idle(Duration::from_secs(1));
+    assert!(tagged.validate(&cluster).is_ok());
+    let stray = RedisList::new("{t}")
+        .reliable()
+        .recovery_zset("claims")
+        .min_idle(Duration::from_secs(1));
+    assert!(stray.validate(&cluster).is_err());
+}
+
+fn err_on(l: &RedisList, space: &KeySpace) -> String {
+    l.validate(space).unwrap_err().to_string()
+}
+
+#[test]
+fn priority_levels_live_in_the_queues_slot_and_bad_counts_are_refused() {
+    let cluster = KeySpace::new("app:".into(), true);
+    let simple = RedisList::new("jobs").priorities(3);
+    assert_eq!(
+        simple.keys(&cluster).levels,
+        ["{app:jobs}.p1", "{app:jobs}.p2"]
+    );
+    assert!(simple.validate(&cluster).is_ok());
+    let route = simple.route().expect("a route with the levels");
+    assert_eq!(route.partitions(), None);
+    assert!(matches!(route, PublishPolicy::List(p) if p.priorities == Some(3)));
+    assert!(err(&RedisList::new("q").priorities(1)).contains("leave priorities out"));
+    assert!(err(&RedisList::new("q").priorities(0)).contains("between 2 and 16"));
+    assert!(err(&RedisList::new("q").priorities(17)).contains("between 2 and 16"));
+    assert_eq!(RedisList::new("q").level_keys(), ["q"]);
+    assert!(RedisList::new("q").route().is_none());
+}
