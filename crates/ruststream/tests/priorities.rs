@@ -6,10 +6,9 @@
 
 mod harness;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use harness::{Env, WAIT, on, start, stop, wait_until};
+use harness::{Env, Stuck, WAIT, on, start, stop, wait_until};
 use ruststream::prelude::*;
 use ruststream::testing::TestApp;
 use ruststream::{RedisSource, list, subscriber};
@@ -37,48 +36,21 @@ struct Job {
 
 outgoing!(Job);
 
-/// Every job the apps of a test handled, with its attempt, in handling order; the handler
-/// settles as `decide` says.
-#[derive(Clone)]
-struct Seen {
-    seen: Arc<Mutex<Vec<(Job, u32)>>>,
-    decide: fn(&Job, u32) -> Result<(), HandlerOutcome>,
-}
+type Seen = harness::Seen<Job>;
 
-impl Seen {
-    fn new(decide: fn(&Job, u32) -> Result<(), HandlerOutcome>) -> Self {
-        let seen = Arc::default();
-        Self { seen, decide }
-    }
-
-    fn acking() -> Self {
-        Self::new(|_, _| Ok(()))
-    }
-
-    fn jobs(&self) -> Vec<(Job, u32)> {
-        self.seen.lock().expect("lock").clone()
-    }
-
-    fn count(&self) -> usize {
-        self.jobs().len()
-    }
-
-    /// The levels of the handled jobs, in handling order.
-    fn levels(&self) -> Vec<u8> {
-        self.jobs().iter().map(|(j, _)| j.level).collect()
-    }
-}
-
-impl Handle<Job> for Seen {
-    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        // The level travels with the message as its `rs.priority` header (none on level 0).
-        let header = ctx.header("rs.priority").map(str::to_owned);
+/// The levels of the jobs `seen` handled, in handling order. Each level travels with its
+/// message as the `rs.priority` header (none on level 0), through retries and recovery too.
+fn levels(seen: &Seen) -> Vec<u8> {
+    let jobs = seen.jobs();
+    for ((job, attempt), headers) in jobs.iter().zip(seen.headers()) {
         let expected = (job.level > 0).then(|| job.level.to_string());
-        assert_eq!(header, expected, "{job:?}");
-        let attempt = ctx.attempt();
-        self.seen.lock().expect("lock").push((job.clone(), attempt));
-        (self.decide)(job, attempt)
+        assert_eq!(
+            headers.get("rs.priority"),
+            expected.as_ref(),
+            "{job:?} at {attempt}"
+        );
     }
+    jobs.iter().map(|(j, _)| j.level).collect()
 }
 
 /// An app on a broker of its own (its own connections, as another process would have) with one
@@ -146,16 +118,16 @@ async fn a_backlog_is_taken_highest_level_first_by_every_app(env: &Env) {
     for running in apps {
         stop(running).await;
     }
-    let levels = seen.levels();
+    let order = levels(&seen);
     // Three readers claim one at a time: at a level's boundary two of them may record out of
     // claim order, never across the ten jobs of the level between.
-    let (last_high, first_low) = last_and_first(&levels, 2, 0);
-    assert!(last_high < first_low, "{levels:?}");
+    let (last_high, first_low) = last_and_first(&order, 2, 0);
+    assert!(last_high < first_low, "{order:?}");
     assert!(
-        levels[..8].iter().all(|l| *l == 2),
-        "level 2 first: {levels:?}"
+        order[..8].iter().all(|l| *l == 2),
+        "level 2 first: {order:?}"
     );
-    assert!(levels[22..].iter().all(|l| *l == 0), "{levels:?}");
+    assert!(order[22..].iter().all(|l| *l == 0), "{order:?}");
     let mut ns: Vec<u32> = seen.jobs().iter().map(|(j, _)| j.n).collect();
     ns.sort_unstable();
     assert_eq!(ns, (0..30).collect::<Vec<_>>(), "each once");
@@ -175,10 +147,10 @@ async fn a_simple_list_pops_the_highest_level_first(env: &Env) {
     for running in apps {
         stop(running).await;
     }
-    let levels = seen.levels();
-    let (last_high, first_low) = last_and_first(&levels, 2, 0);
-    assert!(last_high < first_low, "{levels:?}");
-    assert!(levels[..9].iter().all(|l| *l == 2), "{levels:?}");
+    let order = levels(&seen);
+    let (last_high, first_low) = last_and_first(&order, 2, 0);
+    assert!(last_high < first_low, "{order:?}");
+    assert!(order[..9].iter().all(|l| *l == 2), "{order:?}");
     for key in [JOBS, "{jobs}.p1", "{jobs}.p2"] {
         assert_eq!(env.llen(key).await, 0, "{key}");
     }
@@ -229,17 +201,6 @@ async fn publish_one(broker: &RedisBroker, level: u8, n: u32) {
         .expect("publish");
 }
 
-/// A handler that never finishes.
-#[derive(Clone, Default)]
-struct Stuck(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Handle<Job> for Stuck {
-    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        std::future::pending().await
-    }
-}
-
 async fn a_dead_readers_claims_come_back_onto_their_level(env: &Env) {
     const MIN_IDLE: Duration = Duration::from_millis(500);
     let source = |c| {
@@ -258,10 +219,7 @@ async fn a_dead_readers_claims_come_back_onto_their_level(env: &Env) {
     let first =
         start(app(env, source(4), stuck.clone()).shutdown_timeout(Duration::from_millis(100)))
             .await;
-    wait_until("4 claimed", WAIT, async || {
-        stuck.0.load(std::sync::atomic::Ordering::SeqCst) == 4
-    })
-    .await;
+    wait_until("4 claimed", WAIT, async || stuck.started() == 4).await;
     stop(first).await;
     assert_eq!(env.llen("{jobs}.processing").await, 4);
     // Fresh work on level 0 that the second reader takes while the claims are not stale yet.
@@ -312,9 +270,9 @@ async fn retries_and_requeued_dead_letters_keep_their_level(env: &Env) {
         start(app(env, source(), seen.clone())).await,
     ];
     wait_until("12 handled", WAIT, async || seen.count() == 12).await;
-    let levels = seen.levels();
-    let (last_high, first_low) = last_and_first(&levels, 2, 0);
-    assert!(last_high < first_low, "retries keep level 2: {levels:?}");
+    let order = levels(&seen);
+    let (last_high, first_low) = last_and_first(&order, 2, 0);
+    assert!(last_high < first_low, "retries keep level 2: {order:?}");
     wait_until("2 dead", WAIT, async || env.llen("{jobs}.dead").await == 2).await;
     for running in apps {
         stop(running).await;
@@ -455,12 +413,19 @@ async fn testapp_delayed_messages_fall_due_onto_their_level() -> ruststream::Res
     tb.advance(Duration::from_secs(3599)).await?;
     assert_eq!(seen.count(), 0);
     tb.advance(Duration::from_secs(2)).await?;
-    assert_eq!(seen.levels(), [2, 2, 1, 1, 0, 0]);
+    assert_eq!(levels(&seen), [2, 2, 1, 1, 0, 0]);
     tb.advance(Duration::from_secs(3601)).await?;
     let retried: Vec<(u8, u32)> = seen.jobs()[6..]
         .iter()
         .map(|(j, a)| (j.level, *a))
         .collect();
     assert_eq!(retried, [(1, 2), (1, 2)]);
+    // A publish onto a level is a publish to the queue in the record.
+    let urgent = Job { level: 2, n: 9 };
+    let b = tb.broker::<RedisBroker>();
+    b.message(&urgent).to(JOBS).priority(2).publish().await?;
+    let published = b.published::<Job>(JOBS);
+    published.assert_called(7);
+    assert_eq!(levels(&seen).last(), Some(&2));
     tb.shutdown().await
 }

@@ -127,12 +127,13 @@ impl RedisList {
     /// `docs/decisions.md`, "Priority levels (issue 15)".
     ///
     /// ```no_run
-    /// # async fn run(publisher: ruststream_core::Publisher) -> ruststream_core::Result<()> {
+    /// # use ruststream_core::{MessageType, Publisher, Result};
+    /// # async fn run(publisher: Publisher, job: &impl MessageType) -> Result<()> {
     /// use ruststream_redis::RedisList;
     /// let jobs = RedisList::new("{jobs}").reliable().priorities(3);
     /// assert_eq!(jobs.level_keys(), ["{jobs}", "{jobs}.p1", "{jobs}.p2"]);
     /// // ... subscribe a handler to `jobs`, then publish onto its highest level:
-    /// publisher.message(&"urgent").to("{jobs}").priority(2).publish().await?;
+    /// publisher.message(job).to("{jobs}").priority(2).publish().await?;
     /// # Ok(()) }
     /// ```
     pub fn priorities(mut self, n: u8) -> Self {
