@@ -25,6 +25,8 @@ on!(
 
 on!([memory, cluster] bad_priority_settings_are_refused_with_a_fix);
 
+on!([memory, standalone, cluster] a_level_of_another_type_stops_the_claim_before_it_moves_anything);
+
 /// The queue of every test: in a hash tag, so its levels share its slot on a cluster.
 const JOBS: &str = "{jobs}";
 
@@ -381,6 +383,37 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
         .expect_err("refused")
         .to_string();
     assert!(e.contains("is a stream"), "{e}");
+}
+
+async fn a_level_of_another_type_stops_the_claim_before_it_moves_anything(env: &Env) {
+    let _logs = harness::logs::captured();
+    let stray = env.key("{jobs}.p1");
+    env.cmd("SET", vec![stray.clone().into(), "not a list".into()])
+        .await
+        .expect("set");
+    let broker = producer(env, 3);
+    broker.connect().await.expect("connect");
+    publish(&broker, &[0]).await;
+    let seen = Seen::acking();
+    let source = RedisList::new(JOBS).reliable().priorities(3);
+    let running = start(app(env, source, seen.clone())).await;
+    // The claim checks every level's type before its first write: it fails whole.
+    let says = format!("WRONGTYPE key {stray} holds a string");
+    wait_until("the claim's error is logged", WAIT, async || {
+        harness::logs::text().contains(&says)
+    })
+    .await;
+    assert_eq!(seen.count(), 0);
+    assert_eq!(env.llen(JOBS).await, 1, "nothing claimed");
+    assert_eq!(env.llen("{jobs}.processing").await, 0);
+    env.cmd("DEL", vec![stray.clone().into()])
+        .await
+        .expect("del");
+    wait_until("handled once the key is gone", WAIT, async || {
+        seen.count() == 1
+    })
+    .await;
+    stop(running).await;
 }
 
 /// On `TestApp`'s virtual clock: delayed messages of every level fall due together, and the
