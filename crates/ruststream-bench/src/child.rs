@@ -193,6 +193,9 @@ fn subscription(
                 .max_wait(BATCH_WAIT)
                 .build::<Msg>()
         }
+        Scenario::Priorities => {
+            subscriber(list(crate::priorities::source(key)), handler).build::<Msg>()
+        }
         // A reliable list without crash recovery (recovery is the `recovery` scenario).
         _ => subscriber(list(RedisList::new(key).reliable().no_recovery()), handler).build::<Msg>(),
     }

@@ -80,10 +80,12 @@ pub enum Scenario {
     RateLimit,
     /// Reliable list with a per-key rate limit that never holds back.
     RateLimitKey,
+    /// `Reliable` on a queue with priority levels, messages spread over them.
+    Priorities,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
@@ -96,6 +98,7 @@ impl Scenario {
         Self::Latency,
         Self::RateLimit,
         Self::RateLimitKey,
+        Self::Priorities,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +115,7 @@ impl Scenario {
             Self::Latency => "latency",
             Self::RateLimit => "rate-limit",
             Self::RateLimitKey => "rate-limit-key",
+            Self::Priorities => "priorities",
         }
     }
 

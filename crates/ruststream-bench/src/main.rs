@@ -17,6 +17,7 @@
 mod child;
 mod cluster;
 mod common;
+mod priorities;
 mod rate_limit;
 mod raw;
 
@@ -59,7 +60,7 @@ const DELAYED_AHEAD: Duration = Duration::from_millis(100);
 )]
 struct Cli {
     /// all, publish (both forms), publish-batch, publish-single, simple, reliable, recovery,
-    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key.
+    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key, priorities.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Messages per scenario.
@@ -573,6 +574,7 @@ async fn scenario(
         }
         Scenario::Simple
         | Scenario::Reliable
+        | Scenario::Priorities
         | Scenario::Recovery
         | Scenario::Batch
         | Scenario::Stream
@@ -586,8 +588,9 @@ async fn scenario(
     Ok(())
 }
 
-/// The queue scenarios (simple, reliable, recovery, batch, stream): fill the queue, then one consumer
-/// child drains it; on a cluster, each node's CPU in both phases (`NODE` lines).
+/// The queue scenarios (simple, reliable, recovery, batch, stream, priorities): fill the queue,
+/// then one consumer child drains it; on a cluster, each node's CPU in both phases (`NODE`
+/// lines).
 async fn queue(
     ctx: &Ctx<'_>,
     s: Scenario,
@@ -603,6 +606,7 @@ async fn queue(
     broker = match (s, ctx.target.partitions) {
         (Scenario::Stream, Some(p)) => broker.route(key, stream::Publish::new().partitions(p)),
         (Scenario::Stream, None) => broker.route(key, stream::Publish::new()),
+        (Scenario::Priorities, _) => priorities::route(broker, key),
         (_, Some(p)) => broker.route(key, list::Publish::new().partitions(p)),
         (_, None) => broker,
     };
@@ -611,7 +615,13 @@ async fn queue(
     }
     broker.connect().await?;
     let s0 = sample(ctx).await?;
-    let (fill, _) = child::publish_batches(&broker.publisher(), key, n, &tuning, None).await?;
+    let fill = if s == Scenario::Priorities {
+        priorities::fill(&broker.publisher(), key, n, &tuning).await?
+    } else {
+        child::publish_batches(&broker.publisher(), key, n, &tuning, None)
+            .await?
+            .0
+    };
     ruststream_core::Broker::close(&broker).await;
     line.publish_per_s = Some(per_s(n, fill));
     let s1 = sample(ctx).await?;
@@ -650,9 +660,11 @@ async fn queue(
         let b = tuning.batch();
         let out = match s {
             Scenario::Simple => raw::simple(&ctx.raw, &raw_key, n, b).await?,
-            Scenario::Reliable | Scenario::Batch | Scenario::RateLimit | Scenario::RateLimitKey => {
-                raw::reliable(&ctx.raw, &raw_key, n, b, false).await?
-            }
+            Scenario::Reliable
+            | Scenario::Batch
+            | Scenario::RateLimit
+            | Scenario::RateLimitKey
+            | Scenario::Priorities => raw::reliable(&ctx.raw, &raw_key, n, b, false).await?,
             Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
             _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,
         };

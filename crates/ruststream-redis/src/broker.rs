@@ -225,6 +225,19 @@ impl RedisBroker {
         let keys = &self.conns.keys;
         keys.delayed(&keys.key(key)).set
     }
+
+    /// The full names of the priority levels above 0 of the list `key`, as its route says
+    /// (`list::Publish::priorities`, or a subscription's `RedisList::priorities`); none
+    /// without levels.
+    pub fn level_keys(&self, key: &str) -> Vec<String> {
+        let keys = &self.conns.keys;
+        let n = match self.conns.routes.get(key) {
+            Some(crate::policy::PublishPolicy::List(p)) => p.priorities.unwrap_or(0),
+            _ => 0,
+        };
+        let full = keys.key(key);
+        (1..n).map(|i| keys.level(&full, i)).collect()
+    }
 }
 
 #[cfg(feature = "testing")]

@@ -13,6 +13,7 @@
 //! | `K.rate` | a rate limit's state (`.rate_limit(n, per)`): a string, expires when idle |
 //! | `K.rate.keys` | a per-key rate limit's state (`.rate_limit_by(..)`): a sorted set, key → its state |
 //! | `K.unique:<id>` | marks `id` as published to `K` within its `.unique_for(..)` window (expires with it) |
+//! | `K.p1` … `K.p<n-1>` | a list with priority levels: level `i` (level 0 is `K` itself); also the name of the Pub/Sub channel that wakes its readers when the level gets an entry |
 //!
 //! On a cluster, every key one script touches must hash to one slot. A key with a hash tag passes
 //! it on (`{thumbnails}.dead`); the default derived names of an untagged key put the whole key in
@@ -76,6 +77,13 @@ impl KeySpace {
             set: self.derived(full, ".delayed"),
             payloads: self.derived(full, ".delayed.payloads"),
         }
+    }
+
+    /// Priority level `level` (above 0) of the full list key `full`: `full.p<level>`, in
+    /// `full`'s slot. The scripts and the publisher also `PUBLISH` on this name when the level
+    /// gets an entry, to wake readers blocked on level 0.
+    pub(crate) fn level(&self, full: &str, level: u8) -> String {
+        self.derived(full, &format!(".p{level}"))
     }
 
     /// The key whose existence pauses every reader of the full key `full`.
@@ -163,6 +171,9 @@ pub struct SourceKeys {
     /// The dead-letter list, unless dead letters are off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead: Option<String>,
+    /// A list with priority levels: the keys of levels 1 … n-1 (level 0 is [`queue`](Self::queue)).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<String>,
     /// The key whose existence pauses the subscription (lists and streams).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<String>,
@@ -273,6 +284,9 @@ mod tests {
             Some("failed".into())
         );
         assert_eq!(standalone.processing("q", None), "q.processing");
+        assert_eq!(standalone.level("q", 2), "q.p2");
+        assert_eq!(cluster.level("app:jobs", 1), "{app:jobs}.p1");
+        assert_eq!(cluster.level("{t}", 3), "{t}.p3");
     }
 
     #[test]

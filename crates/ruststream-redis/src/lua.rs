@@ -1,6 +1,7 @@
 //! Composing the scripts from their `.lua` files: a script's own file, with the shared Lua it
-//! uses (`guard.lua`, `frame.lua`, `delayed/schedule_retry.lua`) put after its first line when
-//! that line is a `#!lua` shebang (Redis reads a script's flags from its first line only).
+//! uses (`guard.lua`, `frame.lua`, `list/levels.lua`, `delayed/schedule_retry.lua`) put after
+//! its first line when that line is a `#!lua` shebang (Redis reads a script's flags from its
+//! first line only).
 //! Sends no command.
 
 use fred::types::scripts::Script;
@@ -11,6 +12,10 @@ pub(crate) const GUARD: &str = include_str!("guard.lua");
 /// The Lua that trims a stream to its publish policy's bound after a script re-adds to it
 /// (`bound_error(spec)`, `bound(key, spec)`).
 pub(crate) const BOUND: &str = include_str!("stream/bound.lua");
+
+/// The Lua of the scripts that put entries onto a list with priority levels (`levels_of`,
+/// `level_of`, `push_onto`, `push_level`, `level_checks`); needs `frame.lua` before it.
+pub(crate) const LEVELS: &str = include_str!("list/levels.lua");
 
 /// A script of `main` with `libs` put in front of its body (after its shebang, if any).
 pub(crate) fn script(main: &str, libs: &[&str]) -> Script {

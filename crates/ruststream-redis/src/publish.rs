@@ -6,7 +6,8 @@
 //!
 //! A destination spread over partitions (`crate::partition`) gets each message on the partition
 //! its partition key picks, or the next one round robin; a unique message without a partition key
-//! goes to the partition its id picks, so its window holds across partitions.
+//! goes to the partition its id picks, so its window holds across partitions. A message with a
+//! priority goes onto its level of a list with priority levels (`list::place`).
 //!
 //! Messages with a unique window (`crate::unique`) go out through `unique/publish.lua`, or
 //! `schedule.lua` when delayed, which enqueue only those whose id holds no window yet.
@@ -52,6 +53,8 @@ impl PublishBackend for RedisPublisher {
 /// Messages for one key with one policy.
 struct Group {
     key: String,
+    /// The destination (or partition) before a priority level: unique windows are its.
+    base: String,
     policy: PublishPolicy,
     /// List values or channel messages to send now.
     now: Vec<Value>,
@@ -75,7 +78,7 @@ pub(crate) async fn publish(
 ) -> Result<usize> {
     let pool = conns.pool()?;
     let mut groups: Vec<Group> = Vec::new();
-    for m in messages {
+    for mut m in messages {
         let policy = policy
             .or_else(|| routes.get(&m.destination))
             .unwrap_or_default();
@@ -103,6 +106,9 @@ pub(crate) async fn publish(
             }
             None => conns.keys.key(&m.destination),
         };
+        // A message's unique window is its destination's (or partition's), whatever its level.
+        let base = key.clone();
+        let (key, policy) = list::place(&conns.keys, key, policy, &mut m)?;
         let i = match groups
             .iter()
             .position(|g| g.key == key && g.policy == policy)
@@ -111,6 +117,7 @@ pub(crate) async fn publish(
             None => {
                 groups.push(Group {
                     key,
+                    base,
                     policy,
                     now: Vec::new(),
                     later: Vec::new(),
@@ -144,7 +151,7 @@ pub(crate) async fn publish(
 
 fn add(g: &mut Group, keys: &crate::keys::KeySpace, m: OutMessage) {
     let id = m.id.unwrap_or_else(new_id);
-    let unique = m.unique_for.map(|w| (unique::key(keys, &g.key, &id), w));
+    let unique = m.unique_for.map(|w| (unique::key(keys, &g.base, &id), w));
     if let Some(due) = m.due {
         // Waits in the delayed set as a frame; the mover turns it into its destination's form.
         let (kind, ms) = due_arg(due);
@@ -213,6 +220,7 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
             }),
             PublishPolicy::List(p) => Some(Target::List {
                 ttl_ms: p.ttl.map_or(0, list::ttl_ms),
+                level: p.level > 0,
             }),
             PublishPolicy::PubSub(_) => None,
         };

@@ -367,17 +367,26 @@ impl<'a> TestBroker<'a> {
         )
     }
 
-    /// What publishes put on `key` so far (lists, streams, delayed sets, channels), decoded as
-    /// `T` on assertion. Entries that claims and settles move between keys (retries, recovery,
+    /// What publishes put on `key` so far (lists, streams, delayed sets, channels, and a
+    /// list's priority levels after level 0's), decoded as `T` on assertion. Entries that claims and settles move between keys (retries, recovery,
     /// dead letters of reliable lists) are not publishes; read those keys with
     /// [`client`](Self::client).
     pub fn published<T: MessageType + PartialEq + fmt::Debug>(&self, key: &str) -> Published<T> {
         let full = format!("{}{key}", self.broker.key_prefix());
         let delayed = self.broker.delayed_set_key(key);
+        // A list's priority levels hold its messages too (their `PUBLISH`ed wake-ups are not).
+        let levels = self.broker.level_keys(key);
+        let levels: Vec<&str> = levels.iter().map(String::as_str).collect();
+        let on_levels = self
+            .model
+            .pushes(&levels)
+            .into_iter()
+            .filter(|p| matches!(p, Pushed::List(_)));
         let messages = self
             .model
             .pushes(&[&full, &delayed])
             .into_iter()
+            .chain(on_levels)
             .map(|p| match p {
                 Pushed::List(v) => Message::of_frame(Frame::decode(v), false),
                 Pushed::Scheduled(v) => Message::of_frame(Frame::decode(v), true),
@@ -456,15 +465,16 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
-    /// On a queue with priority levels, the level (`PublishBuilder::priority`).
-    pub fn priority(mut self, level: u8) -> Self {
-        self.inner = self.inner.priority(level);
-        self
-    }
-
     /// On a destination spread over partitions, the key that picks the partition.
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
         self.inner = self.inner.partition_key(key);
+        self
+    }
+
+    /// On a queue with priority levels, the level (see
+    /// [`PublishBuilder::priority`](ruststream_core::PublishBuilder::priority)).
+    pub fn priority(mut self, level: u8) -> Self {
+        self.inner = self.inner.priority(level);
         self
     }
 

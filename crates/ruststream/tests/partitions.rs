@@ -7,11 +7,10 @@
 mod harness;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::*;
-use harness::{Env, WAIT, bounded, on, start, stop, wait_until};
+use harness::{Env, Stuck, WAIT, bounded, on, start, stop, wait_until};
 use ruststream::prelude::*;
 use ruststream::{RedisSource, Source, list, stream};
 
@@ -36,48 +35,7 @@ struct Job {
 
 outgoing!(Job);
 
-/// What a handler saw: the job and its attempt, in handling order.
-#[derive(Clone)]
-struct Seen {
-    seen: Arc<Mutex<Vec<(Job, u32)>>>,
-    decide: fn(&Job, u32) -> Result<(), HandlerOutcome>,
-}
-
-impl Seen {
-    fn new(decide: fn(&Job, u32) -> Result<(), HandlerOutcome>) -> Self {
-        Self {
-            seen: Arc::default(),
-            decide,
-        }
-    }
-
-    fn acking() -> Self {
-        Self::new(|_, _| Ok(()))
-    }
-
-    fn jobs(&self) -> Vec<(Job, u32)> {
-        self.seen.lock().expect("lock").clone()
-    }
-
-    fn count(&self) -> usize {
-        self.seen.lock().expect("lock").len()
-    }
-}
-
-impl Handle<Job> for Seen {
-    async fn handle(
-        &self,
-        job: &Job,
-        _outs: &(),
-        ctx: &mut Context<'_>,
-    ) -> Result<(), HandlerOutcome> {
-        self.seen
-            .lock()
-            .expect("lock")
-            .push((job.clone(), ctx.attempt()));
-        (self.decide)(job, ctx.attempt())
-    }
-}
+type Seen = harness::Seen<Job>;
 
 /// An app on `broker` with one subscriber; a 1 s shutdown timeout.
 fn app(
@@ -272,17 +230,6 @@ async fn retries_and_dead_letters_stay_in_their_partition(env: &Env) {
     assert_eq!(seen.count(), 12);
 }
 
-/// A handler that never finishes.
-#[derive(Clone, Default)]
-struct Stuck(Arc<std::sync::atomic::AtomicUsize>);
-
-impl Handle<Job> for Stuck {
-    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        std::future::pending().await
-    }
-}
-
 async fn a_dead_readers_claims_come_back_in_their_partition(env: &Env) {
     const MIN_IDLE: Duration = Duration::from_millis(500);
     let broker = partitioned(env, "jobs", 2);
@@ -297,10 +244,7 @@ async fn a_dead_readers_claims_come_back_in_their_partition(env: &Env) {
     let first =
         start(app(&broker, source(), handler).shutdown_timeout(Duration::from_millis(100))).await;
     publish(&broker, "jobs", 4, None).await;
-    wait_until("4 claimed", WAIT, async || {
-        stuck.0.load(std::sync::atomic::Ordering::SeqCst) == 4
-    })
-    .await;
+    wait_until("4 claimed", WAIT, async || stuck.started() == 4).await;
     stop(first).await;
     assert_eq!(env.llen("{jobs:0}.processing").await, 2);
     assert_eq!(env.llen("{jobs:1}.processing").await, 2);

@@ -8,10 +8,10 @@
 //!   waiting keeps its first schedule; a new earliest entry `PUBLISH`es on the delayed set's name
 //!   to wake the readers of the destination.
 //! - `move_due.lua` (before each read, unless scheduling is off): `ZRANGEBYSCORE`, `HMGET`,
-//!   `RPUSH` (list) or `XADD` (stream, then `XTRIM` when its route bounds it), `HDEL`, `ZREM`,
-//!   at most the move batch a call. Any number
-//!   of readers may move at once: the script is atomic, so nothing is delivered twice and no lock
-//!   is taken.
+//!   `RPUSH` (list; onto each entry's priority level, when it has levels) or `XADD` (stream,
+//!   then `XTRIM` when its route bounds it), `HDEL`, `ZREM`, at most the move batch a call.
+//!   Any number of readers may move at once: the script is atomic, so nothing is delivered twice
+//!   and no lock is taken.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
 //!
 //! A reader never waits past the next due entry: the mover keeps that time ([`DueClock`]), the
@@ -59,7 +59,7 @@ pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
 static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("move_due.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::LEVELS],
     )
 });
 
@@ -160,6 +160,13 @@ impl Mover {
         Self::open(conns, queue, delayed, dead, dest, schedule)
             .await
             .map(Some)
+    }
+
+    /// Moves due entries of a list with priority levels onto each one's level: `levels` are
+    /// the full keys of levels 1 … n-1.
+    pub(crate) fn with_levels(mut self, levels: &[String]) -> Self {
+        self.keys.extend_from_slice(levels);
+        self
     }
 
     /// The clock a settler moves earlier when it schedules a retry.

@@ -7,13 +7,15 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, its checks, its keys | none |
-//! | `receive.rs` | reading | simple: `RPOP key n`, `BRPOP` when empty (with a rate limit `pop.lua`, and `BLMOVE key key RIGHT RIGHT t` to wait); reliable: `claim.lua` (which applies a rate limit, see `crate::limit`), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | simple: `RPOP key n`, `BRPOP` when empty (with levels `pop_levels.lua`; with a rate limit `pop.lua`, and `BLMOVE key key RIGHT RIGHT t` to wait); reliable: `claim.lua` (levels highest first, or as many as a rate limit allows, see `crate::limit`), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
-//! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` |
+//! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
+//! | `levels.rs` | priority levels: their keys, a publish's level, the readers' wake-ups | `SUBSCRIBE`, `PUBLISH` |
 //!
 //! A simple list's settle only pushes dead letters (see `crate::dead`).
 
 mod lease;
+mod levels;
 mod publish;
 mod receive;
 mod settle;
@@ -26,12 +28,14 @@ use ruststream_core::{ChannelDoc, Error, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use self::levels::place;
 pub(crate) use self::publish::{push, ttl_ms};
 use crate::conn::Connections;
 use crate::keys::{DeadLetter, Delayed, KeySpace, SourceKeys};
 use crate::limit::RateLimit;
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 pub use crate::policy::ListPublish as Publish;
+pub use crate::policy::MAX_PRIORITIES;
 use crate::policy::PublishPolicy;
 use crate::transport::{RedisReceiver, Transport};
 
@@ -69,6 +73,7 @@ pub struct RedisList {
     no_recovery: bool,
     partitions: Option<u16>,
     rate: Option<RateLimit>,
+    priorities: Option<u8>,
     options: SourceOptions,
 }
 
@@ -87,6 +92,7 @@ impl RedisList {
             no_recovery: false,
             partitions: None,
             rate: None,
+            priorities: None,
             options: SourceOptions::default(),
         }
     }
@@ -151,6 +157,46 @@ impl RedisList {
     pub fn partitions(mut self, n: u16) -> Self {
         self.partitions = Some(n);
         self
+    }
+
+    /// Gives the queue `n` priority levels, `0` (the lowest, where a publish without a
+    /// priority and a raw `LPUSH key` land) to `n - 1` (the highest), `n` from 2 to
+    /// [`MAX_PRIORITIES`]; a message is published onto one with
+    /// [`priority(i)`](ruststream_core::PublishBuilder::priority). Level 0 is the key itself,
+    /// level `i` the list `<key>.p<i>` in its slot. Readers, simple or reliable, always take
+    /// from the highest non-empty level first, in one script run: the priority is strict, so
+    /// lower levels wait (starve) for as long as a higher one has entries. Claims, leases,
+    /// settling and recovery are the same as without levels; an entry swept back from a dead
+    /// worker, a retry and a delayed message all go onto their own level (the `rs.priority`
+    /// header, which handlers see). With [`partitions`](Self::partitions) every partition has
+    /// the levels. Why readers wake for a higher level at once while they wait on level 0:
+    /// `docs/decisions.md`, "Priority levels (issue 15)".
+    ///
+    /// ```no_run
+    /// # use ruststream_core::{MessageType, Publisher, Result};
+    /// # async fn run(publisher: Publisher, job: &impl MessageType) -> Result<()> {
+    /// use ruststream_redis::RedisList;
+    /// let jobs = RedisList::new("{jobs}").reliable().priorities(3);
+    /// assert_eq!(jobs.level_keys(), ["{jobs}", "{jobs}.p1", "{jobs}.p2"]);
+    /// // ... subscribe a handler to `jobs`, then publish onto its highest level:
+    /// publisher.message(job).to("{jobs}").priority(2).publish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priorities(mut self, n: u8) -> Self {
+        self.priorities = Some(n);
+        self
+    }
+
+    /// The keys of its priority levels, lowest first (without the broker's prefix, as on a
+    /// standalone server; just the key without [`priorities`](Self::priorities)).
+    pub fn level_keys(&self) -> Vec<String> {
+        let mut keys = vec![self.key.clone()];
+        keys.extend(levels::keys(
+            &KeySpace::default(),
+            &self.key,
+            self.priorities,
+        ));
+        keys
     }
 
     /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
@@ -236,6 +282,7 @@ impl RedisList {
                 .then(|| space.derived(&queue, ".settles")),
             dead: space.dead(&self.key, &self.options.dead_letter),
             rate: self.rate.as_ref().map(|r| r.key(space, &queue)),
+            levels: levels::keys(space, &queue, self.priorities),
             queue,
         }
     }
@@ -295,6 +342,8 @@ struct ListKeys {
     delayed: Delayed,
     /// With a rate limit: the limiter's key.
     rate: Option<String>,
+    /// Priority levels 1 … n-1 (level 0 is the queue); empty without levels.
+    levels: Vec<String>,
 }
 
 impl ListKeys {
@@ -307,6 +356,7 @@ impl ListKeys {
         keys.extend(self.recovery.clone());
         keys.extend(self.settle_tokens.clone());
         keys.extend(self.rate.clone());
+        keys.extend(self.levels.iter().cloned());
         keys
     }
 }
@@ -329,6 +379,9 @@ impl Transport for RedisList {
         }
         if let Some(r) = &self.rate {
             bindings["rateLimit"] = r.describe();
+        }
+        if let Some(n) = self.priorities {
+            bindings["priorities"] = json!(n);
         }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
@@ -359,6 +412,7 @@ impl Transport for RedisList {
             transport: "list",
             mode: mode.to_owned(),
             paused: Some(space.paused(&keys.queue)),
+            levels: keys.levels,
             queue: keys.queue,
             processing: keys.processing,
             min_idle_ms: keys
@@ -384,10 +438,17 @@ impl Transport for RedisList {
         })
     }
 
-    /// A partitioned list's publishers spread messages over its partitions.
+    /// A partitioned list's publishers spread messages over its partitions; one with priority
+    /// levels lets them publish onto its levels.
     fn route(&self) -> Option<PublishPolicy> {
-        let n = self.partitions?;
-        Some(PublishPolicy::List(Publish::new().partitions(n)))
+        if self.partitions.is_none() && self.priorities.is_none() {
+            return None;
+        }
+        Some(PublishPolicy::List(Publish {
+            partitions: self.partitions,
+            priorities: self.priorities,
+            ..Publish::new()
+        }))
     }
 
     /// A simple list popped the entry before its handler ran: a retry settles nothing.
@@ -410,7 +471,13 @@ impl Transport for RedisList {
                     "list `{key}`: a rate limit cannot span partitions (each is in a hash slot of its own, and the limiter is one key); remove `.partitions(..)`, or limit a queue without partitions"
                 )));
             }
+            if self.priorities.is_some() {
+                return Err(Error::config(format!(
+                    "list `{key}`: a rate limit and priority levels cannot be combined yet (the claim takes either from the levels or as the limiter allows); remove `.priorities(..)` or `.rate_limit(..)`"
+                )));
+            }
         }
+        levels::check(&format!("list `{key}`"), self.priorities)?;
         if let Some(n) = self.partitions {
             let named = [
                 ("processing", self.processing.is_some()),

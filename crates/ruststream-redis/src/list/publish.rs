@@ -1,5 +1,6 @@
 //! Publishing to a list: `LPUSH key v1 v2 ..` (one command for a batch), or with a ttl
-//! `push_ttl.lua` (`LPUSH` then `PEXPIRE`, atomically).
+//! `push_ttl.lua` (`LPUSH` then `PEXPIRE`, atomically). A push onto a priority level above 0
+//! that finds it empty then `PUBLISH`es on the level's name (see `levels.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -20,26 +21,29 @@ pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1)
 }
 
-/// Pushes `frames` onto the full key `key` as `policy` says.
+/// Pushes `frames` onto the full key `key` (a priority level's, when `policy.level` is above
+/// 0) as `policy` says.
 pub(crate) async fn push(
     client: &Client,
     key: &str,
     policy: ListPublish,
     frames: Vec<Value>,
 ) -> Result<()> {
-    match policy.ttl {
+    let pushed = frames.len();
+    let len: i64 = match policy.ttl {
         Some(ttl) => {
             let mut args = Vec::with_capacity(frames.len() + 1);
             args.push(Value::Integer(ttl_ms(ttl)));
             args.extend(frames);
-            let _: i64 = PUSH_TTL
+            PUSH_TTL
                 .evalsha_with_reload(client, vec![key.to_owned()], args)
                 .await
-                .map_err(core)?;
+                .map_err(core)?
         }
-        None => {
-            let _: i64 = client.lpush(key, frames).await.map_err(core)?;
-        }
+        None => client.lpush(key, frames).await.map_err(core)?,
+    };
+    if policy.level > 0 {
+        super::levels::announce(client, key, pushed, len).await?;
     }
     Ok(())
 }

@@ -1,11 +1,14 @@
 //! Reading a list subscription.
 //!
-//! - Simple: `RPOP key n`; when empty, `BRPOP key t`. With a rate limit, `pop.lua` instead of
-//!   `RPOP` (as many as the limit allows), and `BLMOVE key key RIGHT RIGHT t` to wait.
+//! - Simple: `RPOP key n` (with priority levels `pop_levels.lua`, highest level first; with a
+//!   rate limit `pop.lua`, as many as the limit allows); when empty, `BRPOP key t` (with levels `BRPOP` over every
+//!   level, highest first; with a rate limit `BLMOVE key key RIGHT RIGHT t` to wait).
 //! - Reliable: `claim.lua` (stale claims swept back first, with recovery, then up to `n` entries
-//!   claimed into the processing list, as many as a rate limit allows, each recorded in the
-//!   recovery set); when the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing
-//!   but wakes when an entry arrives, then `claim.lua` again.
+//!   claimed into the processing list, from the highest non-empty level down or as many as a rate
+//!   limit allows, each recorded in the recovery set); when the queue is empty,
+//!   `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an entry arrives on level
+//!   0 (a level above announces its first entry on Pub/Sub, see `levels.rs`), then `claim.lua`
+//!   again.
 //! - Held back by a rate limit (see `crate::limit`), a reader waits (no command) until the
 //!   script says the next entry may pass, then reads again.
 //!
@@ -24,6 +27,7 @@ use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
 
 use super::lease::Leases;
+use super::levels::Wakes;
 use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
 use crate::conn::{Connections, ReadConn};
@@ -43,7 +47,7 @@ const RECOVER_BATCH: u32 = 128;
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("claim.lua"),
-        &[lua::GUARD, crate::frame::LUA, limit::LUA],
+        &[lua::GUARD, crate::frame::LUA, lua::LEVELS, limit::LUA],
     )
 });
 
@@ -51,6 +55,13 @@ static POP: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("pop.lua"),
         &[lua::GUARD, crate::frame::LUA, limit::LUA],
+    )
+});
+
+static POP_LEVELS: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("pop_levels.lua"),
+        &[lua::GUARD, crate::frame::LUA, lua::LEVELS],
     )
 });
 
@@ -75,7 +86,8 @@ pub(super) async fn open(
         keys.dead.as_deref(),
         Destination::List,
     )
-    .await?;
+    .await?
+    .map(|m| m.with_levels(&keys.levels));
     let gate = watch_source(conns, list, &pool, &stop).await?;
     let reader = Reader {
         conn,
@@ -88,6 +100,7 @@ pub(super) async fn open(
             .as_ref()
             .zip(keys.rate.clone())
             .map(|(r, key)| r.limiter(key)),
+        wakes: Wakes::open(conns, &keys.levels).await?,
     };
     let receiver = match list.mode {
         Mode::Simple => RedisReceiver::new(SimpleList {
@@ -96,6 +109,7 @@ pub(super) async fn open(
                 dead: keys.dead.clone(),
             }),
             key: keys.queue,
+            levels: keys.levels,
             reader,
         }),
         Mode::Reliable => open_reliable(list, keys, pool, reader),
@@ -140,6 +154,8 @@ struct Reader {
     block: Duration,
     mover: Option<Mover>,
     rate: Option<Limiter>,
+    /// With priority levels: woken when a level above 0 gets its first entry.
+    wakes: Wakes,
 }
 
 impl Reader {
@@ -166,7 +182,12 @@ impl Reader {
         read: impl Future<Output = Result<Value, fred::error::Error>>,
         hurry: &CancellationToken,
     ) -> Result<Value> {
-        let interrupt = interrupted(&self.stop, hurry, self.mover.as_ref());
+        let interrupt = async {
+            tokio::select! {
+                () = interrupted(&self.stop, hurry, self.mover.as_ref()) => {}
+                () = self.wakes.any() => {}
+            }
+        };
         self.conn.blocking(wait, read, interrupt).await
     }
 
@@ -201,6 +222,7 @@ impl Reader {
                     () = self.stop.cancelled() => {}
                     () = hurry.cancelled() => {}
                     () = woken(self.mover.as_ref()) => {}
+                    () = self.wakes.any() => {}
                 }
                 Ok(())
             }
@@ -219,6 +241,8 @@ impl Reader {
 /// A simple list: popped, at most once.
 struct SimpleList {
     key: String,
+    /// Priority levels 1 … n-1; empty without levels.
+    levels: Vec<String>,
     reader: Reader,
     settler: RedisSettler,
 }
@@ -231,12 +255,25 @@ impl SimpleList {
         let r = &self.reader;
         r.move_due().await;
         let client = r.conn.client();
-        let popped: Value = client.rpop(&self.key, Some(max)).await.map_err(core)?;
+        let popped: Value = if self.levels.is_empty() {
+            client.rpop(&self.key, Some(max)).await
+        } else {
+            let mut keys = vec![self.key.clone()];
+            keys.extend(self.levels.iter().cloned());
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            POP_LEVELS
+                .evalsha_with_reload(client, keys, vec![max])
+                .await
+        }
+        .map_err(core)?;
         let mut values = bytes_array(popped);
         if values.is_empty() && r.may_wait(hurry) {
             let wait = r.wait(Duration::MAX);
+            // Highest level first: BRPOP pops from the first non-empty key it is given.
+            let mut keys: Vec<&str> = self.levels.iter().rev().map(String::as_str).collect();
+            keys.push(&self.key);
             let got = r
-                .blocking(wait, client.brpop(&self.key, wait.as_secs_f64()), hurry)
+                .blocking(wait, client.brpop(keys, wait.as_secs_f64()), hurry)
                 .await?;
             if let Value::Array(mut kv) = got
                 && kv.len() == 2
@@ -400,7 +437,10 @@ impl ReliableList {
                 keys.push(limiter.key.clone());
                 args.extend(limiter.args.iter().cloned());
             }
-            None => args.extend(limit::no_args()),
+            None => {
+                keys.extend(self.keys.levels.iter().cloned());
+                args.extend(limit::no_args());
+            }
         }
         let reply: Value = CLAIM
             .evalsha_with_reload(self.reader.conn.client(), keys, args)

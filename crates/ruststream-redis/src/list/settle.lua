@@ -1,13 +1,14 @@
 #!lua flags=allow-oom
 -- SETTLE_LIST: settles a batch of claimed list entries. Runs under maxmemory (allow-oom): it
--- removes as much as it adds, and acks free memory. Prepended with guard.lua and
--- delayed/schedule_retry.lua.
+-- removes as much as it adds, and acks free memory. Prepended with guard.lua,
+-- delayed/schedule_retry.lua, frame.lua and list/levels.lua.
 --
--- KEYS: queue, processing, dead-letter list, delayed set, delayed payload hash, and the
---       recovery set (with recovery) or the settle-token set (without).
+-- KEYS: queue, processing, dead-letter list, delayed set, delayed payload hash, the recovery
+--       set (with recovery) or the settle-token set (without), then the queue's priority levels
+--       above 0 (none without levels).
 -- ARGV: a settle token ('' with recovery), then groups of five, `op claimed new arg member`:
 --   a  ack: LREM processing -1 claimed
---   r  retry now: remove, then LPUSH queue new
+--   r  retry now: remove, then LPUSH new onto its own level (level 0 without levels)
 --   d  retry later: remove, then schedule `new` (ZADD delayed, HSET hash); arg = `delay_ms:id`
 --   x  dead: remove, then LPUSH dead new
 -- `member` is the claim's member in the recovery set ('' without recovery). The claim is still
@@ -22,8 +23,9 @@
 if #ARGV % 5 ~= 1 then
   return redis.error_reply('ERR settle.lua takes a token and groups of five arguments, got ' .. #ARGV)
 end
-local bad = wrong_types({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'},
-  {KEYS[4], 'zset'}, {KEYS[5], 'hash'}, {KEYS[6], 'zset'}})
+local levels = levels_of(1, 7)
+local bad = wrong_types(level_checks({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'},
+  {KEYS[4], 'zset'}, {KEYS[5], 'hash'}, {KEYS[6], 'zset'}}, levels))
 if bad then return redis.error_reply(bad) end
 for i = 2, #ARGV, 5 do
   local op = ARGV[i]
@@ -53,7 +55,7 @@ for i = 2, #ARGV, 5 do
   if owned then
     found = found + 1
     if op == 'r' then
-      redis.call('LPUSH', KEYS[1], ARGV[i + 2])
+      push_level(levels, ARGV[i + 2], false)
     elseif op == 'x' then
       redis.call('LPUSH', KEYS[3], ARGV[i + 2])
     elseif op == 'd' then

@@ -1,6 +1,7 @@
-//! Settling a reliable list: one `settle.lua` call per batch (ack `LREM`, retry `LPUSH`, retry
-//! later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`; with recovery, each only while
-//! the claim's member is still in the recovery set, which it leaves with `ZREM`).
+//! Settling a reliable list: one `settle.lua` call per batch (ack `LREM`, retry `LPUSH` onto the
+//! entry's priority level, retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
+//! with recovery, each only while the claim's member is still in the recovery set, which it
+//! leaves with `ZREM`).
 //!
 //! Acks as pipelined `LREM`s would cost the client (fred, per command) twice what the script
 //! costs Redis, so they stay in the script.
@@ -22,8 +23,12 @@ use crate::error::core;
 use crate::lua;
 use crate::transport::{Settle, Token};
 
-static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("settle.lua"), &[lua::GUARD, SCHEDULE_RETRY]));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("settle.lua"),
+        &[lua::GUARD, SCHEDULE_RETRY, crate::frame::LUA, lua::LEVELS],
+    )
+});
 
 /// Settles the entries of one reliable list.
 pub(super) struct ReliableSettle {
@@ -58,6 +63,7 @@ impl ReliableSettle {
             keys.delayed.payloads.clone(),
         ];
         script_keys.extend(keys.recovery.clone().or_else(|| keys.settle_tokens.clone()));
+        script_keys.extend(keys.levels.iter().cloned());
         Self {
             pool,
             keys: script_keys,

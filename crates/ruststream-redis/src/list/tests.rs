@@ -1,4 +1,4 @@
-//! Unit tests of the list source's checks and key names.
+//! Unit tests of the list source's options, checks and key names.
 
 use super::*;
 
@@ -77,4 +77,37 @@ fn on_a_cluster_untagged_simple_lists_pass_and_untagged_reliable_ones_get_the_ta
 
 fn err_on(l: &RedisList, space: &KeySpace) -> String {
     l.validate(space).unwrap_err().to_string()
+}
+
+#[test]
+fn priority_levels_live_in_the_queues_slot_and_bad_counts_are_refused() {
+    let cluster = KeySpace::new("app:".into(), true);
+    let simple = RedisList::new("jobs").priorities(3);
+    assert_eq!(
+        simple.keys(&cluster).levels,
+        ["{app:jobs}.p1", "{app:jobs}.p2"]
+    );
+    assert!(simple.validate(&cluster).is_ok());
+    let route = simple.route().expect("a route with the levels");
+    assert_eq!(route.partitions(), None);
+    assert!(matches!(route, PublishPolicy::List(p) if p.priorities == Some(3)));
+    assert!(err(&RedisList::new("q").priorities(1)).contains("leave priorities out"));
+    assert!(err(&RedisList::new("q").priorities(0)).contains("between 2 and 16"));
+    assert!(err(&RedisList::new("q").priorities(17)).contains("between 2 and 16"));
+    assert_eq!(RedisList::new("q").level_keys(), ["q"]);
+    assert!(RedisList::new("q").route().is_none());
+}
+
+#[test]
+fn a_rate_limit_and_priority_levels_are_refused_together() {
+    let space = KeySpace::new(String::new(), false);
+    let both = RedisList::new("{q}")
+        .reliable()
+        .priorities(2)
+        .rate_limit(10, std::time::Duration::from_secs(1));
+    let err = both.validate(&space).expect_err("refused").to_string();
+    assert!(
+        err.contains("cannot be combined") && err.contains("remove `.priorities(..)`"),
+        "{err}"
+    );
 }

@@ -21,7 +21,7 @@ use crate::lua;
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("requeue.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::LEVELS],
     )
 });
 
@@ -106,8 +106,9 @@ impl Operator {
             .map(|(raw, position)| DeadLetter::of(&raw, position)))
     }
 
-    /// Moves dead letters of the subscription `name` back to its queue, atomically, each with
-    /// its attempt count reset to 1 and its reason appended to a `dead-history` header; a
+    /// Moves dead letters of the subscription `name` back to its queue (onto its own priority
+    /// level, on a list with levels), atomically, each with its attempt count reset to 1 and
+    /// its reason appended to a `dead-history` header; a
     /// stream is then trimmed as its route says (`RedisBroker::route`). Returns how many moved
     /// (0 when `Select::Id` names none).
     pub async fn requeue(&self, name: &str, select: &Select) -> Result<usize> {
@@ -132,7 +133,9 @@ impl Operator {
             _ if q.mode == "sharded" => ("sharded", q.queue.clone(), q.queue.clone()),
             _ => ("pubsub", dead.clone(), q.queue.clone()),
         };
-        let keys = vec![dead.clone(), dest];
+        let mut keys = vec![dead.clone(), dest];
+        // A list's priority levels: each dead letter goes back onto its own.
+        keys.extend(q.levels.iter().cloned());
         let head = vec![Value::from(kind), Value::from(channel), Value::from(bound)];
         self.apply(&REQUEUE, &dead, keys, head, select).await
     }

@@ -1,6 +1,6 @@
 //! `inspect`: how much waits, runs, is delayed or dead in each subscription, read in one pipeline
-//! per subscription: `TIME`, `LLEN`, `ZRANGE 0 0 WITHSCORES`, `ZCARD`, `EXISTS`,
-//! `oldest_claim.lua` (a read-only `ZRANGE` of the recovery set) (lists);
+//! per subscription: `TIME`, `LLEN` (of each priority level too), `ZRANGE 0 0 WITHSCORES`,
+//! `ZCARD`, `EXISTS`, `oldest_claim.lua` (a read-only `ZRANGE` of the recovery set) (lists);
 //! `XINFO GROUPS`, `XINFO CONSUMERS`, `XLEN` (streams); `PUBSUB NUMSUB` (Pub/Sub; a sharded
 //! channel's `PUBSUB SHARDNUMSUB`, on the node owning its slot, counts that node's subscribers).
 
@@ -29,8 +29,11 @@ static OLDEST_CLAIM: LazyLock<Script> =
 pub struct Inspection {
     /// The subscription's keys, transport and mode.
     pub keys: SourceKeys,
-    /// Entries waiting to be read (a stream: entries the group has not read yet, its lag).
+    /// Entries waiting to be read (a stream: entries the group has not read yet, its lag; a
+    /// list with priority levels: on all its levels).
     pub ready: Option<u64>,
+    /// A list with priority levels: the entries waiting on each level, lowest first.
+    pub levels: Option<Vec<u64>>,
     /// Entries claimed and not settled (a reliable list's processing list, a group's pending).
     pub in_flight: Option<u64>,
     /// A reliable list with recovery: how long ago the oldest claim was made (a handler that
@@ -101,6 +104,7 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
     let mut i = Inspection {
         keys: q.clone(),
         ready: None,
+        levels: None,
         in_flight: None,
         oldest_claim_age_ms: None,
         oldest_claim_idle_ms: None,
@@ -133,6 +137,14 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
         }
         _ => {
             i.ready = Some(client.llen(&q.queue).await.map_err(core)?);
+            if !q.levels.is_empty() {
+                let mut levels = vec![i.ready.unwrap_or(0)];
+                for l in &q.levels {
+                    levels.push(client.llen(l).await.map_err(core)?);
+                }
+                i.ready = Some(levels.iter().sum());
+                i.levels = Some(levels);
+            }
             if let Some(p) = &q.processing {
                 i.in_flight = Some(client.llen(p).await.map_err(core)?);
             }

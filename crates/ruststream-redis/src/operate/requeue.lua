@@ -1,11 +1,12 @@
 #!lua
 -- REQUEUE: moves dead letters back to their queue, each with its attempt count reset to 1 and its
--- `reason` header appended to a `dead-history` header. Prepended with guard.lua, frame.lua and
--- stream/bound.lua.
+-- `reason` header appended to a `dead-history` header. Prepended with guard.lua, frame.lua,
+-- stream/bound.lua and list/levels.lua.
 --
 -- KEYS: dead-letter list, destination (a list, a stream or a sharded channel, whose slot
 --       SPUBLISH obeys as a key's; for plain Pub/Sub the dead-letter list stands in, and the
---       channel is ARGV[2]).
+--       channel is ARGV[2]), then a list's priority levels above 0 (each dead letter goes back
+--       onto its own level, see levels.lua).
 -- ARGV: `list`, `stream`, `pubsub` or `sharded`; the channel (Pub/Sub) or ''; the stream's bound
 --       (see bound.lua; '' for the others, after its XADDs a stream is trimmed to it); then
 --       either `oldest` and a
@@ -16,10 +17,11 @@
 -- Refused under maxmemory.
 -- Returns how many were moved.
 local kind, channel, spec, how = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local levels = levels_of(2, 3)
 local checks = {{KEYS[1], 'list'}}
 if kind == 'list' then checks[2] = {KEYS[2], 'list'} end
 if kind == 'stream' then checks[2] = {KEYS[2], 'stream'} end
-local bad = wrong_types(checks)
+local bad = wrong_types(level_checks(checks, levels))
 if bad then return redis.error_reply(bad) end
 if how ~= 'oldest' and how ~= 'values' then
   return redis.error_reply('ERR requeue.lua: ARGV[4] must be oldest or values, got ' .. tostring(how))
@@ -79,7 +81,7 @@ for _, v in ipairs(taken) do
   if v then
     local out = requeued(v)
     if kind == 'list' then
-      redis.call('RPUSH', KEYS[2], out)
+      push_level(levels, out, true)
     elseif kind == 'stream' then
       redis.call('XADD', KEYS[2], '*', unpack(frame_fields(out)))
     elseif kind == 'sharded' then

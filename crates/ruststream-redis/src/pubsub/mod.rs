@@ -243,6 +243,7 @@ impl Transport for RedisChannel {
             paused: None,
             concurrency: self.options.core.concurrency,
             partition_of: None,
+            levels: Vec::new(),
         }
     }
 

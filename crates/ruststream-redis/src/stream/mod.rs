@@ -268,6 +268,7 @@ impl Transport for RedisStream {
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
             partition_of: None,
+            levels: Vec::new(),
         }
     }
 

@@ -8,7 +8,8 @@
 //! and counts what its first run enqueued, rather than enqueueing twice or calling its own
 //! message a duplicate.
 //!
-//! Sends `publish.lua` (`SET NX PX`, `GET`, `LPUSH` + `PEXPIRE` or `XADD` + `XTRIM`) for messages
+//! Sends `publish.lua` (`SET NX PX`, `GET`, `LPUSH` + `PEXPIRE` (+ the `PUBLISH` that wakes the
+//! readers of a priority level) or `XADD` + `XTRIM`) for messages
 //! due now; delayed ones go through `delayed/schedule.lua`, which takes the same keys.
 
 use std::sync::LazyLock;
@@ -40,8 +41,9 @@ pub(crate) fn window_ms(window: Duration) -> i64 {
 
 /// Where unique messages due now go.
 pub(crate) enum Target {
-    /// A list, with its ttl in ms (0: none).
-    List { ttl_ms: i64 },
+    /// A list, with its ttl in ms (0: none), and whether it is a priority level above 0, whose
+    /// readers are woken when it gets an entry while empty.
+    List { ttl_ms: i64, level: bool },
     /// A stream, with its bound as `bound.lua` takes it (`""`: none).
     Stream { bound: String },
 }
@@ -87,15 +89,19 @@ impl Batch {
         let mut keys = Vec::with_capacity(self.keys.len() + 1);
         keys.push(dest.to_owned());
         keys.extend(self.keys);
-        let mut args = Vec::with_capacity(self.args.len() + 3);
+        let mut args = Vec::with_capacity(self.args.len() + 4);
         args.push(Value::from(token));
         match target {
-            Target::List { ttl_ms } => {
-                args.extend([Value::from_static_str("list"), Value::Integer(ttl_ms)]);
-            }
-            Target::Stream { bound } => {
-                args.extend([Value::from_static_str("stream"), Value::from(bound)]);
-            }
+            Target::List { ttl_ms, level } => args.extend([
+                Value::from_static_str("list"),
+                Value::Integer(ttl_ms),
+                Value::Integer(i64::from(level)),
+            ]),
+            Target::Stream { bound } => args.extend([
+                Value::from_static_str("stream"),
+                Value::from(bound),
+                Value::Integer(0),
+            ]),
         }
         args.extend(self.args);
         let n: i64 = PUBLISH

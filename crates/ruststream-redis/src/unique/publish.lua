@@ -5,8 +5,10 @@
 --
 -- KEYS: the destination, then one unique key per message.
 -- ARGV: the publish's token, `list` or `stream`, the list's ttl ms (`0`: none) or the stream's
---       bound (bound.lua's spec), then per message its window ms and, for a list, its frame; for
---       a stream, its field count and fields.
+--       bound (bound.lua's spec), `1` when the list is a priority level above 0 (whose readers
+--       wait for a `PUBLISH` on its name when it gets an entry while empty) else `0`, then per
+--       message its window ms and, for a list, its frame; for a stream, its field count and
+--       fields.
 -- Returns how many of the messages this publish enqueued (a resent publish counts what its first
 -- run enqueued). Refused under maxmemory (no allow-oom flag), like every publish.
 local kind = ARGV[2]
@@ -26,7 +28,7 @@ if kind == 'stream' then
 end
 -- Every message's place in ARGV, read before the first write: {window, first, last}.
 local msgs = {}
-local i = 4
+local i = 5
 for _ = 2, #KEYS do
   local w = tonumber(ARGV[i])
   if not w or w < 1 then
@@ -47,6 +49,7 @@ end
 if i ~= #ARGV + 1 then
   return redis.error_reply('ERR publish_unique.lua: ' .. #ARGV .. ' arguments for ' .. (#KEYS - 1) .. ' messages')
 end
+local was_empty = kind == 'list' and redis.call('LLEN', KEYS[1]) == 0
 local enqueued, pushed = 0, 0
 for m, msg in ipairs(msgs) do
   local claim = unique_claim(KEYS[m + 1], msg[1], ARGV[1])
@@ -62,6 +65,7 @@ for m, msg in ipairs(msgs) do
 end
 if pushed > 0 then
   if kind == 'list' and tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+  if kind == 'list' and ARGV[4] == '1' and was_empty then redis.call('PUBLISH', KEYS[1], '') end
   if kind == 'stream' then bound(KEYS[1], ARGV[3]) end
 end
 return enqueued

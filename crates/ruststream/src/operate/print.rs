@@ -102,7 +102,12 @@ fn counts(i: &Inspection) -> Vec<String> {
     if i.keys.transport == "pubsub" {
         parts.push(format!("subscribers {}", n(i.subscribers)));
     } else {
-        parts.push(format!("ready {}", n(i.ready)));
+        let mut ready = format!("ready {}", n(i.ready));
+        if let Some(levels) = &i.levels {
+            let each: Vec<String> = levels.iter().map(u64::to_string).collect();
+            ready.push_str(&format!(" (by priority level 0..: {})", each.join(" / ")));
+        }
+        parts.push(ready);
         if let Some(in_flight) = i.in_flight {
             let mut flight = format!("in flight {in_flight}");
             let ms = |v: u64| ms_text(i64::try_from(v).unwrap_or(i64::MAX));

@@ -16,7 +16,8 @@
 //! - **HTTP** ([`http`]): GET a server's endpoints (the metrics server's).
 //! - **Logs** ([`logs`]): capture what a test process logs.
 //!
-//! Every helper exists once, here: [`redis_url`], [`unique`], [`wait_until`], [`bounded`].
+//! Every helper exists once, here: [`redis_url`], [`unique`], [`wait_until`], [`bounded`],
+//! [`Seen`] (a handler that records what it handled), [`Stuck`] (one that never finishes).
 //! Every wait is bounded; a condition is polled, never slept on.
 
 // Each test binary includes this module and uses part of it.
@@ -27,6 +28,7 @@ pub mod http;
 pub mod logs;
 pub mod process;
 pub mod proxy;
+mod seen;
 pub mod stand;
 
 use std::future::Future;
@@ -35,6 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use env::{Env, Topology};
 use ruststream::{App, RunningApp, RustStream};
+pub use seen::{Seen, Stuck};
 
 /// The longest any single condition or start/stop may take (virtual time on the model).
 pub const WAIT: Duration = Duration::from_secs(10);
