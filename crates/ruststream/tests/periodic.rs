@@ -1,0 +1,429 @@
+//! Periodic jobs (issue 15): several app instances with the same job publish each tick once
+//! (ids `<name>@<tick ms>`, consecutive ticks, no gap, no duplicate), the catch-up policy after
+//! a gap (stored last tick set into the past), the operator's listing, failures (a destination
+//! of the wrong type, a registry key of the wrong type) and bad declarations refused at start;
+//! on the model (virtual clock), the standalone server and the cluster, and in `TestApp`.
+
+mod harness;
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fred::prelude::*;
+use harness::{Env, on};
+use ruststream::operate::{operators, run_args};
+use ruststream::periodic::Tz;
+use ruststream::prelude::*;
+use ruststream::testing::TestApp;
+
+on!(
+    [memory, memory_cluster, standalone, cluster] multi_thread:
+    three_instances_publish_every_tick_exactly_once,
+    run_once_fires_the_latest_missed_tick_once_across_instances,
+    skip_fires_no_missed_tick_and_a_new_job_fires_nothing_for_the_past,
+    the_operator_lists_every_registered_job,
+    a_failed_publish_is_retried_until_the_destination_takes_it,
+    a_registry_of_the_wrong_type_stops_the_app_with_a_fix,
+);
+
+on!([memory] bad_declarations_stop_the_app_with_a_fix);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Tick {
+    /// The tick's time, ms since the epoch, as the job saw it.
+    at: u64,
+}
+
+outgoing!(Tick);
+
+/// A job `name` on `cron` (UTC) publishing a [`Tick`] with its time to `to`.
+fn job(name: &str, cron: &str, to: &str) -> Periodic {
+    Periodic::new(name, cron, Tz::UTC)
+        .to(to)
+        .message_async(|at: SystemTime| async move { Tick { at: ms_of(at) } })
+}
+
+fn ms_of(t: SystemTime) -> u64 {
+    u64::try_from(
+        t.duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("u64")
+}
+
+/// An app on a broker of its own (own connections) on the test's server, with `jobs` mounted.
+fn instance(env: &Env, jobs: impl FnOnce() -> Vec<Periodic>) -> RustStream {
+    let jobs = jobs();
+    RustStream::new(AppInfo::new("periodic", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(env.broker_with(|b| b), move |b| {
+            for j in jobs {
+                b.periodic(j);
+            }
+        })
+}
+
+/// The ticks on the list `key`, oldest first: (id, payload's tick).
+async fn ticks(env: &Env, key: &str) -> Vec<(String, u64)> {
+    let mut frames = env.frames(key).await;
+    frames.reverse();
+    frames
+        .into_iter()
+        .map(|f| {
+            let tick: Tick = serde_json::from_slice(&f.payload).expect("a Tick");
+            (f.id, tick.at)
+        })
+        .collect()
+}
+
+/// The last-tick hash's full name: in the registry's slot on a cluster.
+fn last_key(env: &Env) -> String {
+    let registry = env.key("ruststream:periodic");
+    if env.is_cluster() {
+        format!("{{{registry}}}.last")
+    } else {
+        format!("{registry}.last")
+    }
+}
+
+/// The server's (or model's) clock, ms since the epoch.
+async fn server_ms(env: &Env) -> u64 {
+    let t: Vec<u64> = env
+        .client
+        .custom(fred::cmd!("TIME"), Vec::<Value>::new())
+        .await
+        .expect("TIME");
+    t[0] * 1000 + t[1] / 1000
+}
+
+async fn three_instances_publish_every_tick_exactly_once(env: &Env) {
+    let mut apps = Vec::new();
+    for _ in 0..3 {
+        let app = instance(env, || vec![job("beat", "*/1 * * * * *", "beats")]);
+        apps.push(env.start(app).await);
+    }
+    // At least four ticks land while all three run.
+    env.eventually("four ticks are published", async || {
+        env.llen("beats").await >= 4
+    })
+    .await;
+    env.advance(Duration::from_millis(1500)).await;
+    for app in apps {
+        env.stop(app).await;
+    }
+    let seen = ticks(env, "beats").await;
+    assert!(seen.len() >= 4, "{seen:?}");
+    for (id, at) in &seen {
+        assert_eq!(id, &format!("beat@{at}"), "the id is the tick's time");
+        assert_eq!(at % 1000, 0, "ticks are on whole seconds: {at}");
+    }
+    let mut times: Vec<u64> = seen.iter().map(|(_, at)| *at).collect();
+    times.sort_unstable();
+    times.dedup();
+    assert_eq!(times.len(), seen.len(), "no tick twice: {seen:?}");
+    for pair in times.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1000, "no gap between ticks: {times:?}");
+    }
+    let last: Option<u64> = env
+        .client
+        .hget(last_key(env), "beat")
+        .await
+        .expect("HGET last");
+    assert_eq!(last, times.last().copied(), "the last tick is recorded");
+}
+
+async fn run_once_fires_the_latest_missed_tick_once_across_instances(env: &Env) {
+    let now = server_ms(env).await;
+    let hour = 3_600_000;
+    // The job last fired three hours ago; its latest missed tick is this hour's start.
+    let _: i64 = env
+        .client
+        .hset(last_key(env), ("hourly", now - 3 * hour))
+        .await
+        .expect("HSET last");
+    // Three instances start together: each reads the same last tick and fires the missed one.
+    let app = || {
+        instance(env, || {
+            vec![job("hourly", "0 0 * * * *", "reports").catch_up(CatchUp::RunOnce)]
+        })
+    };
+    let (a, b, c) = tokio::join!(env.start(app()), env.start(app()), env.start(app()));
+    let apps = [a, b, c];
+    let latest = now - now % hour;
+    env.eventually("the missed tick is recorded", async || {
+        let last: Option<u64> = env
+            .client
+            .hget(last_key(env), "hourly")
+            .await
+            .expect("HGET");
+        last == Some(latest)
+    })
+    .await;
+    env.advance(Duration::from_millis(500)).await;
+    for app in apps {
+        env.stop(app).await;
+    }
+    assert_eq!(
+        ticks(env, "reports").await,
+        vec![(format!("hourly@{latest}"), latest)],
+        "one message for the latest missed tick, whatever the number of instances"
+    );
+}
+
+async fn skip_fires_no_missed_tick_and_a_new_job_fires_nothing_for_the_past(env: &Env) {
+    let now = server_ms(env).await;
+    let hour = 3_600_000;
+    let before = now - 3 * hour;
+    let _: i64 = env
+        .client
+        .hset(last_key(env), ("hourly", before))
+        .await
+        .expect("HSET last");
+    let mut apps = Vec::new();
+    for _ in 0..2 {
+        let app = instance(env, || {
+            vec![
+                job("hourly", "0 0 * * * *", "skipped"),
+                // Never fired: run-once has nothing to catch up.
+                job("fresh", "0 0 * * * *", "fresh").catch_up(CatchUp::RunOnce),
+            ]
+        });
+        apps.push(env.start(app).await);
+    }
+    let registry = env.key("ruststream:periodic");
+    env.eventually("both jobs are registered", async || {
+        env.client.hlen::<i64, _>(&registry).await.expect("HLEN") == 2
+    })
+    .await;
+    env.advance(Duration::from_secs(1)).await;
+    for app in apps {
+        env.stop(app).await;
+    }
+    assert_eq!(env.llen("skipped").await, 0, "skip fires no missed tick");
+    assert_eq!(
+        env.llen("fresh").await,
+        0,
+        "a new job fires nothing for the past"
+    );
+    let last: Option<u64> = env
+        .client
+        .hget(last_key(env), "hourly")
+        .await
+        .expect("HGET");
+    assert_eq!(last, Some(before), "nothing fired, nothing recorded");
+    let fresh: Option<u64> = env.client.hget(last_key(env), "fresh").await.expect("HGET");
+    assert_eq!(fresh, None);
+}
+
+async fn the_operator_lists_every_registered_job(env: &Env) {
+    let mount = || {
+        vec![
+            job("beat", "*/1 * * * * *", "beats"),
+            job("nightly", "0 0 2 * * *", "reports").catch_up(CatchUp::RunOnce),
+        ]
+    };
+    let running = env.start(instance(env, mount)).await;
+    let app = instance(env, mount);
+    let op = &operators(&app)[0];
+    op.connect().await.expect("connect");
+    env.eventually("the every-second job has fired", async || {
+        op.periodic()
+            .await
+            .expect("list")
+            .iter()
+            .any(|j| j.name == "beat" && j.last_ms.is_some())
+    })
+    .await;
+    let jobs = op.periodic().await.expect("list");
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["beat", "nightly"]);
+    let beat = &jobs[0];
+    assert_eq!(beat.cron, "*/1 * * * * *");
+    assert_eq!(beat.tz, "UTC");
+    assert_eq!(beat.destination.as_deref(), Some("beats"));
+    assert_eq!(beat.catch_up, CatchUp::Skip);
+    let next = beat.next_in_ms.expect("a next tick");
+    assert!(
+        (0..=1000).contains(&next),
+        "next due within a second: {next}"
+    );
+    let nightly = &jobs[1];
+    assert_eq!(nightly.catch_up, CatchUp::RunOnce);
+    assert_eq!(nightly.last_ms, None, "never fired");
+    let next = nightly.next_ms.expect("a next tick");
+    assert_eq!(next % 86_400_000, 2 * 3_600_000, "at 02:00 UTC");
+    assert_eq!(
+        run_args(instance(env, mount), ["periodic"]).await,
+        ExitCode::SUCCESS
+    );
+    assert_eq!(
+        run_args(instance(env, mount), ["periodic", "--json"]).await,
+        ExitCode::SUCCESS
+    );
+    env.stop(running).await;
+}
+
+async fn a_failed_publish_is_retried_until_the_destination_takes_it(env: &Env) {
+    // A string where the job's list should be: every LPUSH fails with WRONGTYPE.
+    let () = env
+        .client
+        .set(env.key("blocked"), "not a list", None, None, false)
+        .await
+        .expect("SET");
+    let running = env
+        .start(instance(env, || {
+            vec![job("beat", "*/1 * * * * *", "blocked").catch_up(CatchUp::RunOnce)]
+        }))
+        .await;
+    env.advance(Duration::from_millis(2500)).await;
+    let last: Option<u64> = env.client.hget(last_key(env), "beat").await.expect("HGET");
+    assert_eq!(last, None, "no tick was published, none recorded");
+    let _: i64 = env.client.del(env.key("blocked")).await.expect("DEL");
+    env.eventually("a tick is published once the key is free", async || {
+        env.llen("blocked").await >= 1
+    })
+    .await;
+    env.stop(running).await;
+    let seen = ticks(env, "blocked").await;
+    let mut times: Vec<u64> = seen.iter().map(|(_, at)| *at).collect();
+    times.dedup();
+    assert_eq!(times.len(), seen.len(), "no tick twice: {seen:?}");
+}
+
+async fn a_registry_of_the_wrong_type_stops_the_app_with_a_fix(env: &Env) {
+    let () = env
+        .client
+        .set(env.key("ruststream:periodic"), "x", None, None, false)
+        .await
+        .expect("SET");
+    let err = env
+        .try_start(instance(env, || {
+            vec![job("beat", "*/1 * * * * *", "beats")]
+        }))
+        .await
+        .err()
+        .expect("the app is refused");
+    let text = err.to_string();
+    assert!(text.contains("WRONGTYPE"), "{text}");
+    assert!(text.contains("rename or delete that key"), "{text}");
+    assert_eq!(env.llen("beats").await, 0);
+}
+
+async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
+    let refused = async |p: Periodic| -> String {
+        let app = instance(env, move || vec![p]);
+        env.try_start(app)
+            .await
+            .err()
+            .expect("the app is refused")
+            .to_string()
+    };
+    let e = refused(job("x", "*/5 * * * *", "k")).await;
+    assert!(e.contains("seconds first"), "{e}");
+    let e = refused(job("x", "*/5 * * * * *", "k").tz_named("Mars/Olympus")).await;
+    assert!(e.contains("Europe/Paris"), "{e}");
+    let publisher = env.broker().publisher();
+    let e = refused(
+        publisher
+            .every("*/5 * * * * *")
+            .name("x")
+            .message(|| Tick { at: 0 }),
+    )
+    .await;
+    assert!(e.contains("no time zone"), "{e}");
+    let e = refused(
+        publisher
+            .every("*/5 * * * * *")
+            .tz(Tz::UTC)
+            .message(|| Tick { at: 0 }),
+    )
+    .await;
+    assert!(e.contains(".name("), "{e}");
+    let e = refused(Periodic::new("x", "*/5 * * * * *", Tz::UTC)).await;
+    assert!(e.contains(".message("), "{e}");
+    let app = RustStream::new(AppInfo::new("periodic", "0.0.0")).with_broker(env.broker(), |b| {
+        b.periodic(job("twice", "* * * * * *", "a"))
+            .periodic(job("twice", "* * * * * *", "b"));
+    });
+    let e = env.try_start(app).await.err().expect("refused").to_string();
+    assert!(e.contains("own name"), "{e}");
+}
+
+// -- TestApp, on the virtual clock ------------------------------------------------------------
+
+/// Every five minutes, UTC.
+#[ruststream::periodic("0 */5 * * * *", tz = "UTC", to = "reports")]
+fn report() -> Tick {
+    Tick { at: 5 }
+}
+
+/// Every hour, Paris time, async, catching up once.
+#[ruststream::periodic(
+    "0 0 * * * *",
+    tz = "Europe/Paris",
+    to = "hourly",
+    name = "paris-hourly",
+    catch_up = "run-once"
+)]
+async fn hourly() -> Tick {
+    Tick { at: 60 }
+}
+
+fn macro_app() -> RustStream {
+    RustStream::new(AppInfo::new("reports", "0.0.0")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379").prefix("t:"),
+        |b| {
+            b.periodic(report).periodic(hourly);
+        },
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn testapp_counts_ticks_exactly_on_the_virtual_clock() {
+    let t = TestApp::start(macro_app()).await.expect("start");
+    t.advance(Duration::from_secs(10 * 60))
+        .await
+        .expect("advance");
+    let reports = t.broker::<RedisBroker>().published::<Tick>("reports");
+    assert_eq!(
+        reports.values(),
+        vec![Tick { at: 5 }; 2],
+        "two ticks in ten minutes"
+    );
+    let start = ms_of(t.now()) - 10 * 60 * 1000;
+    for m in reports.messages() {
+        let (name, at) = m.id.split_once('@').expect("name@tick");
+        assert_eq!(name, "report");
+        let at: u64 = at.parse().expect("ms");
+        assert_eq!(at % 300_000, 0, "on a five-minute boundary");
+        assert!(at > start, "a tick after the start");
+    }
+    t.advance(Duration::from_secs(60 * 60))
+        .await
+        .expect("advance");
+    assert_eq!(
+        t.broker::<RedisBroker>()
+            .published::<Tick>("reports")
+            .values()
+            .len(),
+        14
+    );
+    // Paris is a whole number of hours off UTC: its hours start with UTC's.
+    let hour = 3_600_000;
+    let end = start + 70 * 60 * 1000;
+    let hours = usize::try_from(end / hour - start / hour).expect("small");
+    let paris = t.broker::<RedisBroker>().published::<Tick>("hourly");
+    assert_eq!(
+        paris.values(),
+        vec![Tick { at: 60 }; hours],
+        "every hour start once"
+    );
+    assert!(
+        paris
+            .messages()
+            .iter()
+            .all(|m| m.id.starts_with("paris-hourly@"))
+    );
+    t.shutdown().await.expect("shutdown");
+}
