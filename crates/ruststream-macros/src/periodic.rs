@@ -76,10 +76,16 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         )
     })?;
     if let Err(e) = cron::Schedule::from_str(args.cron.value().trim()) {
+        let text = e.to_string();
+        let detail = if text.contains('\n') {
+            String::new()
+        } else {
+            format!(" ({text})")
+        };
         return Err(Error::new(
             args.cron.span(),
             format!(
-                "not a cron expression ({e}): write six or seven fields, seconds first (`sec min hour day-of-month month day-of-week [year]`), e.g. \"0 */5 * * * *\""
+                "not a cron expression{detail}: write six or seven fields, seconds first (`sec min hour day-of-month month day-of-week [year]`), e.g. \"0 */5 * * * *\""
             ),
         ));
     }

@@ -28,9 +28,10 @@ impl Schedule {
     pub fn new(expr: &str, tz: Tz) -> Result<Self> {
         let cron = cron::Schedule::from_str(expr.trim()).map_err(|e| {
             Error::config(format!(
-                "periodic: `{expr}` is not a cron expression ({e}); write six or seven fields, \
+                "periodic: `{expr}` is not a cron expression{}; write six or seven fields, \
                  seconds first: `sec min hour day-of-month month day-of-week [year]`, e.g. \
-                 `0 */5 * * * *` for every five minutes"
+                 `0 */5 * * * *` for every five minutes",
+                detail(&e)
             ))
         })?;
         Ok(Self { cron, tz })
@@ -73,6 +74,17 @@ impl Schedule {
         Utc.timestamp_millis_opt(ms)
             .single()
             .map(|t| t.with_timezone(&self.tz))
+    }
+}
+
+/// ` (why)` when the parser's reason fits on one line (its syntax errors quote the input over
+/// several lines instead), else nothing.
+fn detail(e: &cron::error::Error) -> String {
+    let text = e.to_string();
+    if text.contains('\n') {
+        String::new()
+    } else {
+        format!(" ({text})")
     }
 }
 
