@@ -20,10 +20,10 @@ pub use ruststream_core::{
     RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
     subscriber,
 };
-/// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
-pub use ruststream_core::{JobRecord, job};
 /// Periodic jobs: `Periodic`, `CatchUp`, `#[periodic(..)]`.
 pub use ruststream_core::{CatchUp, IntoPeriodic, Periodic, periodic};
+/// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
+pub use ruststream_core::{JobRecord, job};
 pub use ruststream_macros::{Outgoing, app, periodic, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
 pub use ruststream_redis as redis;

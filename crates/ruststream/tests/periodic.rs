@@ -27,6 +27,7 @@ on!(
 );
 
 on!([memory] bad_declarations_stop_the_app_with_a_fix);
+on!([memory, standalone] a_refused_publish_drops_its_tick_and_the_job_goes_on);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 struct Tick {
@@ -331,6 +332,41 @@ async fn a_registry_of_the_wrong_type_stops_the_app_with_a_fix(env: &Env) {
     assert!(text.contains("WRONGTYPE"), "{text}");
     assert!(text.contains("rename or delete that key"), "{text}");
     assert_eq!(env.llen("beats").await, 0);
+}
+
+async fn a_refused_publish_drops_its_tick_and_the_job_goes_on(env: &Env) {
+    let logs = harness::logs::captured();
+    // A Pub/Sub channel cannot take unique publishes: every tick is refused, none retried.
+    let broker = env.broker_with(|b| b.route("chan", pubsub::Publish::new()));
+    let app = RustStream::new(AppInfo::new("periodic", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(broker, |b| {
+            b.periodic(job("shout", "*/1 * * * * *", "chan"))
+                .periodic(job("beat", "*/1 * * * * *", "beats"));
+        });
+    let running = env.start(app).await;
+    env.eventually("the other job publishes two ticks", async || {
+        env.llen("beats").await >= 2
+    })
+    .await;
+    env.stop(running).await;
+    let shout: Option<u64> = env.client.hget(last_key(env), "shout").await.expect("HGET");
+    assert_eq!(shout, None, "no refused tick is recorded");
+    let text = String::from_utf8_lossy(&logs.lock().expect("logs")).into_owned();
+    let refused = text
+        .lines()
+        .filter(|l| l.contains("periodic publish refused") && l.contains("shout"))
+        .count();
+    assert!(
+        refused >= 2,
+        "each tick is refused once and dropped: {refused}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("trying again") && l.contains("shout")),
+        "a refusal is not retried"
+    );
 }
 
 async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {

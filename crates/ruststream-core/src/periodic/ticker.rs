@@ -107,6 +107,13 @@ impl Ticker {
                     }
                     return tick;
                 }
+                Err(e @ crate::Error::Config(_)) => {
+                    // A refusal (a destination that cannot take unique publishes, such as a
+                    // Pub/Sub channel) will not heal by trying again: the tick is dropped.
+                    tracing::error!(periodic = %self.job.name, tick, error = %e,
+                        "periodic publish refused; this tick is dropped: fix the job's destination");
+                    return tick;
+                }
                 Err(e) => {
                     tracing::warn!(periodic = %self.job.name, tick, error = %e,
                         retry_in = ?wait, "periodic publish failed; trying again");
