@@ -28,6 +28,7 @@ on!(
 
 on!([memory] bad_declarations_stop_the_app_with_a_fix);
 on!([memory, standalone] a_refused_publish_drops_its_tick_and_the_job_goes_on);
+on!([standalone] a_tick_whose_reply_was_lost_is_enqueued_once);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 struct Tick {
@@ -367,6 +368,36 @@ async fn a_refused_publish_drops_its_tick_and_the_job_goes_on(env: &Env) {
             .any(|l| l.contains("trying again") && l.contains("shout")),
         "a refusal is not retried"
     );
+}
+
+async fn a_tick_whose_reply_was_lost_is_enqueued_once(env: &Env) {
+    let proxy = harness::proxy::Proxy::start(env.url().expect("standalone")).await;
+    let through_proxy = RedisBroker::standalone(proxy.url()).prefix(env.prefix.clone());
+    let app = RustStream::new(AppInfo::new("periodic-cut", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(through_proxy, |b| {
+            b.periodic(job("beat", "*/1 * * * * *", "beats"));
+        });
+    // The first tick's publish runs, its reply is lost, and it is sent again (by fred, or by
+    // the job's retry): the tick's id makes the second one a duplicate.
+    let needle = b"beat@";
+    proxy.cut_after(needle);
+    let running = env.start(app).await;
+    env.eventually("three ticks are published", async || {
+        env.llen("beats").await >= 3
+    })
+    .await;
+    env.stop(running).await;
+    assert_eq!(proxy.cuts(), 1, "the reply was cut");
+    assert!(proxy.sent_count(needle) >= 2, "the publish was sent again");
+    let times: Vec<u64> = ticks(env, "beats")
+        .await
+        .iter()
+        .map(|(_, at)| *at)
+        .collect();
+    for pair in times.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1000, "every tick once: {times:?}");
+    }
 }
 
 async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
