@@ -212,6 +212,8 @@ pub(crate) trait MountedBroker: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<()>>;
     /// The subscribers, for the AsyncAPI document.
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc>;
+    /// The periodic jobs, for the AsyncAPI document.
+    fn sends(&self) -> Vec<crate::asyncapi::SendDoc>;
     /// The broker itself, so a test harness can find a broker of a given type
     /// (`broker_any().downcast_ref::<RedisBroker>()`) and reconfigure it before the app starts.
     fn broker_any(&self) -> &dyn std::any::Any;
@@ -300,6 +302,21 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
         self.subscribers
             .iter()
             .map(|s| &s.source as &dyn std::any::Any)
+            .collect()
+    }
+
+    fn sends(&self) -> Vec<crate::asyncapi::SendDoc> {
+        self.periodics
+            .iter()
+            .filter_map(|p| {
+                Some(crate::asyncapi::SendDoc {
+                    name: p.name.clone(),
+                    schedule: p.describe(),
+                    to: p.to.clone(),
+                    message: p.doc?,
+                    transport: self.broker.reply_transport(p.to.as_deref(), None),
+                })
+            })
             .collect()
     }
 

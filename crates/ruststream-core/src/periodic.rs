@@ -117,7 +117,7 @@ pub struct Periodic {
     pub(crate) expr: String,
     pub(crate) tz: std::result::Result<Tz, String>,
     pub(crate) to: Option<String>,
-    pub(crate) type_name: Option<&'static str>,
+    pub(crate) doc: Option<crate::MessageDoc>,
     pub(crate) fire: Option<Fire>,
     pub(crate) catch_up: CatchUp,
     pub(crate) publisher: Option<Publisher>,
@@ -144,7 +144,7 @@ impl Periodic {
             expr: cron.into(),
             tz: Ok(tz),
             to: None,
-            type_name: None,
+            doc: None,
             fire: None,
             catch_up: CatchUp::Skip,
             publisher: None,
@@ -199,7 +199,7 @@ impl Periodic {
         Fut: Future<Output = T> + Send + 'static,
     {
         let make = Arc::new(make);
-        self.type_name = Some(std::any::type_name::<T>());
+        self.doc = Some(crate::MessageDoc::of::<T>());
         let fire: Fire = Arc::new(move |publisher: Publisher, shot: Shot| {
             let value = make(shot.tick);
             Box::pin(async move {
@@ -256,6 +256,14 @@ impl Periodic {
             )));
         }
         Ok(schedule)
+    }
+
+    /// The schedule in words, for the AsyncAPI document: `0 */5 * * * * (Europe/Paris)`.
+    pub(crate) fn describe(&self) -> String {
+        match &self.tz {
+            Ok(tz) => format!("`{}` ({})", self.expr, tz.name()),
+            Err(_) => format!("`{}`", self.expr),
+        }
     }
 
     /// The registry's view of this job.

@@ -517,3 +517,23 @@ async fn testapp_counts_ticks_exactly_on_the_virtual_clock() {
     );
     t.shutdown().await.expect("shutdown");
 }
+
+#[test]
+fn the_asyncapi_document_shows_each_job_as_a_send_operation() {
+    let doc = ruststream::asyncapi::document(&macro_app());
+    let op = &doc["operations"]["send_periodic_report"];
+    assert_eq!(op["action"], "send", "{doc:#}");
+    assert_eq!(op["channel"]["$ref"], "#/channels/reports");
+    assert!(
+        op["description"]
+            .as_str()
+            .expect("a description")
+            .contains("`0 */5 * * * *` (UTC)"),
+        "{op}"
+    );
+    assert_eq!(doc["channels"]["reports"]["address"], "reports");
+    assert_eq!(
+        doc["operations"]["send_periodic_paris-hourly"]["action"], "send",
+        "{doc:#}"
+    );
+}
