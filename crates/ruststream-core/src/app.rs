@@ -42,6 +42,7 @@ impl AppInfo {
 /// Where `with_broker`'s closure mounts subscribers: `b.include(render)`.
 pub struct Mount<B: Broker> {
     subscribers: Vec<Subscriber<B>>,
+    periodics: Vec<crate::Periodic>,
 }
 
 impl<B: Broker> Mount<B> {
@@ -50,6 +51,15 @@ impl<B: Broker> Mount<B> {
         self.subscribers.push(subscriber.into_subscriber());
         let last = self.subscribers.len() - 1;
         &mut self.subscribers[last]
+    }
+
+    /// Mounts a periodic job (see [`crate::periodic`]): `b.periodic(Periodic::new(..))`, or a
+    /// fn marked `#[periodic("0 */5 * * * *", tz = "UTC")]`. It runs on this broker's clock and
+    /// state, and publishes through the broker's publisher unless it was made with
+    /// [`Publisher::every`](crate::Publisher::every).
+    pub fn periodic<P: crate::IntoPeriodic>(&mut self, job: P) -> &mut Self {
+        self.periodics.push(job.into_periodic());
+        self
     }
 }
 
@@ -86,11 +96,13 @@ impl RustStream {
     pub fn with_broker<B: Broker>(mut self, broker: B, mount: impl FnOnce(&mut Mount<B>)) -> Self {
         let mut m = Mount {
             subscribers: Vec::new(),
+            periodics: Vec::new(),
         };
         mount(&mut m);
         self.brokers.push(Box::new(BrokerApp {
             broker: Arc::new(broker),
             subscribers: m.subscribers,
+            periodics: m.periodics,
         }));
         self
     }
@@ -200,6 +212,8 @@ pub(crate) trait MountedBroker: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<()>>;
     /// The subscribers, for the AsyncAPI document.
     fn docs(&self) -> Vec<crate::asyncapi::OperationDoc>;
+    /// The periodic jobs, for the AsyncAPI document.
+    fn sends(&self) -> Vec<crate::asyncapi::SendDoc>;
     /// The broker itself, so a test harness can find a broker of a given type
     /// (`broker_any().downcast_ref::<RedisBroker>()`) and reconfigure it before the app starts.
     fn broker_any(&self) -> &dyn std::any::Any;
@@ -210,6 +224,7 @@ pub(crate) trait MountedBroker: Send + Sync + 'static {
 struct BrokerApp<B: Broker> {
     broker: Arc<B>,
     subscribers: Vec<Subscriber<B>>,
+    periodics: Vec<crate::Periodic>,
 }
 
 impl<B: Broker> BrokerApp<B> {
@@ -223,6 +238,7 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
         for s in &self.subscribers {
             s.validate()?;
         }
+        crate::periodic::validate_all(&self.periodics, self.broker.periodic_store().is_some())?;
         self.broker.validate(&self.sources())
     }
 
@@ -249,6 +265,24 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                 let opened = live.open(s, name, app.child_token()).await?;
                 app.add(opened);
             }
+            if !self.periodics.is_empty() {
+                let store = self
+                    .broker
+                    .periodic_store()
+                    .ok_or_else(|| crate::Error::config("this broker cannot run periodic jobs"))?;
+                for job in self.periodics {
+                    let schedule = job.validate()?;
+                    let task = crate::periodic::spawn(
+                        job,
+                        schedule,
+                        store.clone(),
+                        self.broker.publisher(),
+                        app.child_token(),
+                    )
+                    .await?;
+                    app.add_task(task);
+                }
+            }
             let broker = self.broker;
             let probed = broker.clone();
             app.add_broker(
@@ -268,6 +302,21 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
         self.subscribers
             .iter()
             .map(|s| &s.source as &dyn std::any::Any)
+            .collect()
+    }
+
+    fn sends(&self) -> Vec<crate::asyncapi::SendDoc> {
+        self.periodics
+            .iter()
+            .filter_map(|p| {
+                Some(crate::asyncapi::SendDoc {
+                    name: p.name.clone(),
+                    schedule: p.describe(),
+                    to: p.to.clone(),
+                    message: p.doc?,
+                    transport: self.broker.reply_transport(p.to.as_deref(), None),
+                })
+            })
             .collect()
     }
 

@@ -26,11 +26,27 @@ pub struct OperationDoc {
     pub reply_transport: Option<&'static str>,
 }
 
+/// A periodic job as the document shows it: a `send` operation on its destination.
+#[derive(Debug, Clone)]
+pub(crate) struct SendDoc {
+    /// The job's name.
+    pub(crate) name: String,
+    /// Its schedule, in words (`0 */5 * * * * (UTC)`).
+    pub(crate) schedule: String,
+    /// `.to(..)`, else `None`: the message type's own name.
+    pub(crate) to: Option<String>,
+    /// What it sends.
+    pub(crate) message: MessageDoc,
+    /// The destination's transport when the broker knows it.
+    pub(crate) transport: Option<&'static str>,
+}
+
 /// Builds the AsyncAPI 3.0.0 document of an application, as mounted (before it starts; a running
 /// app's document of what runs now is [`RunningApp::asyncapi`](crate::RunningApp::asyncapi)).
 pub fn document(app: &RustStream) -> Value {
     let ops: Vec<OperationDoc> = app.mounted().flat_map(|b| b.docs()).collect();
-    build(app_info(app), &ops)
+    let sends: Vec<SendDoc> = app.mounted().flat_map(|b| b.sends()).collect();
+    build_with(app_info(app), &ops, &sends)
 }
 
 fn app_info(app: &RustStream) -> &AppInfo {
@@ -39,6 +55,11 @@ fn app_info(app: &RustStream) -> &AppInfo {
 
 /// The document of `info` with the operations `ops`.
 pub(crate) fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
+    build_with(info, ops, &[])
+}
+
+/// The document of `info` with the operations `ops` and the periodic jobs' `sends`.
+fn build_with(info: &AppInfo, ops: &[OperationDoc], sends: &[SendDoc]) -> Value {
     let mut doc = Doc::default();
     let mut operations = Map::new();
     for op in ops {
@@ -55,20 +76,7 @@ pub(crate) fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
             "messages": [ { "$ref": msg } ],
         });
         if let Some((to, out)) = &op.reply {
-            let (address, kind) = match (to, out.name) {
-                (Some(to), _) => (to.clone(), Address::Key),
-                (None, Some(name)) => (name.to_owned(), Address::Template),
-                (None, None) => (String::new(), Address::Key),
-            };
-            let transport = op
-                .reply_transport
-                .or_else(|| {
-                    ops.iter()
-                        .find(|o| o.channel.address == address)
-                        .map(|o| o.channel.transport)
-                })
-                .unwrap_or("list");
-            let reply_ch = doc.channel(&address, kind, transport, None);
+            let reply_ch = doc.outgoing(to.as_ref(), out, op.reply_transport, ops);
             let reply_msg = doc.message(&reply_ch, out);
             operation["reply"] = json!({
                 "channel": { "$ref": format!("#/channels/{reply_ch}") },
@@ -80,6 +88,23 @@ pub(crate) fn build(info: &AppInfo, ops: &[OperationDoc]) -> Value {
             name.push('_');
         }
         operations.insert(name, operation);
+    }
+    for send in sends {
+        let ch = doc.outgoing(send.to.as_ref(), &send.message, send.transport, ops);
+        let msg = doc.message(&ch, &send.message);
+        let mut name = sanitize(&format!("send_periodic_{}", send.name));
+        while operations.contains_key(&name) {
+            name.push('_');
+        }
+        operations.insert(
+            name,
+            json!({
+                "action": "send",
+                "channel": { "$ref": format!("#/channels/{ch}") },
+                "messages": [ { "$ref": msg } ],
+                "description": format!("periodic job `{}`: {}", send.name, send.schedule),
+            }),
+        );
     }
     let mut info_obj = json!({ "title": info.title, "version": info.version });
     if let Some(d) = &info.description {
@@ -103,6 +128,31 @@ struct Doc {
 }
 
 impl Doc {
+    /// The id of the channel a message `out` is published to: `to` as written, else the type's
+    /// name template; on `transport` when the broker knows it, else on the transport of a
+    /// subscription reading that address, else a list.
+    fn outgoing(
+        &mut self,
+        to: Option<&String>,
+        out: &MessageDoc,
+        transport: Option<&'static str>,
+        ops: &[OperationDoc],
+    ) -> String {
+        let (address, kind) = match (to, out.name) {
+            (Some(to), _) => (to.clone(), Address::Key),
+            (None, Some(name)) => (name.to_owned(), Address::Template),
+            (None, None) => (String::new(), Address::Key),
+        };
+        let transport = transport
+            .or_else(|| {
+                ops.iter()
+                    .find(|o| o.channel.address == address)
+                    .map(|o| o.channel.transport)
+            })
+            .unwrap_or("list");
+        self.channel(&address, kind, transport, None)
+    }
+
     /// The id of the channel for `address`, added when new.
     fn channel(
         &mut self,

@@ -193,6 +193,13 @@ pub trait Broker: Send + Sync + Sized + 'static {
         messages: Vec<OutMessage>,
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Where this broker keeps periodic jobs' state (last fired ticks, the registry), shared by
+    /// every instance; `None` (the default) when it cannot run periodic jobs, and then an app
+    /// that mounts one is refused at startup.
+    fn periodic_store(&self) -> Option<std::sync::Arc<dyn crate::periodic::PeriodicStore>> {
+        None
+    }
+
     /// Closes every connection.
     fn close(&self) -> impl Future<Output = ()> + Send;
 

@@ -26,6 +26,7 @@ pub mod observe;
 #[cfg(feature = "otel")]
 pub mod otel;
 pub mod outcome;
+pub mod periodic;
 pub mod publish;
 pub mod retry;
 pub mod running;
@@ -44,6 +45,7 @@ pub use health::{Health, Probe, SubscriptionState};
 pub use job::{JobRecord, JobStore, JobWrite};
 pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
+pub use periodic::{CatchUp, IntoPeriodic, Periodic};
 pub use publish::{
     Due, Enqueued, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,
 };

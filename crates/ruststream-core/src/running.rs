@@ -189,6 +189,12 @@ impl RunningApp {
         self.health.add(opened.watch);
     }
 
+    /// Registers a task that runs beside the subscriptions (a periodic job's loop) until the
+    /// app stops; like a subscription, it starts with [`run_added`](Self::run_added).
+    pub(crate) fn add_task(&mut self, task: BoxFuture<'static, ()>) {
+        self.added.push(task);
+    }
+
     /// Runs the subscriptions registered since the last call.
     pub(crate) fn run_added(&mut self) {
         for run in self.added.drain(..) {

@@ -9,6 +9,7 @@ use proc_macro::TokenStream;
 
 mod app;
 mod outgoing;
+mod periodic;
 mod subscriber;
 
 /// Turns an `async fn` into a subscriber that `b.include(..)` mounts.
@@ -57,6 +58,50 @@ mod subscriber;
 #[proc_macro_attribute]
 pub fn subscriber(attr: TokenStream, item: TokenStream) -> TokenStream {
     subscriber::expand(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Turns a `fn` (or `async fn`) without arguments into a periodic job that `b.periodic(..)`
+/// mounts: on every tick of the cron schedule, what it returns is published once, however many
+/// instances run (see `ruststream::periodic`).
+///
+/// ```
+/// use ruststream::prelude::*;
+/// # #[derive(Deserialize, Serialize, Outgoing)]
+/// # struct Report { kind: String }
+///
+/// /// Every five minutes, Paris time; ticks missed while no instance ran are skipped.
+/// #[periodic("0 */5 * * * *", tz = "Europe/Paris", to = "reports")]
+/// fn report() -> Report {
+///     Report { kind: "usage".into() }
+/// }
+///
+/// /// At 02:00 UTC; after a night with no instance up, the missed tick runs once at start.
+/// #[periodic("0 0 2 * * *", tz = "UTC", to = "reports", name = "nightly", catch_up = "run-once")]
+/// async fn nightly() -> Report {
+///     Report { kind: "nightly".into() }
+/// }
+///
+/// let app = RustStream::new(AppInfo::new("reports", "0.1.0"))
+///     .with_broker(RedisBroker::from_env(), |b| {
+///         b.periodic(report).periodic(nightly);
+///     });
+/// # drop(app);
+/// ```
+///
+/// - The first argument is the cron expression with seconds (`sec min hour day-of-month month
+///   day-of-week [year]`); `tz` is the IANA time zone, required. Both are checked at compile
+///   time.
+/// - `to` is the destination (default: the message type's outgoing name), `name` the job's name
+///   (default: the function's; it keys every tick's message id, so keep it stable), `catch_up`
+///   `"skip"` (default) or `"run-once"`.
+///
+/// It expands to a unit struct named like the function, implementing `IntoPeriodic` through
+/// `Periodic::new(..)`, exactly as a hand-written job.
+#[proc_macro_attribute]
+pub fn periodic(attr: TokenStream, item: TokenStream) -> TokenStream {
+    periodic::expand(attr.into(), item.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

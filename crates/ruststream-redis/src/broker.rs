@@ -349,6 +349,14 @@ impl Broker for RedisBroker {
             .map(drop)
     }
 
+    /// Periodic jobs' state in this broker's Redis (see the `periodic` module), on the
+    /// broker's clock.
+    fn periodic_store(&self) -> Option<Arc<dyn ruststream_core::periodic::PeriodicStore>> {
+        Some(Arc::new(crate::periodic::Store {
+            conns: self.conns.clone(),
+        }))
+    }
+
     async fn close(&self) {
         self.conns.close().await;
     }

@@ -71,6 +71,7 @@ pub mod operate;
 mod options;
 mod partition;
 mod pause;
+mod periodic;
 mod policy;
 mod publish;
 pub mod pubsub;

@@ -20,9 +20,11 @@ pub use ruststream_core::{
     RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
     subscriber,
 };
+/// Periodic jobs: `Periodic`, `CatchUp`, `#[periodic(..)]`.
+pub use ruststream_core::{CatchUp, IntoPeriodic, Periodic, periodic};
 /// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
 pub use ruststream_core::{JobRecord, job};
-pub use ruststream_macros::{Outgoing, app, subscriber};
+pub use ruststream_macros::{Outgoing, app, periodic, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
 pub use ruststream_redis as redis;
 pub use ruststream_redis::{
@@ -41,9 +43,10 @@ pub mod testing {
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, Handle, HandleBatch,
-        HandlerOutcome, MessageType, Outgoing, Publisher, RedisBroker, RedisChannel, RedisList,
-        RedisStream, RustStream, list, outgoing, pubsub, run_main, stream, subscriber,
+        App, AppInfo, Backoff, BatchContext, BatchOutcome, CatchUp, Context, Handle, HandleBatch,
+        HandlerOutcome, MessageType, Outgoing, Periodic, Publisher, RedisBroker, RedisChannel,
+        RedisList, RedisStream, RustStream, list, outgoing, periodic, pubsub, run_main, stream,
+        subscriber,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

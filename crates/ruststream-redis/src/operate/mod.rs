@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | `inspect.rs` | sizes, ages, group state | `TIME`, `LLEN`, `ZRANGE .. WITHSCORES`, `ZCARD`, `XLEN`, `XINFO GROUPS`/`CONSUMERS`, `EXISTS`, `PUBSUB NUMSUB` |
 //! | `dead.rs` | dead letters | `LRANGE`, `requeue.lua` (`LREM`/`LTRIM`, then `RPUSH`, `XADD` or `PUBLISH`), `purge.lua` (`LREM`, `LTRIM`, `DEL`) |
+//! | `periodic.rs` | periodic jobs every instance registered | `TIME`, `HGETALL` of the registry and of the last ticks |
 //! | `delayed.rs` | delayed entries | `ZRANGE .. WITHSCORES`, `HMGET`, `delayed.lua` (`ZADD XX CH` + `PUBLISH`, or `ZREM` + `HDEL`) |
 //!
 //! Pause and resume are `crate::pause`'s `SET`/`DEL` of `K.paused` with a `PUBLISH`.
@@ -19,6 +20,7 @@
 mod dead;
 mod delayed;
 mod inspect;
+mod periodic;
 
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ use ruststream_core::{Error, Result};
 pub use self::dead::DeadLetter;
 pub use self::delayed::DelayedEntry;
 pub use self::inspect::{CLAIMS_READ, Consumer, GroupState, Inspection};
+pub use self::periodic::PeriodicJob;
 use crate::conn::Connections;
 use crate::keys::SourceKeys;
 pub use crate::pause::POLL as PAUSE_POLL;

@@ -1,5 +1,6 @@
 //! The operator's subcommands of [`run_main`](crate::run_main): `inspect`, `dead`, `delayed`,
-//! `pause` and `resume`, on the app's own subscriptions (see `ruststream_redis::operate`).
+//! `pause` and `resume`, on the app's own subscriptions, and `periodic`, the periodic jobs
+//! registered under the app's brokers' prefixes (see `ruststream_redis::operate`).
 //!
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
 //! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
@@ -18,7 +19,7 @@ use ruststream_redis::{RedisBroker, RedisSource};
 #[cfg(not(feature = "prometheus"))]
 use std::collections::HashMap;
 
-use self::print::{Row, inspect_text, ms_text, pretty, print_out};
+use self::print::{Row, inspect_text, ms_text, periodic_text, pretty, print_out};
 use crate::{Error, Result, RustStream};
 
 /// One subscription's message rates over a short window (`inspect --metrics-url`).
@@ -69,6 +70,12 @@ pub(crate) enum Operate {
     Resume {
         /// The subscription.
         subscription: String,
+    },
+    /// Periodic jobs every instance registered: schedule, zone, destination, last and next tick.
+    Periodic {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -205,6 +212,9 @@ where
 /// Runs an operator command on `app`'s subscriptions.
 pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
     let ops = operators(&app);
+    if let Operate::Periodic { json } = command {
+        return periodic(&ops, json).await;
+    }
     let name = match &command {
         Operate::Inspect { subscription, .. } => subscription.clone(),
         other => Some(subscription_of(other).to_owned()),
@@ -278,13 +288,26 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
         }
         Operate::Dead(d) => dead(targets[0], d).await,
         Operate::Delayed(d) => delayed(targets[0], d).await,
+        Operate::Periodic { json } => periodic(&ops, json).await,
     }
+}
+
+/// `periodic`: the jobs of every broker's key space.
+async fn periodic(ops: &[Operator], json: bool) -> Result<ExitCode> {
+    let mut jobs = Vec::new();
+    for o in ops {
+        o.connect().await?;
+        jobs.extend(o.periodic().await?);
+    }
+    print_out(json, &jobs, || periodic_text(&jobs))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn subscription_of(command: &Operate) -> &str {
     match command {
         Operate::Inspect { subscription, .. } => subscription.as_deref().unwrap_or(""),
         Operate::Pause { subscription, .. } | Operate::Resume { subscription } => subscription,
+        Operate::Periodic { .. } => "",
         Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => &a.subscription,
         Operate::Dead(Dead::Show(a)) => &a.subscription,
         Operate::Dead(Dead::Requeue(a) | Dead::Purge(a))

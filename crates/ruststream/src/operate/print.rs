@@ -1,7 +1,7 @@
 //! What the operator's commands print: JSON, or text for a terminal (`inspect`'s lines, times
 //! as `1.5s`). Sends no command.
 
-use ruststream_redis::operate::Inspection;
+use ruststream_redis::operate::{Inspection, PeriodicJob};
 
 use super::Rates;
 use crate::{Error, Result};
@@ -135,4 +135,36 @@ fn counts(i: &Inspection) -> Vec<String> {
         parts.push(format!("group lag {}, pending {}", n(g.lag), g.pending));
     }
     parts
+}
+
+/// `periodic`'s lines: one job a line, or a note that there is none.
+pub(super) fn periodic_text(jobs: &[PeriodicJob]) -> String {
+    if jobs.is_empty() {
+        return "no periodic job is registered\n".to_owned();
+    }
+    let mut out = String::new();
+    for j in jobs {
+        if let Some(why) = &j.unreadable {
+            out.push_str(&format!("{}  unreadable definition: {why}\n", j.name));
+            continue;
+        }
+        let last = j
+            .last_ago_ms
+            .map_or_else(|| "never".to_owned(), |ms| format!("{} ago", ms_text(ms)));
+        let next = j
+            .next_in_ms
+            .map_or_else(|| "none".to_owned(), |ms| format!("in {}", ms_text(ms)));
+        out.push_str(&format!(
+            "{}  `{}` {}  to {}  catch-up {}  last fired {last}  next due {next}\n",
+            j.name,
+            j.cron,
+            j.tz,
+            j.destination.as_deref().unwrap_or("(the type's name)"),
+            match j.catch_up {
+                crate::CatchUp::RunOnce => "run-once",
+                _ => "skip",
+            },
+        ));
+    }
+    out
 }

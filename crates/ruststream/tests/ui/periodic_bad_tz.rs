@@ -1,0 +1,13 @@
+use ruststream::prelude::*;
+
+#[derive(Deserialize, Serialize, Outgoing)]
+struct Report {
+    n: u32,
+}
+
+#[periodic("0 */5 * * * *", tz = "Paris", to = "reports")]
+fn report() -> Report {
+    Report { n: 1 }
+}
+
+fn main() {}
