@@ -23,6 +23,7 @@ on!(
     a_delayed_unique_message_holds_its_window,
     a_stream_destination_holds_the_window,
     a_partitioned_destination_holds_the_window_across_partitions,
+    a_window_holds_across_priority_levels,
 );
 
 on!([memory, standalone] a_unique_publish_is_refused_where_it_cannot_hold);
@@ -289,4 +290,39 @@ async fn a_publish_whose_reply_is_lost_counts_its_message_once(env: &Env) {
     assert_eq!(env.llen(Q).await, 1, "enqueued once");
     let later = publish_unique(&env.broker(), Q, "lost-1", WINDOW).await;
     assert!(!later.is_enqueued(), "another publish is a duplicate");
+}
+
+async fn a_window_holds_across_priority_levels(env: &Env) {
+    let key = "{uqp}";
+    let broker = env.broker_with(|b| b.route(key, list::Publish::new().priorities(3)));
+    let mut results = Vec::new();
+    for level in [2, 0, 1, 2] {
+        let sent = broker
+            .publisher()
+            .message(&Job {
+                n: u32::from(level),
+            })
+            .to(key)
+            .id("urgent-1")
+            .unique_for(WINDOW)
+            .priority(level)
+            .publish()
+            .await
+            .expect("publish");
+        results.push(sent);
+    }
+    assert_eq!(
+        totals(&results),
+        (1, 3),
+        "one id, one window, whatever the level"
+    );
+    assert_eq!(
+        env.llen(&format!("{key}.p2")).await,
+        1,
+        "on the first publish's level"
+    );
+    assert_eq!(
+        env.llen(key).await + env.llen(&format!("{key}.p1")).await,
+        0
+    );
 }

@@ -1,6 +1,8 @@
 //! Unit tests of the list source's options, checks and key names.
 
 use super::*;
+use crate::policy::PublishPolicy;
+use crate::transport::Transport;
 
 fn err(l: &RedisList) -> String {
     l.validate(&KeySpace::default()).unwrap_err().to_string()
