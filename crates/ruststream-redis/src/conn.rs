@@ -88,7 +88,7 @@ impl Settings {
             prefix: String::new(),
             pool_size: 2,
             scheduling: true,
-            result_ttl: crate::results::DEFAULT_RESULT_TTL,
+            result_ttl: crate::options::DEFAULT_RESULT_TTL,
             schedule: crate::options::Schedule::default(),
         }
     }

@@ -205,3 +205,6 @@ macro_rules! source_setters {
 }
 
 pub(crate) use source_setters;
+
+/// How long a job's record lives after its last write, unless the broker sets its own.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);

@@ -20,9 +20,6 @@ use crate::error::core;
 use crate::lua;
 use crate::publish::RedisPublisher;
 
-/// How long a job's record lives after its last write, unless the broker sets its own.
-pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
-
 static JOB: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("job.lua"), &[lua::GUARD]));
 
