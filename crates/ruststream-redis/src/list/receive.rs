@@ -32,7 +32,7 @@ use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
-use crate::delayed::{Destination, Mover, interrupted, read_wait, woken};
+use crate::delayed::{Destination, Mover, interrupted, read_wait};
 use crate::error::core;
 use crate::limit::{self, Held, Limiter};
 use crate::lua;
@@ -175,20 +175,24 @@ impl Reader {
         !self.stop.is_cancelled() && !hurry.is_cancelled()
     }
 
-    /// Runs a blocking read, interrupted by a stop, a hurry or a wake-up of the mover.
+    /// Resolves on a stop, a hurry, a wake-up of the mover or of a priority level.
+    async fn interruption(&self, hurry: &CancellationToken) {
+        tokio::select! {
+            () = interrupted(&self.stop, hurry, self.mover.as_ref()) => {}
+            () = self.wakes.any() => {}
+        }
+    }
+
+    /// Runs a blocking read, cut short by an [`interruption`](Self::interruption).
     async fn blocking(
         &self,
         wait: Duration,
         read: impl Future<Output = Result<Value, fred::error::Error>>,
         hurry: &CancellationToken,
     ) -> Result<Value> {
-        let interrupt = async {
-            tokio::select! {
-                () = interrupted(&self.stop, hurry, self.mover.as_ref()) => {}
-                () = self.wakes.any() => {}
-            }
-        };
-        self.conn.blocking(wait, read, interrupt).await
+        self.conn
+            .blocking(wait, read, self.interruption(hurry))
+            .await
     }
 
     /// Waits until `queue` holds an entry, without taking it: `BLMOVE queue queue RIGHT RIGHT
@@ -219,10 +223,7 @@ impl Reader {
             Err(e) if e.to_string().contains("OOM") => {
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
-                    () = self.stop.cancelled() => {}
-                    () = hurry.cancelled() => {}
-                    () = woken(self.mover.as_ref()) => {}
-                    () = self.wakes.any() => {}
+                    () = self.interruption(hurry) => {}
                 }
                 Ok(())
             }
