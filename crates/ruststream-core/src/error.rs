@@ -44,6 +44,19 @@ pub enum Error {
         /// How long it was awaited.
         waited: std::time::Duration,
     },
+    /// A durable publish ([`Durability`](crate::Durability)) reached fewer replicas than asked
+    /// within its timeout. Its messages are on the primary and may be lost in a failover; they
+    /// are not known to be lost. Publish again (with an id and `.unique_for(..)` the retry is a
+    /// no-op for a message that did land).
+    #[error(
+        "publish not durable: {acked} of {asked} replica(s) acknowledged it within the timeout; it is on the primary only and may be lost in a failover: publish again (with `.id(..)` and `.unique_for(..)` a retry enqueues nothing twice)"
+    )]
+    NotDurable {
+        /// The replicas asked for.
+        asked: u32,
+        /// The replicas that acknowledged the write (with `WAITAOF`, that wrote it to disk).
+        acked: u32,
+    },
     /// The operation needs a running broker, and it is closed or was never started.
     #[error("broker is not connected: start the app (or the broker) before publishing")]
     NotConnected,

@@ -112,6 +112,8 @@ pub(crate) struct Connections {
     /// Each destination's publish policy: publishes, and the scripts that re-add to a stream,
     /// follow it.
     pub(crate) routes: Arc<Routes>,
+    /// Whether the server takes `WAITAOF`, for durable publishes.
+    pub(crate) durable: crate::durable::Probe,
 }
 
 impl Connections {
@@ -127,6 +129,7 @@ impl Connections {
             pauses: crate::pause::Pauses::default(),
             memory: MemorySlot::default(),
             routes: Arc::default(),
+            durable: crate::durable::Probe::default(),
         }
     }
 

@@ -12,6 +12,9 @@
 //! Messages with a unique window (`crate::unique`) go out through `unique/publish.lua`, or
 //! `schedule.lua` when delayed, which enqueue only those whose id holds no window yet.
 //!
+//! A durable group (`.durable(..)` or its route's) ends with `WAIT` on the client that wrote
+//! it (`crate::durable`).
+//!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
 //! `RedisBroker::route` set, else a list.
@@ -89,6 +92,13 @@ pub(crate) async fn publish(
             }
             .into());
         }
+        if matches!(policy, PublishPolicy::PubSub(_)) && m.durable.is_some() {
+            return Err(PubSubError::CannotBeDurable {
+                channel: m.destination,
+            }
+            .into());
+        }
+        let policy = policy.with_durable(m.durable);
         if matches!(policy, PublishPolicy::PubSub(_)) && m.unique_for.is_some() {
             return Err(PubSubError::CannotBeUnique {
                 channel: m.destination,
@@ -204,6 +214,13 @@ fn due_arg(due: Due) -> (&'static str, i64) {
 /// Sends one group; returns how many of its messages were enqueued.
 async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result<usize> {
     let client = pool.next();
+    // `WAIT` counts the writes of its connection: taken on the client that writes (see
+    // `crate::durable`).
+    let durable = g
+        .policy
+        .durable()
+        .map(|d| (d, crate::durable::connections(client)));
+    let key = g.key.clone();
     let mut enqueued = g.now.len() + g.entries.len();
     if !g.now.is_empty() {
         match g.policy {
@@ -235,6 +252,9 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
     if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
         let now_ms = conns.memory.clock_ms();
         stream::add(client, &g.key, p, now_ms, g.entries).await?;
+    }
+    if let Some((d, before)) = durable {
+        crate::durable::confirm(client, conns, &key, d, enqueued > 0, &before).await?;
     }
     Ok(enqueued)
 }
