@@ -76,6 +76,7 @@ mod periodic;
 mod policy;
 mod publish;
 pub mod pubsub;
+mod rejoin;
 mod results;
 mod setup;
 pub mod stream;
