@@ -1,7 +1,9 @@
 //! Durable publishes on Redis ([`Durability`]): after a group's writes, on the client that sent
 //! them, `WAIT replicas timeout` (and, on a server that has it — Redis 7.2 and later — running
 //! with `appendonly yes`, `WAITAOF 1 replicas timeout`), in one pipeline; fewer acknowledgements
-//! than asked is [`Error::NotDurable`].
+//! than asked is [`Error::NotDurable`]. A group of plain `LPUSH`es or `XADD`s is sent in that
+//! same pipeline (one round trip); a group with scripts (ttl, unique, delayed, a priority
+//! level's wake-up) sends them first, and the `WAIT` after their replies.
 //!
 //! `WAIT` counts the writes of the connection it is sent on, so it goes on the client that
 //! wrote (fred's pool hands one client to a group, and a standalone or sentinel client is one
@@ -84,14 +86,18 @@ pub(crate) fn connections(client: &Client) -> HashMap<fred::types::config::Serve
     client.connection_ids()
 }
 
-/// Waits for `d`'s replicas to acknowledge what `client` wrote to the full key `key`, which
-/// wrote something unless `wrote` is false; `before` is [`connections`] before the writes.
+/// A write sent in the same pipeline as the `WAIT`: the command and its arguments.
+pub(crate) type Write = (&'static str, Vec<Value>);
+
+/// Sends `writes` (commands on the full key `key`) and then waits, in the same pipeline, for
+/// `d`'s replicas to acknowledge them and whatever `client` wrote before (something, unless
+/// `wrote` is false); `before` is [`connections`] before the first write.
 pub(crate) async fn confirm(
     client: &Client,
     conns: &Connections,
     key: &str,
     d: Durability,
-    wrote: bool,
+    (wrote, writes): (bool, Vec<Write>),
     before: &HashMap<fred::types::config::Server, i64>,
 ) -> Result<()> {
     let waitaof = conns.durable.waitaof(client, conns).await;
@@ -99,7 +105,15 @@ pub(crate) async fn confirm(
     let timeout = d.timeout_ms().to_string();
     let replicas = d.replicas().to_string();
     let pipeline = client.pipeline();
-    if !wrote {
+    let mut lead = writes.len();
+    for (cmd, args) in writes {
+        let () = pipeline
+            .custom(CustomCommand::new_static(cmd, slot.clone(), false), args)
+            .await
+            .map_err(core)?;
+    }
+    if !wrote && lead == 0 {
+        lead = 1;
         let () = pipeline
             .custom(
                 CustomCommand::new_static("SET", slot.clone(), false),
@@ -132,9 +146,7 @@ pub(crate) async fn confirm(
             .map_err(core)?;
     }
     let mut replies: Vec<Value> = pipeline.all().await.map_err(core)?;
-    if !wrote {
-        replies.remove(0);
-    }
+    replies.drain(..lead.min(replies.len()));
     let mut acked = count(replies.first());
     if let Some(Value::Array(aof)) = replies.get(1) {
         // `[local, replicas]`: the primary's own fsync, then the replicas that fsynced.
