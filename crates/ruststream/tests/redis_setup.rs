@@ -97,3 +97,39 @@ async fn on_a_cluster_a_durable_app_is_warned_of_no_persistence_only() {
         "only the durable app is told: {warned}"
     );
 }
+
+/// The CLI's `check` connects like a start: it says the same.
+#[test]
+fn the_check_command_warns_of_an_evicting_server() {
+    logs::captured();
+    let stand = Stand::start(
+        "stand_server --maxmemory-policy volatile-lru; export RUSTSTREAM_SETUP_PORT=$STAND_PORT",
+    );
+    let port = stand.var("RUSTSTREAM_SETUP_PORT");
+    let url = format!("redis://127.0.0.1:{port}");
+    let code = ruststream::run_main_from(["svc", "check"], || {
+        RustStream::new(AppInfo::new("svc", "0")).with_broker(RedisBroker::standalone(&url), |b| {
+            b.include(
+                ruststream::subscriber(RedisList::new("jobs"), harness::Seen::<Probe>::acking())
+                    .build(),
+            );
+        })
+    });
+    assert_eq!(
+        format!("{code:?}"),
+        format!("{:?}", std::process::ExitCode::SUCCESS)
+    );
+    let warned = lines_about(&port).join("\n");
+    assert!(
+        warned.contains("maxmemory-policy is `volatile-lru`"),
+        "{warned}"
+    );
+    drop(stand);
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Probe {
+    n: u32,
+}
+
+outgoing!(Probe);
