@@ -40,9 +40,11 @@ impl Probe {
         *self
             .0
             .get_or_init(|| async {
-                if !conns.memory.is_attached()
-                    && !crate::policy::PublishPolicy::any_durable(&conns.routes)
-                {
+                // The in-memory model has no AOF, nor `CONFIG`.
+                if conns.memory.is_attached() {
+                    return false;
+                }
+                if !crate::policy::PublishPolicy::any_durable(&conns.routes) {
                     crate::setup::warn_persistence(client, &conns.target()).await;
                 }
                 takes_waitaof(client).await

@@ -223,3 +223,47 @@ async fn through_sentinels_the_replica_acknowledges_a_durable_publish() {
     );
     assert_eq!((asked, acked), (2, 1), "one replica of two asked");
 }
+
+/// `TestApp`: a durable publish, and a durable route, are acknowledged at once (the model has
+/// no replicas and answers as a server with the asked ones), and the handler gets the message.
+#[tokio::test(start_paused = true)]
+async fn on_testapp_a_durable_publish_is_acknowledged_at_once() -> ruststream::Result<()> {
+    use ruststream::testing::TestApp;
+    let app = RustStream::new(AppInfo::new("durable", "0")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379")
+            .prefix("t:")
+            .route("{replies}", list::Publish::new().durable(3, TIMEOUT)),
+        |b| {
+            b.include(
+                ruststream::subscriber(
+                    RedisList::new("{jobs}").reliable(),
+                    harness::Seen::<Job>::acking(),
+                )
+                .build(),
+            );
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    let broker = tb.broker::<RedisBroker>();
+    let done = broker
+        .message(&Job { n: 5 })
+        .to("{jobs}")
+        .durable(2, TIMEOUT)
+        .publish()
+        .await?;
+    assert!(done.is_enqueued());
+    broker
+        .message(&Job { n: 6 })
+        .to("{replies}")
+        .publish()
+        .await?;
+    broker
+        .subscriber("{jobs}")
+        .assert_called_once()
+        .with(&Job { n: 5 });
+    broker
+        .published::<Job>("{replies}")
+        .assert_called_once()
+        .with(&Job { n: 6 });
+    tb.shutdown().await
+}
