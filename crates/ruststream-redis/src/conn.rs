@@ -60,6 +60,8 @@ pub(crate) struct Settings {
     pub(crate) schedule: crate::options::Schedule,
     /// How long a job's progress and result live after their last write (`crate::results`).
     pub(crate) result_ttl: std::time::Duration,
+    /// How long a command may go without a reply (`RedisBroker::command_timeout`).
+    pub(crate) command_timeout: Duration,
 }
 
 /// The URL schemes a broker connects with, for errors.
@@ -90,6 +92,7 @@ impl Settings {
             scheduling: true,
             result_ttl: crate::options::DEFAULT_RESULT_TTL,
             schedule: crate::options::Schedule::default(),
+            command_timeout: crate::options::DEFAULT_COMMAND_TIMEOUT,
         }
     }
 }
@@ -172,16 +175,24 @@ impl Connections {
         }
     }
 
-    /// A connection of its own for one subscription's blocking reads of `read`.
-    pub(crate) async fn reader(&self, read: BlockingRead) -> Result<ReadConn> {
-        let client = self
-            .builder(true)?
-            .build()
+    /// A connection of its own for one subscription's blocking reads of `read`, which wait up
+    /// to `block`.
+    pub(crate) async fn reader(&self, read: BlockingRead, block: Duration) -> Result<ReadConn> {
+        let mut builder = self.builder(true)?;
+        // A backstop for the commands that do not block: `ReadConn::blocking` bounds the reads
+        // that do (at their wait plus the command timeout, before this fires).
+        let backstop = block + 2 * self.settings.command_timeout;
+        builder.with_performance_config(|p| p.default_command_timeout = backstop);
+        let client = ReadConn::connect(&builder, &self.target(), self.settings.command_timeout)
+            .await
             .map_err(|e| self.connect_error(&e))?;
-        client.init().await.map_err(|e| self.connect_error(&e))?;
-        watch(&client, "reader", self.target());
         Ok(ReadConn {
+            current: Arc::new(Mutex::new(client.clone())),
             client,
+            builder,
+            target: self.target(),
+            command_timeout: self.settings.command_timeout,
+            stale: std::sync::atomic::AtomicBool::new(false),
             memory: self.memory.waiter(read),
         })
     }
@@ -331,12 +342,24 @@ impl Connections {
         }
         self.memory.configure(&mut config);
         let mut builder = Builder::from_config(config);
+        let timeout = s.command_timeout;
         builder
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
                 c.max_command_attempts = 3;
+                // A connection whose replies stopped coming (half-open, or a frozen server) is
+                // closed and reconnected, and its commands sent again. fred skips a connection
+                // blocked in a read: the reader bounds those itself (`ReadConn::blocking`).
+                c.unresponsive.max_timeout = Some(timeout);
+                c.unresponsive.interval = (timeout / 4).max(Duration::from_millis(100));
             });
+        if !blocking {
+            // A command that never gets a reply fails (settles and publishes are retried) rather
+            // than waiting for ever. The reader's blocking reads wait longer than this on
+            // purpose, so its commands are bounded by `ReadConn` instead.
+            builder.with_performance_config(|p| p.default_command_timeout = timeout);
+        }
         Ok(builder)
     }
 }
@@ -380,26 +403,127 @@ async fn forward_wakes(
 }
 
 /// One subscription's own connection, for blocking reads.
+///
+/// Every command on it is bounded: a blocking read by its wait plus the command timeout
+/// ([`ReadConn::blocking`]), anything else by fred's command timeout (the longest wait plus
+/// twice the command timeout). A blocking read past its bound fails, logs one line and marks
+/// the connection stale, as does any failed read ([`ReadConn::check`]); the next read first
+/// replaces it with a new client ([`ReadConn::heal`]), so a connection that stopped answering
+/// (or a client wedged on it) never silences the subscription for good.
 pub(crate) struct ReadConn {
     client: Client,
+    /// The client in use now, for the health probe (which outlives replacements).
+    current: Arc<Mutex<Client>>,
+    /// How to build a replacement.
+    builder: Builder,
+    target: String,
+    command_timeout: Duration,
+    /// Set when a read went past its bound: replace the client before the next read.
+    stale: std::sync::atomic::AtomicBool,
     /// On the in-memory server, what to await before a blocking read.
     memory: Option<MemoryWait>,
 }
 
 impl ReadConn {
+    /// Builds and connects a reader client from `builder`, within `limit`.
+    async fn connect(
+        builder: &Builder,
+        target: &str,
+        limit: Duration,
+    ) -> Result<Client, fred::error::Error> {
+        let client = builder.build()?;
+        let init = tokio::time::timeout(limit, client.init()).await;
+        match init {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                quit_in_background(client);
+                return Err(fred::error::Error::new(
+                    fred::error::ErrorKind::Timeout,
+                    format!("no connection within {limit:?}"),
+                ));
+            }
+        }
+        watch(&client, "reader", target.to_owned());
+        Ok(client)
+    }
+
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
     /// Whether the connection is up (fred's own state: no I/O).
     pub(crate) fn probe(&self) -> ruststream_core::Probe {
-        let client = self.client.clone();
-        std::sync::Arc::new(move || client.is_connected())
+        let current = self.current.clone();
+        std::sync::Arc::new(move || current.lock().is_ok_and(|c| c.is_connected()))
+    }
+
+    /// Replaces the client when a read went past its bound; a no-op otherwise. Each reader
+    /// calls it before it reads.
+    pub(crate) async fn heal(&mut self) -> Result<()> {
+        if !self.stale.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let fresh = Self::connect(&self.builder, &self.target, self.command_timeout)
+            .await
+            .map_err(|e| {
+                CoreError::Broker(format!(
+                    "cannot replace the reading connection to {}: {}",
+                    self.target,
+                    crate::error::in_words(&e)
+                ))
+            })?;
+        let old = std::mem::replace(&mut self.client, fresh.clone());
+        if let Ok(mut current) = self.current.lock() {
+            *current = fresh;
+        }
+        quit_in_background(old);
+        self.stale
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(connection = "reader", target = %self.target, "reading connection replaced");
+        Ok(())
+    }
+
+    /// Passes on the result of a read; after a failed one the connection is replaced before
+    /// the next read. fred's state of a connection whose reply never came (a read it still
+    /// thinks is blocking, a dead side channel for `CLIENT UNBLOCK`) is not to be trusted, and
+    /// a reconnect per failed read is cheap: the subscription backs off between failed reads.
+    pub(crate) fn check<T>(&self, read: Result<T>) -> Result<T> {
+        if read.is_err() {
+            self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        read
+    }
+
+    /// The error of a read that got no reply within `limit`, logged once; marks the connection
+    /// stale so the next read replaces it.
+    fn no_reply(&self, what: &str, limit: Duration) -> CoreError {
+        self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(connection = "reader", target = %self.target, command = what, limit = ?limit,
+            "redis gave no reply in time; replacing the connection and reading again");
+        CoreError::Broker(format!(
+            "{what}: no reply from {} within {limit:?}",
+            self.target
+        ))
     }
 
     /// Runs the blocking read `read`, which waits up to `wait`. When `interrupt` resolves first,
-    /// interrupts the read and still returns what it got. A read that timed out is `Null`.
+    /// interrupts the read and still returns what it got. A read that timed out is `Null`; one
+    /// that got no reply within `wait` plus the command timeout fails (see [`ReadConn`]).
     pub(crate) async fn blocking(
+        &self,
+        wait: Duration,
+        read: impl Future<Output = Result<Value, fred::error::Error>>,
+        interrupt: impl Future<Output = ()>,
+    ) -> Result<Value> {
+        let limit = wait + self.command_timeout;
+        match tokio::time::timeout(limit, self.blocking_unbounded(wait, read, interrupt)).await {
+            Ok(r) => r,
+            Err(_) => Err(self.no_reply("a blocking read", limit)),
+        }
+    }
+
+    async fn blocking_unbounded(
         &self,
         wait: Duration,
         read: impl Future<Output = Result<Value, fred::error::Error>>,
@@ -434,12 +558,17 @@ impl Drop for ReadConn {
     /// Closes the connection: fred keeps a client connected until it quits, so without this
     /// every stopped subscription would leave a connection (and its task) behind.
     fn drop(&mut self) {
-        let client = self.client.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = client.quit().await;
-            });
-        }
+        quit_in_background(self.client.clone());
+    }
+}
+
+/// Sends `QUIT` on `client` from a task of its own, bounded: a client that stopped answering
+/// must not keep its task for ever.
+fn quit_in_background(client: Client) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(5), client.quit()).await;
+        });
     }
 }
 

@@ -20,6 +20,8 @@ mod harness;
 
 #[path = "reliability/common.rs"]
 mod common;
+#[path = "reliability/liveness.rs"]
+mod liveness;
 #[path = "reliability/proxy_check.rs"]
 mod proxy_check;
 #[path = "reliability/recovery.rs"]

@@ -74,9 +74,12 @@ pub(super) async fn open(
     let keys = list.keys(&conns.keys);
     let pool = conns.pool()?;
     let conn = conns
-        .reader(BlockingRead::List {
-            key: keys.queue.clone(),
-        })
+        .reader(
+            BlockingRead::List {
+                key: keys.queue.clone(),
+            },
+            list.options.block,
+        )
         .await?;
     let mover = Mover::open_if(
         conns,
@@ -345,7 +348,11 @@ impl Receive for SimpleList {
         max: usize,
         hurry: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
-        Box::pin(SimpleList::receive(self, max, hurry))
+        Box::pin(async move {
+            self.reader.conn.heal().await?;
+            let read = SimpleList::receive(self, max, hurry).await;
+            self.reader.conn.check(read)
+        })
     }
 
     fn settler(&self) -> RedisSettler {
@@ -496,7 +503,11 @@ impl Receive for ReliableList {
         max: usize,
         hurry: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
-        Box::pin(ReliableList::receive(self, max, hurry))
+        Box::pin(async move {
+            self.reader.conn.heal().await?;
+            let read = ReliableList::receive(self, max, hurry).await;
+            self.reader.conn.check(read)
+        })
     }
 
     fn settler(&self) -> RedisSettler {
