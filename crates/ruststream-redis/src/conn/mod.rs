@@ -13,6 +13,17 @@
 //! With the `testing` feature a broker may run on an in-memory server (see
 //! [`memory`](crate::memory)); this module is where that seam sits: client configurations point
 //! at it, and [`ReadConn::blocking`] awaits it before a blocking read.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`Connections`]: the pool's lifecycle, building clients, the connection log |
+//! | `settings.rs` | [`Settings`], [`Topology`]: what a broker connects to, checked before it does |
+//! | `read.rs` | [`ReadConn`]: a subscription's reading connection, its bounds and its replacement |
+//! | `wakes.rs` | the fan-out of wake-up messages to the readers' notifiers |
+
+mod read;
+mod settings;
+mod wakes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,78 +35,12 @@ use fred::types::config::{Blocking, ReconnectPolicy};
 use ruststream_core::{Error as CoreError, Result};
 use tokio::sync::Notify;
 
+pub(crate) use self::read::ReadConn;
+pub(crate) use self::settings::{Settings, Topology};
 use crate::error::{core, redact};
 use crate::keys::KeySpace;
-use crate::memory::{BlockingRead, MemorySlot, MemoryWait};
+use crate::memory::{BlockingRead, MemorySlot};
 use crate::policy::Routes;
-
-/// Where the servers are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Topology {
-    /// One server (or a primary with replicas the client does not use).
-    Standalone,
-    /// A Redis Cluster, reached through any of these nodes.
-    Cluster(Vec<String>),
-    /// A primary found through these sentinels under `service`.
-    Sentinel {
-        service: String,
-        sentinels: Vec<String>,
-    },
-}
-
-/// What a broker is configured with before it connects.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    /// The standalone URL, or the first node's (credentials, TLS and database come from it).
-    pub(crate) url: String,
-    pub(crate) topology: Topology,
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
-    /// PEM file of the CAs to trust for TLS (see `crate::tls`); setting it turns TLS on.
-    pub(crate) tls_ca: Option<std::path::PathBuf>,
-    pub(crate) prefix: String,
-    pub(crate) pool_size: usize,
-    pub(crate) scheduling: bool,
-    /// The subscriptions' mover schedule, unless a source sets its own.
-    pub(crate) schedule: crate::options::Schedule,
-    /// How long a job's progress and result live after their last write (`crate::results`).
-    pub(crate) result_ttl: std::time::Duration,
-    /// How long a command may go without a reply (`RedisBroker::command_timeout`).
-    pub(crate) command_timeout: Duration,
-}
-
-/// The URL schemes a broker connects with, for errors.
-const SCHEMES: &str = "use redis://[user:password@]host:port[/db], or rediss:// for TLS (cluster nodes and sentinels may also be host:port)";
-
-impl Settings {
-    /// Checks the scheme of every URL: `redis://` or `rediss://` (cluster nodes and sentinels
-    /// may also be bare `host:port`).
-    pub(crate) fn check_urls(&self) -> Result<()> {
-        let others: &[String] = match &self.topology {
-            Topology::Standalone => &[],
-            Topology::Cluster(nodes) => nodes,
-            Topology::Sentinel { sentinels, .. } => sentinels,
-        };
-        check_scheme(&self.url, false)?;
-        others.iter().try_for_each(|url| check_scheme(url, true))
-    }
-
-    pub(crate) fn standalone(url: String) -> Self {
-        Self {
-            url,
-            topology: Topology::Standalone,
-            username: None,
-            password: None,
-            tls_ca: None,
-            prefix: String::new(),
-            pool_size: 2,
-            scheduling: true,
-            result_ttl: crate::options::DEFAULT_RESULT_TTL,
-            schedule: crate::options::Schedule::default(),
-            command_timeout: crate::options::DEFAULT_COMMAND_TIMEOUT,
-        }
-    }
-}
 
 /// A broker's connections, built from its [`Settings`].
 pub(crate) struct Connections {
@@ -183,18 +128,14 @@ impl Connections {
         // that do (at their wait plus the command timeout, before this fires).
         let backstop = block + 2 * self.settings.command_timeout;
         builder.with_performance_config(|p| p.default_command_timeout = backstop);
-        let client = ReadConn::connect(&builder, &self.target(), self.settings.command_timeout)
-            .await
-            .map_err(|e| self.connect_error(&e))?;
-        Ok(ReadConn {
-            current: Arc::new(Mutex::new(client.clone())),
-            client,
+        ReadConn::open(
             builder,
-            target: self.target(),
-            command_timeout: self.settings.command_timeout,
-            stale: std::sync::atomic::AtomicBool::new(false),
-            memory: self.memory.waiter(read),
-        })
+            self.target(),
+            self.settings.command_timeout,
+            self.memory.waiter(read),
+        )
+        .await
+        .map_err(|e| self.connect_error(&e))
     }
 
     /// A connected subscriber client of its own for one Pub/Sub subscription, whose broadcast
@@ -231,7 +172,7 @@ impl Connections {
                 // fred's default capacity (32): wake-ups are rare and a missed one only delays a poll.
                 let client = self.subscriber(32).await?;
                 let _resubscribe = client.manage_subscriptions();
-                tokio::spawn(forward_wakes(
+                tokio::spawn(wakes::forward_wakes(
                     client.message_rx(),
                     Arc::downgrade(&self.wakes),
                 ));
@@ -364,227 +305,9 @@ impl Connections {
     }
 }
 
-/// Refuses a URL whose scheme fred would not read as Redis (`http://` would be taken for a
-/// plain TCP server); `bare` allows `host:port`.
-fn check_scheme(url: &str, bare: bool) -> Result<()> {
-    match url.split_once("://") {
-        Some(("redis" | "rediss", _)) => Ok(()),
-        None if bare => Ok(()),
-        Some((scheme, _)) => Err(CoreError::config(format!(
-            "cannot connect to {}: unsupported URL scheme `{scheme}://`; {SCHEMES}",
-            redact(url)
-        ))),
-        None => Err(CoreError::config(format!(
-            "cannot connect to `{}`: the URL has no scheme; {SCHEMES}",
-            redact(url)
-        ))),
-    }
-}
-
-/// Wakes the notifier of each wake-up channel a message arrives on, until the connection or the
-/// broker is gone.
-async fn forward_wakes(
-    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
-    wakes: std::sync::Weak<Mutex<HashMap<String, Arc<Notify>>>>,
-) {
-    loop {
-        let message = match messages.recv().await {
-            Ok(m) => m,
-            // A missed wake-up only delays a reader until its next poll.
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-        };
-        let Some(wakes) = wakes.upgrade() else { break };
-        let Ok(wakes) = wakes.lock() else { break };
-        if let Some(n) = wakes.get(&*message.channel) {
-            n.notify_one();
-        }
-    }
-}
-
-/// One subscription's own connection, for blocking reads.
-///
-/// Every command on it is bounded: a blocking read by its wait plus the command timeout
-/// ([`ReadConn::blocking`]), anything else by fred's command timeout (the longest wait plus
-/// twice the command timeout). A blocking read past its bound fails, logs one line and marks
-/// the connection stale, as does any failed read ([`ReadConn::check`]); the next read first
-/// replaces it with a new client ([`ReadConn::heal`]), so a connection that stopped answering
-/// (or a client wedged on it) never silences the subscription for good.
-pub(crate) struct ReadConn {
-    client: Client,
-    /// The client in use now, for the health probe (which outlives replacements).
-    current: Arc<Mutex<Client>>,
-    /// How to build a replacement.
-    builder: Builder,
-    target: String,
-    command_timeout: Duration,
-    /// Set when a read went past its bound: replace the client before the next read.
-    stale: std::sync::atomic::AtomicBool,
-    /// On the in-memory server, what to await before a blocking read.
-    memory: Option<MemoryWait>,
-}
-
-impl ReadConn {
-    /// Builds and connects a reader client from `builder`, within `limit`.
-    async fn connect(
-        builder: &Builder,
-        target: &str,
-        limit: Duration,
-    ) -> Result<Client, fred::error::Error> {
-        let client = builder.build()?;
-        let init = tokio::time::timeout(limit, client.init()).await;
-        match init {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                quit_in_background(client);
-                return Err(fred::error::Error::new(
-                    fred::error::ErrorKind::Timeout,
-                    format!("no connection within {limit:?}"),
-                ));
-            }
-        }
-        watch(&client, "reader", target.to_owned());
-        Ok(client)
-    }
-
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// Whether the connection is up (fred's own state: no I/O).
-    pub(crate) fn probe(&self) -> ruststream_core::Probe {
-        let current = self.current.clone();
-        std::sync::Arc::new(move || current.lock().is_ok_and(|c| c.is_connected()))
-    }
-
-    /// Replaces the client when a read went past its bound; a no-op otherwise. Each reader
-    /// calls it before it reads.
-    pub(crate) async fn heal(&mut self) -> Result<()> {
-        if !self.stale.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(());
-        }
-        let fresh = Self::connect(&self.builder, &self.target, self.command_timeout)
-            .await
-            .map_err(|e| {
-                CoreError::Broker(format!(
-                    "cannot replace the reading connection to {}: {}",
-                    self.target,
-                    crate::error::in_words(&e)
-                ))
-            })?;
-        let old = std::mem::replace(&mut self.client, fresh.clone());
-        if let Ok(mut current) = self.current.lock() {
-            *current = fresh;
-        }
-        quit_in_background(old);
-        self.stale
-            .store(false, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(connection = "reader", target = %self.target, "reading connection replaced");
-        Ok(())
-    }
-
-    /// Passes on the result of a read; after a failed one the connection is replaced before
-    /// the next read. fred's state of a connection whose reply never came (a read it still
-    /// thinks is blocking, a dead side channel for `CLIENT UNBLOCK`) is not to be trusted, and
-    /// a reconnect per failed read is cheap: the subscription backs off between failed reads.
-    pub(crate) fn check<T>(&self, read: Result<T>) -> Result<T> {
-        if read.is_err() {
-            self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        read
-    }
-
-    /// The error of a read that got no reply within `limit`, logged once; marks the connection
-    /// stale so the next read replaces it.
-    fn no_reply(&self, what: &str, limit: Duration) -> CoreError {
-        self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(connection = "reader", target = %self.target, command = what, limit = ?limit,
-            "redis gave no reply in time; replacing the connection and reading again");
-        CoreError::Broker(format!(
-            "{what}: no reply from {} within {limit:?}",
-            self.target
-        ))
-    }
-
-    /// Runs the blocking read `read`, which waits up to `wait`. When `interrupt` resolves first,
-    /// interrupts the read and still returns what it got. A read that timed out is `Null`; one
-    /// that got no reply within `wait` plus the command timeout fails (see [`ReadConn`]).
-    pub(crate) async fn blocking(
-        &self,
-        wait: Duration,
-        read: impl Future<Output = Result<Value, fred::error::Error>>,
-        interrupt: impl Future<Output = ()>,
-    ) -> Result<Value> {
-        let limit = wait + self.command_timeout;
-        match tokio::time::timeout(limit, self.blocking_unbounded(wait, read, interrupt)).await {
-            Ok(r) => r,
-            Err(_) => Err(self.no_reply("a blocking read", limit)),
-        }
-    }
-
-    async fn blocking_unbounded(
-        &self,
-        wait: Duration,
-        read: impl Future<Output = Result<Value, fred::error::Error>>,
-        interrupt: impl Future<Output = ()>,
-    ) -> Result<Value> {
-        // The in-memory server answers a blocking read at once: wait for what would wake it.
-        if let Some(memory) = &self.memory {
-            tokio::select! {
-                () = memory.ready(wait) => {}
-                () = interrupt => {}
-            }
-            return empty_on_timeout(read.await);
-        }
-        tokio::pin!(read);
-        tokio::select! {
-            r = &mut read => return empty_on_timeout(r),
-            () = interrupt => {}
-            // Redis times out a blocked client only when its event loop wakes (every 100 ms at
-            // the default `hz 10`), so a short wait would end up to 100 ms late: keep time here.
-            () = tokio::time::sleep(wait) => {}
-        }
-        let client = self.client.clone();
-        let ping = async move {
-            let _: Result<(), _> = client.ping(None).await;
-        };
-        let (r, ()) = tokio::join!(read, ping);
-        empty_on_timeout(r)
-    }
-}
-
-impl Drop for ReadConn {
-    /// Closes the connection: fred keeps a client connected until it quits, so without this
-    /// every stopped subscription would leave a connection (and its task) behind.
-    fn drop(&mut self) {
-        quit_in_background(self.client.clone());
-    }
-}
-
-/// Sends `QUIT` on `client` from a task of its own, bounded: a client that stopped answering
-/// must not keep its task for ever.
-fn quit_in_background(client: Client) {
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(5), client.quit()).await;
-        });
-    }
-}
-
-/// fred reports a blocking read that timed out (a nil reply) as a `Timeout` error, and one we
-/// interrupted as `UNBLOCKED`: both are an empty read, not a failure to back off from.
-fn empty_on_timeout(r: Result<Value, fred::error::Error>) -> Result<Value> {
-    match r {
-        Err(e) if *e.kind() == fred::error::ErrorKind::Timeout => Ok(Value::Null),
-        Err(e) if e.details().starts_with("UNBLOCKED") => Ok(Value::Null),
-        r => r.map_err(core),
-    }
-}
-
 /// Logs a connection's losses and reconnections (fred reconnects on its own, with backoff;
 /// meanwhile commands wait), so an outage shows in the app's logs.
-fn watch(client: &impl EventInterface, role: &'static str, target: String) {
+pub(super) fn watch(client: &impl EventInterface, role: &'static str, target: String) {
     let lost_at = target.clone();
     let _lost = client.on_error(move |(e, _)| {
         tracing::warn!(connection = role, target = %lost_at, error = %redact(e.details()),
