@@ -21,7 +21,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::config::{Blocking, ReconnectPolicy};
-use ruststream_core::{Error as CoreError, Result};
+use ruststream_core::{Error as CoreError, ErrorKind, Result};
 use tokio::sync::Notify;
 
 use crate::error::{core, redact};
@@ -260,26 +260,25 @@ impl Connections {
     }
 
     fn connect_error(&self, e: &fred::error::Error) -> CoreError {
-        let hint = match e.kind() {
-            fred::error::ErrorKind::Auth => {
+        let kind = crate::error::kind_of(e);
+        let hint = match kind {
+            ErrorKind::Auth => {
                 "check the user name and password (RedisBroker::username/password or the URL)"
             }
-            // rustls reports a certificate it rejects as an I/O error.
-            _ if *e.kind() == fred::error::ErrorKind::Tls
-                || e.details().contains("Certificate") =>
-            {
+            ErrorKind::Tls => {
                 "check the TLS setup: a rediss:// URL to a TLS port, and the CA that signed the server's certificate (RedisBroker::tls_ca_file)"
             }
-            fred::error::ErrorKind::Config | fred::error::ErrorKind::Url => {
+            ErrorKind::Configuration => {
                 "the URL must look like redis://[user:password@]host:port[/db]"
             }
             _ => "is Redis running there? set REDIS_URL or the broker's URL",
         };
-        CoreError::Broker(format!(
+        let message = format!(
             "cannot connect to {}: {}; {hint}",
             self.target(),
             crate::error::in_words(e)
-        ))
+        );
+        CoreError::broker_from(kind, message, e.clone())
     }
 
     /// The hosts of `urls` (`redis://host:port` or `host:port`).
@@ -448,7 +447,7 @@ impl Drop for ReadConn {
 fn empty_on_timeout(r: Result<Value, fred::error::Error>) -> Result<Value> {
     match r {
         Err(e) if *e.kind() == fred::error::ErrorKind::Timeout => Ok(Value::Null),
-        Err(e) if e.details().starts_with("UNBLOCKED") => Ok(Value::Null),
+        Err(e) if crate::error::kind_of(&e) == ErrorKind::Interrupted => Ok(Value::Null),
         r => r.map_err(core),
     }
 }
@@ -470,5 +469,5 @@ fn watch(client: &impl EventInterface, role: &'static str, target: String) {
 
 /// The error of a lock a panic poisoned.
 pub(crate) fn poisoned<T>(_: T) -> CoreError {
-    CoreError::Broker("internal lock poisoned by a panic".into())
+    CoreError::broker(ErrorKind::Other, "internal lock poisoned by a panic")
 }

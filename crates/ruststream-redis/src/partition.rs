@@ -292,9 +292,10 @@ struct PartitionedSettle(Vec<RedisSettler>);
 impl PartitionedSettle {
     fn part(&self, i: usize) -> Result<&RedisSettler> {
         self.0.get(i).ok_or_else(|| {
-            Error::Broker(format!(
-                "a delivery names partition {i}, which this reader does not have"
-            ))
+            Error::broker(
+                ruststream_core::ErrorKind::Other,
+                format!("a delivery names partition {i}, which this reader does not have"),
+            )
         })
     }
 

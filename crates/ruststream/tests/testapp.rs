@@ -62,7 +62,7 @@ fn app(source: RedisList, worker: Worker) -> RustStream {
 }
 
 fn broker_error(e: fred::error::Error) -> ruststream::Error {
-    ruststream::Error::Broker(e.to_string())
+    ruststream::redis::error::core(e)
 }
 
 #[tokio::test(start_paused = true)]
