@@ -326,6 +326,11 @@ impl Settle for PartitionedSettle {
     fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>> {
         Box::pin(PartitionedSettle::settle(self, batch))
     }
+
+    fn unsettled(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(Settler::unsettled).collect();
+        parts.join("; ")
+    }
 }
 
 #[cfg(test)]
