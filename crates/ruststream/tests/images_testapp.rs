@@ -236,7 +236,7 @@ mod images {
         }
 
         fn io(e: std::io::Error) -> ruststream::Error {
-            ruststream::redis::error::core(e)
+            ruststream::Error::broker_from(ruststream::ErrorKind::Connection, e.to_string(), e)
         }
     }
 }
