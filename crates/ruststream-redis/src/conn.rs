@@ -278,7 +278,7 @@ impl Connections {
             self.target(),
             crate::error::in_words(e)
         );
-        CoreError::broker_from(kind, message, e.clone())
+        crate::error::core_as(e.clone(), message)
     }
 
     /// The hosts of `urls` (`redis://host:port` or `host:port`).

@@ -22,7 +22,8 @@ pub fn kind_of(e: &fred::error::Error) -> ErrorKind {
     }
 }
 
-/// The kind a Redis error reply's code (its first word) says, when it starts with one.
+/// The kind a Redis error reply's code (its first word) says, when it starts with a code of
+/// its own kind (`ERR` and codes not listed are not).
 fn code_kind(reply: &str) -> Option<ErrorKind> {
     let code = reply.split_ascii_whitespace().next()?;
     if code.len() < 2 || !code.bytes().all(|b| b.is_ascii_uppercase()) {
@@ -40,7 +41,7 @@ fn code_kind(reply: &str) -> Option<ErrorKind> {
         "NOGROUP" => ErrorKind::NoGroup,
         "BUSYGROUP" => ErrorKind::GroupExists,
         "UNBLOCKED" => ErrorKind::Interrupted,
-        _ => ErrorKind::Other,
+        _ => return None,
     })
 }
 
@@ -62,9 +63,12 @@ pub fn core(e: fred::error::Error) -> CoreError {
     core_as(e, message)
 }
 
-/// The core's error for `e`, of its [`kind_of`], with `message` (already free of passwords).
+/// The core's error for `e`, of its [`kind_of`], with `message` (already free of passwords); the
+/// source is `e` with passwords removed from its details too.
 pub(crate) fn core_as(e: fred::error::Error, message: String) -> CoreError {
-    CoreError::broker_from(kind_of(&e), message, e)
+    let kind = kind_of(&e);
+    let source = fred::error::Error::new(e.kind().clone(), redact(e.details()));
+    CoreError::broker_from(kind, message, source)
 }
 
 /// The details of `e` for a person: an I/O error, which fred keeps as the `Debug` text of
@@ -212,6 +216,9 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::OutOfMemory);
         let source = std::error::Error::source(&e).expect("a source");
         assert!(source.downcast_ref::<Fred>().is_some(), "{source:?}");
+        let url = core(Fred::new(FredKind::Url, "bad redis://u:s3cret@h:6379"));
+        let source = std::error::Error::source(&url).expect("a source");
+        assert!(!source.to_string().contains("s3cret"), "{source}");
     }
 
     #[test]
