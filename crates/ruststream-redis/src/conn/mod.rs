@@ -32,7 +32,7 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::config::{Blocking, ReconnectPolicy};
-use ruststream_core::{Error as CoreError, Result};
+use ruststream_core::{Error as CoreError, ErrorKind, Result};
 use tokio::sync::Notify;
 
 pub(crate) use self::read::ReadConn;
@@ -212,26 +212,25 @@ impl Connections {
     }
 
     fn connect_error(&self, e: &fred::error::Error) -> CoreError {
-        let hint = match e.kind() {
-            fred::error::ErrorKind::Auth => {
+        let kind = crate::error::kind_of(e);
+        let hint = match kind {
+            ErrorKind::Auth => {
                 "check the user name and password (RedisBroker::username/password or the URL)"
             }
-            // rustls reports a certificate it rejects as an I/O error.
-            _ if *e.kind() == fred::error::ErrorKind::Tls
-                || e.details().contains("Certificate") =>
-            {
+            ErrorKind::Tls => {
                 "check the TLS setup: a rediss:// URL to a TLS port, and the CA that signed the server's certificate (RedisBroker::tls_ca_file)"
             }
-            fred::error::ErrorKind::Config | fred::error::ErrorKind::Url => {
+            ErrorKind::Configuration => {
                 "the URL must look like redis://[user:password@]host:port[/db]"
             }
             _ => "is Redis running there? set REDIS_URL or the broker's URL",
         };
-        CoreError::Broker(format!(
+        let message = format!(
             "cannot connect to {}: {}; {hint}",
             self.target(),
             crate::error::in_words(e)
-        ))
+        );
+        crate::error::core_as(e.clone(), message)
     }
 
     /// The hosts of `urls` (`redis://host:port` or `host:port`).
@@ -322,5 +321,5 @@ pub(super) fn watch(client: &impl EventInterface, role: &'static str, target: St
 
 /// The error of a lock a panic poisoned.
 pub(crate) fn poisoned<T>(_: T) -> CoreError {
-    CoreError::Broker("internal lock poisoned by a panic".into())
+    CoreError::broker(ErrorKind::Other, "internal lock poisoned by a panic")
 }

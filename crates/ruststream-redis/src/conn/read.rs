@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::*;
-use ruststream_core::{Error as CoreError, Result};
+use ruststream_core::{Error as CoreError, ErrorKind, Result};
 
 use super::watch;
 use crate::error::core;
@@ -99,11 +99,12 @@ impl ReadConn {
         let fresh = Self::connect(&self.builder, &self.target, self.command_timeout)
             .await
             .map_err(|e| {
-                CoreError::Broker(format!(
+                let message = format!(
                     "cannot replace the reading connection to {}: {}",
                     self.target,
                     crate::error::in_words(&e)
-                ))
+                );
+                crate::error::core_as(e, message)
             })?;
         let old = std::mem::replace(&mut self.client, fresh.clone());
         if let Ok(mut current) = self.current.lock() {
@@ -133,10 +134,10 @@ impl ReadConn {
         self.stale.store(true, std::sync::atomic::Ordering::Relaxed);
         tracing::warn!(connection = "reader", target = %self.target, command = what, limit = ?limit,
             "redis gave no reply in time; replacing the connection and reading again");
-        CoreError::Broker(format!(
-            "{what}: no reply from {} within {limit:?}",
-            self.target
-        ))
+        CoreError::broker(
+            ErrorKind::Timeout,
+            format!("{what}: no reply from {} within {limit:?}", self.target),
+        )
     }
 
     /// Runs the blocking read `read`, which waits up to `wait`. When `interrupt` resolves first,
@@ -209,7 +210,7 @@ fn quit_in_background(client: Client) {
 fn empty_on_timeout(r: Result<Value, fred::error::Error>) -> Result<Value> {
     match r {
         Err(e) if *e.kind() == fred::error::ErrorKind::Timeout => Ok(Value::Null),
-        Err(e) if e.details().starts_with("UNBLOCKED") => Ok(Value::Null),
+        Err(e) if crate::error::kind_of(&e) == ErrorKind::Interrupted => Ok(Value::Null),
         r => r.map_err(core),
     }
 }

@@ -223,7 +223,7 @@ impl Reader {
             Ok(_) => Ok(()),
             // At maxmemory Redis refuses BLMOVE (it may grow a list), not the claim script
             // (allow-oom): wait here instead, so a full Redis still drains its queues.
-            Err(e) if e.to_string().contains("OOM") => {
+            Err(e) if e.kind() == ruststream_core::ErrorKind::OutOfMemory => {
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
                     () = self.interruption(hurry) => {}

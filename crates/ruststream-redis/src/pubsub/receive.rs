@@ -176,11 +176,12 @@ async fn subscribe(conns: &Connections, source: &RedisChannel, full: &str) -> Re
             Kind::Sharded => " (sharded Pub/Sub needs Redis 7 or later)",
             Kind::Channel | Kind::Pattern => "",
         };
-        return Err(Error::Broker(format!(
+        let message = format!(
             "cannot subscribe to `{}`: {}{hint}",
             source.name,
             crate::error::redact(e.details())
-        )));
+        );
+        return Err(crate::error::core_as(e, message));
     }
     let keeper = match source.kind {
         Kind::Sharded => shard::keep(client.clone(), full.to_owned(), source.name.clone()),
@@ -213,10 +214,10 @@ impl ChannelReceiver {
                 Ok(true)
             }
             Got::Empty => Ok(false),
-            Got::Closed => Err(Error::Broker(format!(
-                "the pub/sub connection of `{}` is closed",
-                self.label
-            ))),
+            Got::Closed => Err(Error::broker(
+                ruststream_core::ErrorKind::Connection,
+                format!("the pub/sub connection of `{}` is closed", self.label),
+            )),
         }
     }
 
