@@ -41,7 +41,7 @@ pub use broker::{
 };
 pub use context::{Context, DeliveryInfo};
 pub use durable::Durability;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use handler::{Handle, IntoHandlerResult};
 pub use health::{Health, Probe, SubscriptionState};
 pub use job::{JobRecord, JobStore, JobWrite};
