@@ -37,6 +37,7 @@ use crate::error::core;
 use crate::limit::{self, Held, Limiter};
 use crate::lua;
 use crate::memory::BlockingRead;
+use crate::rejoin::Rejoin;
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes, watch_source,
 };
@@ -127,12 +128,22 @@ fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -
         let idle = list.idle();
         let ttl_ms = list.recovery_ttl.map_or(0, millis);
         let every = (idle / 3).max(Duration::from_millis(10));
-        Leases::spawn_renewal(&leases, pool.clone(), zset.clone(), ttl_ms, every);
+        let rejoin = Rejoin::new(every);
+        rejoin.watch(reader.conn.client());
+        Leases::spawn_renewal(
+            &leases,
+            pool.clone(),
+            zset.clone(),
+            ttl_ms,
+            every,
+            rejoin.clone(),
+        );
         Recovery {
             zset,
             min_idle_ms: millis(idle),
             ttl_ms,
             leases: leases.clone(),
+            rejoin,
         }
     });
     let reader_id = uuid::Uuid::now_v7().simple().to_string();
@@ -364,6 +375,9 @@ impl Receive for SimpleList {
     }
 }
 
+/// A `min_idle` no claim reaches (about 31,700 years): a claim call that must not sweep.
+const NO_SWEEP_MS: u64 = 1_000_000_000_000_000;
+
 /// A reliable list's recovery set.
 struct Recovery {
     zset: String,
@@ -371,6 +385,24 @@ struct Recovery {
     ttl_ms: u64,
     /// The claims this reader holds, kept alive in the recovery set.
     leases: Arc<Leases>,
+    /// After a reconnect: renew before sweeping (`crate::rejoin`).
+    rejoin: Arc<Rejoin>,
+}
+
+impl Recovery {
+    /// After a reconnect, renews this reader's leases on `client` (the connection the sweep
+    /// goes on, so the renewal runs first); whether this claim may sweep.
+    async fn rejoin_before_sweep(&self, client: &Client) -> bool {
+        if self.rejoin.take()
+            && let Err(e) = self.leases.renew(client, &self.zset, self.ttl_ms).await
+        {
+            self.rejoin.mark();
+            tracing::warn!(recovery_set = %self.zset, error = %crate::error::redact(e.details()),
+                "claims not renewed after the reconnect; not sweeping until they are");
+            return false;
+        }
+        self.rejoin.may_sweep()
+    }
 }
 
 /// A reliable list: claimed into the processing list, at least once.
@@ -430,11 +462,13 @@ impl ReliableList {
             ],
             Some(r) => {
                 keys.push(r.zset.clone());
+                let sweep = r.rejoin_before_sweep(self.reader.conn.client()).await;
                 vec![
                     Value::Integer(max_i),
                     Value::from(self.reader_id.as_str()),
                     Value::from(first_seq.to_string()),
-                    Value::from(r.min_idle_ms.to_string()),
+                    // Within the grace after a reconnect, no claim is old enough to sweep.
+                    Value::from(if sweep { r.min_idle_ms } else { NO_SWEEP_MS }.to_string()),
                     Value::from(r.ttl_ms.to_string()),
                     Value::Integer(i64::from(RECOVER_BATCH)),
                 ]
