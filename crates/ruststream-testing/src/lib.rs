@@ -15,8 +15,8 @@
 //! - `tb.broker::<RedisBroker>()` publishes ([`TestBroker::message`]) and asserts on subscribers
 //!   ([`TestBroker::subscriber`]) and on what was published ([`TestBroker::published`]).
 //!
-//! The conformance suite of the `ruststream` crate (`tests/conformance.rs`) runs the same
-//! scenarios on the model and on a real Redis, so the model cannot drift from Redis.
+//! The conformance suite of the `ruststream` crate (`tests/integration/conformance.rs`) runs the
+//! same scenarios on the model and on a real Redis, so the model cannot drift from Redis.
 
 mod app;
 mod model;
