@@ -4,7 +4,8 @@
 //! in the dead-letter list with its reason.
 //!
 //! `cargo run -p ruststream --example payments` runs it on `REDIS_URL`;
-//! `tests/payments.rs` runs the hours on TestApp's virtual clock and a short version on Redis.
+//! `tests/integration/payments.rs` runs the hours on TestApp's virtual clock and a short version
+//! on Redis.
 //!
 //! The payment provider and the notifier are stand-ins: a payment whose id starts with `slow`
 //! is pending for its first two checks, one starting with `never` never settles, and a user
