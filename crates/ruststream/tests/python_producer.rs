@@ -1,7 +1,8 @@
 //! A producer in another language: `examples/python/producer.py` (redis-py) frames messages with
 //! an id and headers as the guide's "Wire format" page specifies, and Rust subscribers on the
 //! stand's standalone server receive them with that id, those headers and that payload: one on a
-//! reliable list (`LPUSH` of a frame), one on a stream group (`XADD` of fields).
+//! reliable list (`LPUSH` of a frame, the same bytes as the Rust encoder's), one on a stream
+//! group (`XADD` of fields).
 //!
 //! Runs under `scripts/test`, which starts the server (`RUSTSTREAM_REDIS_URL`) and finds a Python
 //! with redis-py (`RUSTSTREAM_PYTHON`, installing `python3-redis` when none has it).
@@ -12,8 +13,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fred::bytes::Bytes;
 use fred::prelude::*;
+use ruststream::Headers;
 use ruststream::prelude::*;
+use ruststream::redis::frame::encode_parts;
 use tokio::sync::mpsc;
 
 /// How long any one step may take before the test fails.
@@ -124,6 +128,16 @@ async fn python_messages_reach_a_rust_subscriber_with_id_headers_and_payload() {
     assert_eq!(list_id, "order-1");
     assert!(!stream_id.is_empty(), "a generated id is printed");
 
+    // Python's frame is byte for byte the one the Rust publisher writes for the same message.
+    let client = Client::new(Config::from_url(&url).expect("url"), None, None, None);
+    client.init().await.expect("connect");
+    let entry: Vec<Bytes> = client.lrange(&queue, 0, -1).await.expect("LRANGE");
+    let mut hs = Headers::new();
+    hs.insert("tenant".into(), "acme".into());
+    hs.insert("source".into(), "python".into());
+    let rust = encode_parts("order-1", 1, &hs, br#"{"sku":"book","qty":2}"#);
+    assert_eq!(entry, [rust]);
+
     let (tx, mut rx) = mpsc::unbounded_channel();
     let app = RustStream::new(AppInfo::new("python-producer-test", "0.0.0")).with_broker(
         RedisBroker::standalone(url.clone()),
@@ -175,8 +189,6 @@ async fn python_messages_reach_a_rust_subscriber_with_id_headers_and_payload() {
         .expect("the app stops");
 
     // Acknowledged: nothing is left in flight; then the test's keys go.
-    let client = Client::new(Config::from_url(&url).expect("url"), None, None, None);
-    client.init().await.expect("connect");
     let processing: i64 = client
         .llen(format!("{queue}.processing"))
         .await
