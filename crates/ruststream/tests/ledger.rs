@@ -52,8 +52,8 @@
 //! `RUSTSTREAM_LEDGER_KEEP` is set; a failing run keeps them and names their directory.
 //!
 //! ```text
-//! scripts/test -p ruststream --test ledger -- --nocapture
-//! RUSTSTREAM_LEDGER_N=20000 scripts/test -p ruststream --test ledger -- --nocapture
+//! scripts/test -p redstream --test ledger -- --nocapture
+//! RUSTSTREAM_LEDGER_N=20000 scripts/test -p redstream --test ledger -- --nocapture
 //! ```
 
 mod harness;
