@@ -107,8 +107,9 @@ impl RustStream {
         self
     }
 
-    /// How long in-flight handlers get to finish on shutdown (default 30 s); what is unfinished
-    /// then stays claimed and is recovered later.
+    /// How long in-flight handlers get to finish on shutdown, and their settles to go through
+    /// (default 30 s); what is unfinished then, or whose settle still fails, stays claimed and
+    /// is recovered later, and the shutdown ends (within this plus a quarter second).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self

@@ -138,6 +138,13 @@ pub trait Settler: Send + Sync + 'static {
         &self,
         batch: &[(Self::Token, Settlement)],
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Where the entries of settles abandoned at shutdown stay, and how they come back, for the
+    /// log line `N settles abandoned at shutdown; their entries stay <this>` (e.g. "in
+    /// `{jobs}.processing` and come back after min_idle").
+    fn unsettled(&self) -> String {
+        "claimed, for the broker's recovery".to_owned()
+    }
 }
 
 /// A message broker: connects, validates its subscriptions, reads and publishes.

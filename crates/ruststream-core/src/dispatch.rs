@@ -13,7 +13,8 @@
 //! - A batch handler's deliveries go, each with its permit, to a batcher task that gathers them
 //!   into the handler's batches (see `batcher`); each item then settles as above.
 //! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
-//!   whatever is still unfinished is left to the broker's recovery. Nothing is lost.
+//!   whatever is still unfinished, or whose settle still fails when the timeout is over, is left
+//!   to the broker's recovery (see `settle`). Nothing is lost, and the stop is bounded.
 
 mod batcher;
 mod jobs;
@@ -33,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use self::meters::Meters;
-use self::settle::{ErrorBackoff, settle_loop};
+use self::settle::{ErrorBackoff, Giving, settle_loop};
 use crate::erased::{ErasedHandler, Handled, Handler, panic_message};
 use crate::health::{StateCell, SubscriptionState};
 use crate::{
@@ -99,10 +100,12 @@ impl<B: Broker> Subscription<B> {
         // Unbounded, yet bounded by the permits: a handled message carries its permit to the
         // settler, which releases it when the message's settle round trip starts.
         let (done_tx, done_rx) = mpsc::unbounded_channel::<Done<B>>();
-        let settler = tokio::spawn(settle_loop::<B>(
+        let giving = Giving::default();
+        let mut settler = tokio::spawn(settle_loop::<B>(
             receiver.settler(),
             done_rx,
             self.name.clone(),
+            giving.clone(),
         ));
         let mut batches = JoinSet::new();
         let lane = Lane {
@@ -151,11 +154,20 @@ impl<B: Broker> Subscription<B> {
         }
 
         self.state.set(SubscriptionState::Stopped);
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         // The batcher hands over its partial batch once its channel closes.
         drop(route);
         drop(lane);
         self.drain(batches, &permits, concurrency).await;
-        if settler.await.is_err() {
+        // Settles get the rest of the shutdown timeout; those still failing then are abandoned.
+        let settled = match tokio::time::timeout_at(deadline, &mut settler).await {
+            Ok(settled) => settled,
+            Err(_) => {
+                giving.up();
+                settler.await
+            }
+        };
+        if settled.is_err() {
             tracing::error!(subscription = %self.name, "settler task failed");
         }
     }

@@ -234,7 +234,10 @@ mod tests {
     #[tokio::test]
     async fn failed_reads_are_read_again_until_the_result_comes() {
         let store = Fake::new(|n| match n {
-            0 | 1 => Err(Error::Broker("connection reset".into())),
+            0 | 1 => Err(Error::broker(
+                crate::ErrorKind::Connection,
+                "connection reset",
+            )),
             2 => Ok(None),
             _ => done(7),
         });
@@ -266,9 +269,12 @@ mod tests {
             matches!(e, Error::ResultTimeout { ref id, waited } if id == "j" && waited >= SHORT),
             "{e}"
         );
-        let down = Fake::new(|_| Err(Error::Broker("down".into())));
+        let down = Fake::new(|_| Err(Error::broker(crate::ErrorKind::Connection, "down")));
         let e = wait::<u32>(&down, "j", SHORT).await.unwrap_err();
-        assert!(matches!(e, Error::Broker(ref m) if m == "down"), "{e}");
+        assert!(
+            matches!(e, Error::Broker { kind: crate::ErrorKind::Connection, ref message, .. } if message == "down"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -39,7 +39,7 @@ pub use broker::{
     SubscribeOptions,
 };
 pub use context::{Context, DeliveryInfo};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use handler::{Handle, IntoHandlerResult};
 pub use health::{Health, Probe, SubscriptionState};
 pub use job::{JobRecord, JobStore, JobWrite};

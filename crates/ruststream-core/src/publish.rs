@@ -316,8 +316,9 @@ impl<T: MessageType> Future for Publishing<'_, T> {
                 }
                 out
             }
-            Sending::Built(_) | Sending::Done => Poll::Ready(Err(Error::Broker(
-                "publish polled after it finished".into(),
+            Sending::Built(_) | Sending::Done => Poll::Ready(Err(Error::broker(
+                crate::ErrorKind::Other,
+                "publish polled after it finished",
             ))),
         }
     }
@@ -363,7 +364,10 @@ impl<T: MessageType> Publishing<'_, T> {
         timeout: Duration,
     ) -> Result<R> {
         let Sending::Built(mut builder) = self.state else {
-            return Err(Error::Broker("publish polled after it finished".into()));
+            return Err(Error::broker(
+                crate::ErrorKind::Other,
+                "publish polled after it finished",
+            ));
         };
         if builder.values.len() != 1 {
             return Err(Error::config(

@@ -189,6 +189,21 @@ impl RedisBroker {
         self.with(|s| s.result_ttl = ttl)
     }
 
+    /// How long a command may go without a reply (default 10 s): past it the command fails (a
+    /// settle or publish is then retried; a read replaces its connection and reads again) and
+    /// its connection is closed and reconnected, so a connection that stopped answering (a
+    /// half-open TCP connection, a server that froze) cannot stall a subscription for ever. A
+    /// blocking read may take its wait (`.block(..)`) on top. Zero is refused at startup.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisBroker;
+    /// let broker = RedisBroker::from_env().command_timeout(Duration::from_secs(5));
+    /// ```
+    pub fn command_timeout(self, timeout: std::time::Duration) -> Self {
+        self.with(|s| s.command_timeout = timeout)
+    }
+
     /// A publisher whose destinations use their subscriptions' transports (list by default).
     pub fn publisher(&self) -> Publisher {
         Publisher::new(Arc::new(RedisPublisher {
@@ -283,6 +298,11 @@ impl Broker for RedisBroker {
             Some(schedule.batch),
         )?;
         crate::results::validate_ttl(self.conns.settings.result_ttl)?;
+        if self.conns.settings.command_timeout.is_zero() {
+            return Err(ruststream_core::Error::config(
+                "RedisBroker::command_timeout(0): a command would fail before Redis could answer; give it at least a few seconds (default 10 s)",
+            ));
+        }
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }

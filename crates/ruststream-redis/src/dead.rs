@@ -49,6 +49,14 @@ impl Settle for PushDeadLetters {
             Ok(())
         })
     }
+
+    fn unsettled(&self) -> String {
+        // The entries were popped when claimed: only their dead letters were left to write.
+        match &self.dead {
+            Some(dead) => format!("nowhere: their dead letters for `{dead}` are not written"),
+            None => "nowhere: they were popped when claimed".to_owned(),
+        }
+    }
 }
 
 /// Logs each dead letter of `batch`, once its settle pushed it onto `dead` (the full key).

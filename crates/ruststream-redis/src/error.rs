@@ -1,19 +1,74 @@
-//! Redis errors, converted into the core's error with credentials removed.
+//! Redis errors, converted into the core's error with credentials removed, and sorted into an
+//! [`ErrorKind`] once, here: by fred's error kind and by the code word that starts a Redis error
+//! reply (`OOM`, `WRONGTYPE`, `NOGROUP`, ...; RustStream's scripts answer with codes of their own,
+//! `RSARGS` and `RSBADENTRY`). Nothing else reads an error's text.
 
-use ruststream_core::Error as CoreError;
+use ruststream_core::{Error as CoreError, ErrorKind};
 
-/// A failed Redis command.
-#[derive(Debug, thiserror::Error)]
-#[error("redis: {0}")]
-pub struct RedisError(String);
-
-impl From<fred::error::Error> for RedisError {
-    fn from(e: fred::error::Error) -> Self {
-        match e.kind() {
-            fred::error::ErrorKind::IO => Self(in_words(&e)),
-            kind => Self(redact(&format!("{kind:?}: {}", e.details()))),
-        }
+/// What kind of failure the fred error `e` is.
+pub fn kind_of(e: &fred::error::Error) -> ErrorKind {
+    use fred::error::ErrorKind as Fred;
+    match e.kind() {
+        Fred::IO if is_certificate(e.details()) => ErrorKind::Tls,
+        Fred::IO | Fred::Canceled | Fred::Routing | Fred::Sentinel => ErrorKind::Connection,
+        Fred::Tls => ErrorKind::Tls,
+        Fred::Auth => ErrorKind::Auth,
+        Fred::Config | Fred::Url => ErrorKind::Configuration,
+        Fred::Timeout => ErrorKind::Timeout,
+        Fred::Protocol | Fred::Parse | Fred::NotFound => ErrorKind::UnexpectedReply,
+        Fred::Backpressure => ErrorKind::Unavailable,
+        Fred::Cluster => code_kind(e.details()).unwrap_or(ErrorKind::Connection),
+        _ => code_kind(e.details()).unwrap_or(ErrorKind::Other),
     }
+}
+
+/// The kind a Redis error reply's code (its first word) says, when it starts with a code of
+/// its own kind (`ERR` and codes not listed are not).
+fn code_kind(reply: &str) -> Option<ErrorKind> {
+    let code = reply.split_ascii_whitespace().next()?;
+    if code.len() < 2 || !code.bytes().all(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    Some(match code {
+        "OOM" => ErrorKind::OutOfMemory,
+        "WRONGTYPE" => ErrorKind::WrongType,
+        "NOSCRIPT" | "RSARGS" | "RSBADENTRY" => ErrorKind::Script,
+        "BUSY" => ErrorKind::Busy,
+        "LOADING" | "READONLY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "NOREPLICAS"
+        | "MISCONF" => ErrorKind::Unavailable,
+        "NOAUTH" | "WRONGPASS" | "NOPERM" => ErrorKind::Auth,
+        "CROSSSLOT" => ErrorKind::CrossSlot,
+        "NOGROUP" => ErrorKind::NoGroup,
+        "BUSYGROUP" => ErrorKind::GroupExists,
+        "UNBLOCKED" => ErrorKind::Interrupted,
+        _ => return None,
+    })
+}
+
+/// Whether an I/O error is rustls refusing the server's certificate: fred keeps an I/O error
+/// only as the `Debug` text of its `std::io::Error`, whose custom error is then
+/// `InvalidCertificate(..)`.
+fn is_certificate(debug: &str) -> bool {
+    debug.contains("Certificate")
+}
+
+/// Converts a fred error into the core's: of its [`kind_of`], with its message free of passwords,
+/// and the fred error kept as its [`source`](std::error::Error::source). For code that calls
+/// fred itself (e.g. on `TestApp`'s client) and returns RustStream's errors.
+pub fn core(e: fred::error::Error) -> CoreError {
+    let message = match e.kind() {
+        fred::error::ErrorKind::IO => in_words(&e),
+        kind => redact(&format!("{kind:?}: {}", e.details())),
+    };
+    core_as(e, message)
+}
+
+/// The core's error for `e`, of its [`kind_of`], with `message` (already free of passwords); the
+/// source is `e` with passwords removed from its details too.
+pub(crate) fn core_as(e: fred::error::Error, message: String) -> CoreError {
+    let kind = kind_of(&e);
+    let source = fred::error::Error::new(e.kind().clone(), redact(e.details()));
+    CoreError::broker_from(kind, message, source)
 }
 
 /// The details of `e` for a person: an I/O error, which fred keeps as the `Debug` text of
@@ -52,12 +107,6 @@ fn io_words(debug: &str) -> Option<String> {
     Some(words.to_owned())
 }
 
-impl From<RedisError> for CoreError {
-    fn from(e: RedisError) -> Self {
-        CoreError::Broker(e.0)
-    }
-}
-
 /// What Pub/Sub cannot do, said with what to do instead.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -84,11 +133,6 @@ impl From<PubSubError> for CoreError {
     fn from(e: PubSubError) -> Self {
         CoreError::config(e.to_string())
     }
-}
-
-/// Converts a fred error into the core's.
-pub(crate) fn core(e: fred::error::Error) -> CoreError {
-    RedisError::from(e).into()
 }
 
 /// Replaces the password of any `scheme://user:password@host` in `text` with `***`.
@@ -120,7 +164,62 @@ pub fn redact(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{io_words, redact};
+    use fred::error::{Error as Fred, ErrorKind as FredKind};
+    use ruststream_core::ErrorKind;
+
+    use super::{core, io_words, kind_of, redact};
+
+    #[test]
+    fn errors_are_sorted_by_fred_kind_and_reply_code() {
+        let reply = |text: &str| kind_of(&Fred::new(FredKind::Unknown, text.to_owned()));
+        let oom = "OOM command not allowed when used memory > 'maxmemory'.";
+        assert_eq!(reply(oom), ErrorKind::OutOfMemory);
+        let wrong = Fred::new(
+            FredKind::InvalidArgument,
+            "WRONGTYPE Operation against a key",
+        );
+        assert_eq!(kind_of(&wrong), ErrorKind::WrongType);
+        assert_eq!(
+            reply("NOGROUP No such key 's' or consumer group 'g'"),
+            ErrorKind::NoGroup
+        );
+        assert_eq!(
+            reply("BUSYGROUP Consumer Group name already exists"),
+            ErrorKind::GroupExists
+        );
+        assert_eq!(
+            reply("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
+            ErrorKind::Interrupted
+        );
+        assert_eq!(
+            reply("LOADING Redis is loading the dataset in memory"),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            reply("RSARGS settle.lua: malformed entry at argument 2"),
+            ErrorKind::Script
+        );
+        assert_eq!(reply("ERR unknown command"), ErrorKind::Other);
+        // A message of fred's own is not a reply code.
+        assert_eq!(reply("Expected OK, found 1"), ErrorKind::Other);
+        let io = Fred::new(FredKind::IO, "Os { code: 111, kind: ConnectionRefused }");
+        assert_eq!(kind_of(&io), ErrorKind::Connection);
+        assert_eq!(
+            kind_of(&Fred::new(FredKind::Timeout, "")),
+            ErrorKind::Timeout
+        );
+    }
+
+    #[test]
+    fn the_core_error_keeps_the_redis_error_as_its_source() {
+        let e = core(Fred::new(FredKind::Unknown, "OOM command not allowed"));
+        assert_eq!(e.kind(), ErrorKind::OutOfMemory);
+        let source = std::error::Error::source(&e).expect("a source");
+        assert!(source.downcast_ref::<Fred>().is_some(), "{source:?}");
+        let url = core(Fred::new(FredKind::Url, "bad redis://u:s3cret@h:6379"));
+        let source = std::error::Error::source(&url).expect("a source");
+        assert!(!source.to_string().contains("s3cret"), "{source}");
+    }
 
     #[test]
     fn io_errors_are_said_in_words() {

@@ -7,7 +7,7 @@
 -- the first one wins, so a redelivery or a resent command changes nothing).
 -- Refused under maxmemory (no allow-oom flag): it only adds.
 local kind, value, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if not ttl or ttl < 1 then return redis.error_reply('ERR job.lua: the ttl is not a positive number') end
+if not ttl or ttl < 1 then return redis.error_reply('RSARGS job.lua: the ttl is not a positive number') end
 local bad = wrong_types({{KEYS[1], 'hash'}})
 if bad then return redis.error_reply(bad) end
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -19,7 +19,7 @@ elseif kind == 'result' then
 elseif kind == 'failed' then
   redis.call('HSET', KEYS[1], 'error', value, 'state', 'failed')
 else
-  return redis.error_reply('ERR job.lua: unknown write ' .. tostring(kind))
+  return redis.error_reply('RSARGS job.lua: unknown write ' .. tostring(kind))
 end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return 1

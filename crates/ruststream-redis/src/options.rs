@@ -208,3 +208,7 @@ pub(crate) use source_setters;
 
 /// How long a job's record lives after its last write, unless the broker sets its own.
 pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
+
+/// How long a command may go without a reply before it fails and its connection is replaced
+/// (`RedisBroker::command_timeout`); a blocking read may take its wait on top of this.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);

@@ -292,9 +292,10 @@ struct PartitionedSettle(Vec<RedisSettler>);
 impl PartitionedSettle {
     fn part(&self, i: usize) -> Result<&RedisSettler> {
         self.0.get(i).ok_or_else(|| {
-            Error::Broker(format!(
-                "a delivery names partition {i}, which this reader does not have"
-            ))
+            Error::broker(
+                ruststream_core::ErrorKind::Other,
+                format!("a delivery names partition {i}, which this reader does not have"),
+            )
         })
     }
 
@@ -324,6 +325,11 @@ impl PartitionedSettle {
 impl Settle for PartitionedSettle {
     fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>> {
         Box::pin(PartitionedSettle::settle(self, batch))
+    }
+
+    fn unsettled(&self) -> String {
+        let parts: Vec<String> = self.0.iter().map(Settler::unsettled).collect();
+        parts.join("; ")
     }
 }
 

@@ -47,9 +47,10 @@ impl JobStore for RedisPublisher {
                 JobWrite::Result(json) => ("result", Value::Bytes(json)),
                 JobWrite::Failed(reason) => ("failed", Value::from(reason)),
                 other => {
-                    return Err(Error::Broker(format!(
-                        "this broker cannot store the job write {other:?}"
-                    )));
+                    return Err(Error::broker(
+                        ruststream_core::ErrorKind::Other,
+                        format!("this broker cannot store the job write {other:?}"),
+                    ));
                 }
             };
             let ttl = self.conns.settings.result_ttl;

@@ -253,6 +253,8 @@ pub(crate) trait Receive: Send + 'static {
 pub(crate) trait Settle: Send + Sync + 'static {
     /// Settles a batch in one round trip where the transport can.
     fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>>;
+    /// Where the entries of abandoned settles stay (see [`Settler::unsettled`]).
+    fn unsettled(&self) -> String;
 }
 
 /// The `hurry` of a read that no one hurries.
@@ -338,5 +340,9 @@ impl Settler for RedisSettler {
 
     async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
         self.0.settle(batch).await
+    }
+
+    fn unsettled(&self) -> String {
+        self.0.unsettled()
     }
 }

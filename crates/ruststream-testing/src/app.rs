@@ -186,9 +186,12 @@ impl TestApp {
             }
         }
         self.check_model()?;
-        Err(Error::Broker(format!(
-            "TestApp: the app did not settle within {MAX_ROUNDS} scheduler rounds: something keeps sending commands without time passing"
-        )))
+        Err(Error::broker(
+            ruststream_core::ErrorKind::Timeout,
+            format!(
+                "TestApp: the app did not settle within {MAX_ROUNDS} scheduler rounds: something keeps sending commands without time passing"
+            ),
+        ))
     }
 
     fn progress(&self) -> u64 {
@@ -204,10 +207,10 @@ impl TestApp {
         let errors: Vec<String> = self.brokers.iter().flat_map(|(_, m)| m.errors()).collect();
         let seen = self.reported.swap(errors.len(), Ordering::Relaxed);
         match errors.get(seen..) {
-            Some(new) if !new.is_empty() => Err(Error::Broker(format!(
-                "in-memory Redis model: {}",
-                new.join("; ")
-            ))),
+            Some(new) if !new.is_empty() => Err(Error::broker(
+                ruststream_core::ErrorKind::Other,
+                format!("in-memory Redis model: {}", new.join("; ")),
+            )),
             _ => Ok(()),
         }
     }
@@ -414,14 +417,8 @@ impl<'a> TestBroker<'a> {
     /// When fred cannot build the client.
     pub async fn client(&self) -> Result<fred::clients::Client> {
         use fred::interfaces::ClientLike;
-        let client = self
-            .model
-            .client()
-            .map_err(|e| Error::Broker(e.to_string()))?;
-        client
-            .init()
-            .await
-            .map_err(|e| Error::Broker(e.to_string()))?;
+        let client = self.model.client().map_err(ruststream_redis::error::core)?;
+        client.init().await.map_err(ruststream_redis::error::core)?;
         Ok(client)
     }
 }

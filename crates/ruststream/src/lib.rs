@@ -15,10 +15,10 @@ pub use cli::{run_main, run_main_from};
 pub use ruststream_core::opentelemetry;
 pub use ruststream_core::{
     App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, DeliveryInfo, Due, Enqueued, Error,
-    Handle, HandleBatch, HandlerOutcome, Headers, Health, IntoBatchOutcome, IntoHandlerResult,
-    IntoSubscriber, MessageType, Mount, OutMessage, PublishBuilder, Publisher, Publishing, Result,
-    RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState, asyncapi, outgoing,
-    subscriber,
+    ErrorKind, Handle, HandleBatch, HandlerOutcome, Headers, Health, IntoBatchOutcome,
+    IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage, PublishBuilder, Publisher,
+    Publishing, Result, RunningApp, RustStream, Settlement, Source, Subscriber, SubscriptionState,
+    asyncapi, outgoing, subscriber,
 };
 /// Periodic jobs: `Periodic`, `CatchUp`, `#[periodic(..)]`.
 pub use ruststream_core::{CatchUp, IntoPeriodic, Periodic, periodic};

@@ -565,7 +565,7 @@ fn testapp(policy: stream::Publish, source: RedisStream) -> RustStream {
 }
 
 fn broker_error(e: fred::error::Error) -> ruststream::Error {
-    ruststream::Error::Broker(e.to_string())
+    ruststream::redis::error::core(e)
 }
 
 #[tokio::test(start_paused = true)]

@@ -33,7 +33,11 @@ use ruststream::redis::frame::Frame;
 
 // On the shared standalone server, under a prefix of its own; the other fault tests start
 // servers of their own.
-on!([standalone] workers_killed_mid_handler_lose_nothing);
+on!(
+    [standalone]
+    workers_killed_mid_handler_lose_nothing,
+    sigterm_with_a_settle_that_keeps_failing_exits_in_time,
+);
 
 /// The queue every fault test uses (hash-tagged: it runs on a cluster too).
 const QUEUE: &str = "{faults}";
@@ -166,6 +170,43 @@ impl Handle<Job> for Recorder {
     }
 }
 
+/// The shutdown timeout of `stuck_settle_worker_process`.
+const STUCK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The worker of `sigterm_with_a_settle_that_keeps_failing_exits_in_time`: the fault tests'
+/// queue on `RUSTSTREAM_STUCK_WORKER` under `RUSTSTREAM_STUCK_PREFIX`, whose handler drops every
+/// job, with a [`STUCK_TIMEOUT`] shutdown timeout. Stops on SIGTERM.
+#[test]
+#[ignore = "the worker process of a fault test, which runs it; does nothing on its own"]
+fn stuck_settle_worker_process() {
+    let Ok(url) = std::env::var("RUSTSTREAM_STUCK_WORKER") else {
+        return;
+    };
+    let prefix = std::env::var("RUSTSTREAM_STUCK_PREFIX").unwrap_or_default();
+    tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(serve_until_sigterm(
+        RustStream::new(AppInfo::new("stuck-worker", "0"))
+            .shutdown_timeout(STUCK_TIMEOUT)
+            .with_broker(RedisBroker::standalone(url).prefix(&prefix), |b| {
+                b.include(subscriber(queue(Duration::from_secs(30), 1), Dropper).build());
+            }),
+    ));
+}
+
+/// Drops every job.
+struct Dropper;
+
+impl Handle<Job> for Dropper {
+    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        Err(HandlerOutcome::drop())
+    }
+}
+
 /// A worker process of `fault_worker_process`, its log in `log_dir`.
 fn spawn_worker(
     url: &str,
@@ -218,6 +259,56 @@ async fn handled_counts(client: &Client, prefix: &str) -> (u64, u64) {
         .await
         .unwrap_or_default();
     (counts.len() as u64, counts.values().sum())
+}
+
+// ---------------------------------------------------------------------------------------------
+// SIGTERM with a settle that keeps failing.
+
+// Before: the drop's settle (its dead-letter key a string: WRONGTYPE) was retried for over a
+// minute, and the process did not exit on SIGTERM until then.
+async fn sigterm_with_a_settle_that_keeps_failing_exits_in_time(env: &Env) {
+    let url = env.url().expect("the standalone server").to_owned();
+    let prefix = env.prefix.clone();
+    let () = env
+        .client
+        .set(
+            format!("{prefix}{QUEUE}.dead"),
+            "not a list",
+            None,
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    let log = temp_dir("stuck").join("worker.log");
+    let worker = WorkerProcess::spawn(
+        "stuck_settle_worker_process",
+        &[
+            ("RUSTSTREAM_STUCK_WORKER", url.clone()),
+            ("RUSTSTREAM_STUCK_PREFIX", prefix.clone()),
+        ],
+        Some(log.clone()),
+    );
+    worker.ready(Duration::from_secs(20)).await;
+    publish_jobs(&url, &prefix, 0..1).await;
+    wait_until("the settle is refused", Duration::from_secs(10), || async {
+        worker.log().contains("settle failed")
+    })
+    .await;
+    let stopped = Instant::now();
+    worker.stop(STUCK_TIMEOUT + Duration::from_secs(1)).await;
+    println!("SIGTERM to exit: {:?}", stopped.elapsed());
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains("1 settles abandoned at shutdown") && text.contains("worker stopped"),
+        "{text}"
+    );
+    let processing: i64 = env
+        .client
+        .llen(format!("{prefix}{QUEUE}.processing"))
+        .await
+        .unwrap();
+    assert_eq!(processing, 1, "the entry stays claimed");
 }
 
 // ---------------------------------------------------------------------------------------------

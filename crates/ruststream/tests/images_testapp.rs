@@ -232,11 +232,11 @@ mod images {
         }
 
         fn broker(e: fred::error::Error) -> ruststream::Error {
-            ruststream::Error::Broker(e.to_string())
+            ruststream::redis::error::core(e)
         }
 
         fn io(e: std::io::Error) -> ruststream::Error {
-            ruststream::Error::Broker(e.to_string())
+            ruststream::Error::broker_from(ruststream::ErrorKind::Connection, e.to_string(), e)
         }
     }
 }

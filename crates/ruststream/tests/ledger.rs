@@ -24,6 +24,10 @@
 //!   writes, which must be refused). Publishing waits during the restart and the OOM episode.
 //!   A cut after a settle that finds the run already idle (all published and settled) is
 //!   skipped and counted as such; a cut that finds no request while there is work fails the test.
+//! - **Watchdog.** Throughout, a live worker whose ledger has not grown for [`SILENCE`] while
+//!   work was queued (entries in the list, or unread by the group) fails the run at once with
+//!   its last log lines, whatever fault is going on. Every fault kind must have been injected
+//!   at least once (the default size draws each).
 //! - **Checks** (the test waits a bounded time for the end): every id is acked or dead-lettered
 //!   (reason `dropped` or `max-attempts`); duplicates (an id acked more than once, or acked and
 //!   dead-lettered, or dead-lettered twice) are at most the messages in flight at the kills of
@@ -50,6 +54,8 @@
 //! printed; `RUSTSTREAM_LEDGER_SEED=<seed>` replays its outcomes and fault plan (timing still
 //! varies). The workers' logs and ledgers are removed after a passing run unless
 //! `RUSTSTREAM_LEDGER_KEEP` is set; a failing run keeps them and names their directory.
+//! `RUSTSTREAM_LEDGER_WORKER_LOG` is the workers' log filter (default `info`; e.g.
+//! `info,fred::router=trace` shows every command a worker sends).
 //!
 //! ```text
 //! scripts/test -p redstream --test ledger -- --nocapture
@@ -196,7 +202,9 @@ fn ledger_worker_process() {
     let seed: u64 = var("RUSTSTREAM_LEDGER_SEED").parse().unwrap();
     let ledger = PathBuf::from(var("RUSTSTREAM_LEDGER_FILE"));
     tracing_subscriber::fmt()
-        .with_env_filter("info")
+        .with_env_filter(
+            std::env::var("RUSTSTREAM_LEDGER_WORKER_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .with_ansi(false)
         .with_writer(std::io::stderr)
         .init();
@@ -299,11 +307,13 @@ impl Handle<Job> for Recorder {
 struct Worker {
     process: WorkerProcess,
     ledger: PathBuf,
+    log: PathBuf,
 }
 
 impl Worker {
     fn spawn(url: &str, transport: Transport, seed: u64, dir: &Path, k: usize) -> Self {
         let ledger = dir.join(format!("worker-{k}.ledger"));
+        let log = dir.join(format!("worker-{k}.log"));
         let process = WorkerProcess::spawn(
             "ledger_worker_process",
             &[
@@ -314,9 +324,13 @@ impl Worker {
                 // The handlers' panics are on purpose: no backtraces in the logs.
                 ("RUST_BACKTRACE", "0".to_owned()),
             ],
-            Some(dir.join(format!("worker-{k}.log"))),
+            Some(log.clone()),
         );
-        Self { process, ledger }
+        Self {
+            process,
+            ledger,
+            log,
+        }
     }
 }
 
@@ -654,6 +668,8 @@ struct Run {
     gate: Arc<tokio::sync::Mutex<()>>,
     /// Messages published so far.
     published: Arc<AtomicU64>,
+    /// The live workers' ledgers and logs, for the [`watchdog`].
+    live: Live,
 }
 
 impl Run {
@@ -667,6 +683,7 @@ impl Run {
         );
         self.spawned += 1;
         self.ledgers.push(w.ledger.clone());
+        lock(&self.live).push((w.ledger.clone(), w.log.clone()));
         w
     }
 
@@ -680,6 +697,8 @@ impl Run {
                 let victim = rng.usize(..self.workers.len());
                 let pid = self.workers[victim].process.pid();
                 self.workers[victim].process.kill();
+                let gone = self.workers[victim].ledger.clone();
+                lock(&self.live).retain(|(ledger, _)| *ledger != gone);
                 // Nothing of the victim's moves before min_idle: count what it held.
                 let held = bounded(
                     "counting the victim's entries",
@@ -769,7 +788,7 @@ impl Run {
                         self.r.set(&k, probe.as_slice(), None, None, false).await;
                     probes.push(k);
                     match set {
-                        Err(e) => refusals.push(e.details().to_owned()),
+                        Err(e) => refusals.push(ruststream::redis::error::kind_of(&e)),
                         // Not full yet: fill it.
                         Ok(_) if refusals.is_empty() => continue,
                         Ok(_) => {}
@@ -780,7 +799,7 @@ impl Run {
                 config_set(&self.r, "maxmemory", "0").await;
                 let _: i64 = q(self.r.del(probes.clone())).await.expect("DEL the probes");
                 assert!(
-                    refusals.iter().any(|e| e.contains("OOM")),
+                    refusals.contains(&ruststream::ErrorKind::OutOfMemory),
                     "no write refused under maxmemory: {refusals:?}"
                 );
                 println!(
@@ -827,6 +846,60 @@ impl Run {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The watchdog.
+
+/// How long a live worker may handle nothing while work is queued: longer than the restart's
+/// outage (up to 4 s) plus a reconnect's backoff (up to 5 s).
+const SILENCE: Duration = Duration::from_secs(15);
+
+/// The live workers' `(ledger, log)` files.
+type Live = Arc<std::sync::Mutex<Vec<(PathBuf, PathBuf)>>>;
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether work is waiting for a reader: entries in the list, or entries of the stream its
+/// group has not read. `None`: unknown (the server may be down).
+async fn queued(r: &Client, transport: Transport) -> Option<bool> {
+    match transport {
+        Transport::List => q(r.llen::<i64, _>(key(""))).await.map(|n| n > 0),
+        Transport::Stream => group_state(r).await.map(|(_, lag)| lag > 0),
+    }
+}
+
+/// Resolves, with what the worker last logged, once a live worker's ledger has not grown for
+/// [`SILENCE`] while work was queued all along, whatever fault (if any) is going on.
+async fn watchdog(r: Client, transport: Transport, live: Live) -> String {
+    // Per ledger: its size when it last grew, and since when work has been queued without it
+    // growing.
+    let mut seen: HashMap<PathBuf, (u64, Instant)> = HashMap::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waiting = queued(&r, transport).await == Some(true);
+        let now = Instant::now();
+        let workers = lock(&live).clone();
+        seen.retain(|ledger, _| workers.iter().any(|(l, _)| l == ledger));
+        for (ledger, log) in workers {
+            let size = std::fs::metadata(&ledger).map_or(0, |m| m.len());
+            let (last, since) = seen.entry(ledger.clone()).or_insert((size, now));
+            if size != *last || !waiting {
+                (*last, *since) = (size, now);
+            } else if now - *since > SILENCE {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return format!(
+                    "a worker handled nothing for {SILENCE:?} while work was queued ({}); its last log lines:\n{}",
+                    log.display(),
+                    tail.join("\n")
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The run.
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -868,6 +941,7 @@ async fn ledger_run(transport: Transport) {
         ledgers: Vec::new(),
         gate: Arc::new(tokio::sync::Mutex::new(())),
         published: Arc::new(AtomicU64::new(0)),
+        live: Live::default(),
     };
     for _ in 0..WORKERS {
         let w = run.spawn_worker();
@@ -886,7 +960,11 @@ async fn ledger_run(transport: Transport) {
         published.clone(),
     ));
 
-    // Faults, while publishing: spread over 5-90 % of the messages published.
+    // Faults, while publishing: spread over 5-90 % of the messages published. Meanwhile the
+    // watchdog fails the run as soon as a live worker handles nothing while work is queued.
+    let live = run.live.clone();
+    let stalled = watchdog(r.clone(), transport, live);
+    tokio::pin!(stalled);
     let plan = fault_plan(&mut rng, n);
     let mut counts: HashMap<Fault, usize> = HashMap::new();
     let mut in_flight = Vec::new();
@@ -895,13 +973,20 @@ async fn ledger_run(transport: Transport) {
         let at = 0.05 + 0.85 * (i as f64 + rng.f64()) / plan.len() as f64;
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         let at = (f64::from(n) * at) as u64;
-        wait_until(
-            &format!("{at} of {n} messages published before fault {i} ({fault})"),
-            Duration::from_secs(120),
-            || async { published.load(Ordering::SeqCst) >= at },
-        )
-        .await;
-        let Some(held) = run.inject(fault, n, &mut rng).await else {
+        let injected = async {
+            wait_until(
+                &format!("{at} of {n} messages published before fault {i} ({fault})"),
+                Duration::from_secs(120),
+                || async { published.load(Ordering::SeqCst) >= at },
+            )
+            .await;
+            run.inject(fault, n, &mut rng).await
+        };
+        let injected = tokio::select! {
+            held = injected => held,
+            stuck = &mut stalled => panic!("ledger {name}: before fault {i} ({fault}): {stuck}"),
+        };
+        let Some(held) = injected else {
             println!("ledger {name}: fault {i} {fault} skipped: nothing left to settle");
             skipped += 1;
             continue;
@@ -915,9 +1000,25 @@ async fn ledger_run(transport: Transport) {
         in_flight.push((fault, held));
     }
 
+    let never: Vec<Fault> = [
+        Fault::Kill,
+        Fault::CutAll,
+        Fault::CutSettle,
+        Fault::CutClaim,
+        Fault::Restart,
+        Fault::Oom,
+    ]
+    .into_iter()
+    .filter(|f| !counts.contains_key(f))
+    .collect();
+    assert!(
+        never.is_empty(),
+        "ledger {name}: faults never injected (all skipped): {never:?}"
+    );
+
     // The end: every id acked or dead, nothing left, within a bound.
     let limit = Duration::from_secs(u64::from(n / RATE) + 90);
-    let finished = tokio::time::timeout(limit.saturating_sub(started.elapsed()), async {
+    let ended = tokio::time::timeout(limit.saturating_sub(started.elapsed()), async {
         loop {
             let done = published.load(Ordering::SeqCst) == u64::from(n)
                 && drained(&r, transport).await == Some(true)
@@ -934,8 +1035,11 @@ async fn ledger_run(transport: Transport) {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-    })
-    .await;
+    });
+    let finished = tokio::select! {
+        finished = ended => finished,
+        stuck = &mut stalled => panic!("ledger {name}: after the faults: {stuck}"),
+    };
     if finished.is_err() {
         println!(
             "ledger {name}: not done after {limit:?}: {}",

@@ -330,7 +330,7 @@ async fn a_registry_of_the_wrong_type_stops_the_app_with_a_fix(env: &Env) {
         .err()
         .expect("the app is refused");
     let text = err.to_string();
-    assert!(text.contains("WRONGTYPE"), "{text}");
+    assert_eq!(err.kind(), ruststream::ErrorKind::WrongType, "{text}");
     assert!(text.contains("rename or delete that key"), "{text}");
     assert_eq!(env.llen("beats").await, 0);
 }

@@ -749,7 +749,7 @@ async fn testapp_pattern_subscription_and_no_redelivery() -> ruststream::Result<
     let dead: Vec<Bytes> = redis
         .lrange("t:events.*.dead", 0, -1)
         .await
-        .map_err(|e| ruststream::Error::Broker(e.to_string()))?;
+        .map_err(ruststream::redis::error::core)?;
     assert_eq!(dead.len(), 1);
     let frame = Frame::decode(dead[0].clone());
     assert_eq!(

@@ -11,6 +11,7 @@
 //! - `scripts`: scripts that fail whole (wrong key types, too many headers, maxmemory);
 //! - `recovery`: dead workers and consumers, lost claim replies, expired recovery sets, slow
 //!   handlers, raw values that look like frames, settles sent twice;
+//! - `shutdown`: a settle that keeps failing does not hold the shutdown past its timeout;
 //! - `silence`: outcomes that used to vanish without a log, a metric or a useful reason;
 //! - `proxy_check`: the proxy itself.
 //!
@@ -20,11 +21,15 @@ mod harness;
 
 #[path = "reliability/common.rs"]
 mod common;
+#[path = "reliability/liveness.rs"]
+mod liveness;
 #[path = "reliability/proxy_check.rs"]
 mod proxy_check;
 #[path = "reliability/recovery.rs"]
 mod recovery;
 #[path = "reliability/scripts.rs"]
 mod scripts;
+#[path = "reliability/shutdown.rs"]
+mod shutdown;
 #[path = "reliability/silence.rs"]
 mod silence;

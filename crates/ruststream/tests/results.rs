@@ -91,7 +91,7 @@ struct Worker {
     /// Attempts handled, recorded when the handler is done with the job's record.
     attempts: Arc<Mutex<Vec<u32>>>,
     /// Errors `set_result` returned.
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Arc<Mutex<Vec<(ruststream::ErrorKind, String)>>>,
     /// Whether each delivery said its publisher awaits its result.
     awaited: Arc<Mutex<Vec<bool>>>,
 }
@@ -183,7 +183,10 @@ impl Handle<Job> for Worker {
             }
             Mode::Probe => {
                 if let Err(e) = ctx.set_result(&1u32).await {
-                    self.errors.lock().expect("lock").push(e.to_string());
+                    self.errors
+                        .lock()
+                        .expect("lock")
+                        .push((e.kind(), e.to_string()));
                 }
                 Ok(())
             }
@@ -503,7 +506,7 @@ async fn a_job_key_of_another_type_is_refused_and_left_alone(env: &Env) {
     );
     let errors = handler.errors.lock().expect("lock").clone();
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].contains("WRONGTYPE"), "{errors:?}");
+    assert_eq!(errors[0].0, ruststream::ErrorKind::WrongType, "{errors:?}");
     let value: String = env.client.get(&key).await.expect("GET");
     assert_eq!(value, "someone else's");
     stop_all(env, apps).await;
@@ -689,7 +692,10 @@ async fn a_full_redis_refuses_a_result_whole() {
     let app = harness::start(app).await;
     harness::wait_until("the handler ran", WAIT, async || handler.attempts() == [1]).await;
     let errors = handler.errors.lock().expect("lock").clone();
-    assert!(errors.len() == 1 && errors[0].contains("OOM"), "{errors:?}");
+    assert!(
+        errors.len() == 1 && errors[0].0 == ruststream::ErrorKind::OutOfMemory,
+        "{errors:?}"
+    );
     let exists: i64 = raw
         .exists("oom:ruststream:job:{full}")
         .await

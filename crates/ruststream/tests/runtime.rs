@@ -303,7 +303,7 @@ async fn testapp_adds_and_removes_a_subscription() -> ruststream::Result<()> {
     let queued: i64 = client
         .llen("t:{added}")
         .await
-        .map_err(|e| ruststream::Error::Broker(e.to_string()))?;
+        .map_err(ruststream::redis::error::core)?;
     assert_eq!(queued, 1, "the job waits for a reader");
     let running = tb.running().expect("running");
     assert_eq!(channels(running), ["{base}"]);

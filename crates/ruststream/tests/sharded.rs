@@ -512,7 +512,7 @@ async fn testapp_spublish_reaches_ssubscribe_and_survives_a_moved_slot() -> rust
     let count: i64 = redis
         .publish("t:orders", r#"{"n":2}"#)
         .await
-        .map_err(|e| ruststream::Error::Broker(e.to_string()))?;
+        .map_err(ruststream::redis::error::core)?;
     assert_eq!(count, 0, "no SUBSCRIBEr");
     tb.settle().await?;
     b.subscriber("orders").assert_called_once();
@@ -523,7 +523,7 @@ async fn testapp_spublish_reaches_ssubscribe_and_survives_a_moved_slot() -> rust
     let numsub: Vec<Value> = redis
         .custom(fred::cmd!("PUBSUB"), vec!["SHARDNUMSUB", "t:orders"])
         .await
-        .map_err(|e| ruststream::Error::Broker(e.to_string()))?;
+        .map_err(ruststream::redis::error::core)?;
     assert_eq!(
         numsub.get(1).and_then(Value::as_i64),
         Some(1),

@@ -62,7 +62,7 @@ fn app(source: RedisList, worker: Worker) -> RustStream {
 }
 
 fn broker_error(e: fred::error::Error) -> ruststream::Error {
-    ruststream::Error::Broker(e.to_string())
+    ruststream::redis::error::core(e)
 }
 
 #[tokio::test(start_paused = true)]
@@ -282,4 +282,73 @@ async fn a_unique_id_is_enqueued_once_per_window_on_the_clock() -> ruststream::R
     assert!(publish(&jobs[3]).await?.is_enqueued(), "the window ended");
     broker.subscriber("{jobs}").assert_called(2);
     tb.shutdown().await
+}
+
+/// Drops every job (to the dead-letter list).
+#[derive(Clone, Default)]
+struct Dropper(Arc<Mutex<Vec<u32>>>);
+
+impl Handle<Job> for Dropper {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.0.lock().expect("lock").push(ctx.attempt());
+        Err(HandlerOutcome::drop())
+    }
+}
+
+// Before: the settle of the drop (its dead-letter key a string: WRONGTYPE) was retried for over
+// a minute of the clock, and the shutdown waited for it.
+#[tokio::test(start_paused = true)]
+async fn a_settle_that_keeps_failing_does_not_hold_the_shutdown() -> ruststream::Result<()> {
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    let source = || {
+        RedisList::new("{jobs}")
+            .reliable()
+            .min_idle(Duration::from_secs(3))
+    };
+    let dropper = Dropper::default();
+    let app = RustStream::new(AppInfo::new("testapp", "0.0.0"))
+        .shutdown_timeout(TIMEOUT)
+        .with_broker(
+            RedisBroker::standalone("redis://localhost:6379").prefix("t:"),
+            |b| {
+                b.include(subscriber(source(), dropper.clone()).build());
+            },
+        );
+    let mut tb = TestApp::start(app).await?;
+    let client = tb.broker::<RedisBroker>().client().await?;
+    let () = client
+        .set("t:{jobs}.dead", "not a list", None, None, false)
+        .await
+        .map_err(broker_error)?;
+    tb.broker::<RedisBroker>()
+        .message(&Job { n: 1 })
+        .to("{jobs}")
+        .publish()
+        .await?;
+    tb.advance(Duration::from_millis(100)).await?;
+    assert_eq!(*dropper.0.lock().expect("lock"), [1]);
+    let worker = Worker::default();
+    let stopped = tokio::time::Instant::now();
+    tb.restart(app_with(source(), worker.clone(), TIMEOUT))
+        .await?;
+    let took = stopped.elapsed();
+    assert!(took <= TIMEOUT + Duration::from_secs(1), "{took:?}");
+    let processing: i64 = client
+        .llen("t:{jobs}.processing")
+        .await
+        .map_err(broker_error)?;
+    assert_eq!(processing, 1, "the entry stays claimed");
+    let _: i64 = client.del("t:{jobs}.dead").await.map_err(broker_error)?;
+    tb.advance(Duration::from_secs(5)).await?;
+    assert_eq!(*worker.attempts.lock().expect("lock"), [2], "recovered");
+    let processing: i64 = client
+        .llen("t:{jobs}.processing")
+        .await
+        .map_err(broker_error)?;
+    assert_eq!(processing, 0);
+    tb.shutdown().await
+}
+
+fn app_with(source: RedisList, worker: Worker, timeout: Duration) -> RustStream {
+    app(source, worker).shutdown_timeout(timeout)
 }

@@ -13,17 +13,17 @@
 -- Refused under maxmemory (no allow-oom flag): a publish fails with OOM instead of growing a
 -- full Redis.
 if #ARGV % 5 ~= 1 then
-  return redis.error_reply('ERR schedule.lua takes a token and groups of five arguments, got ' .. #ARGV)
+  return redis.error_reply('RSARGS schedule.lua takes a token and groups of five arguments, got ' .. #ARGV)
 end
 local windows = 0
 for i = 2, #ARGV, 5 do
   if (ARGV[i] ~= 'in' and ARGV[i] ~= 'at') or not tonumber(ARGV[i + 1]) or not tonumber(ARGV[i + 4]) then
-    return redis.error_reply('ERR schedule.lua: malformed entry at argument ' .. i)
+    return redis.error_reply('RSARGS schedule.lua: malformed entry at argument ' .. i)
   end
   if tonumber(ARGV[i + 4]) > 0 then windows = windows + 1 end
 end
 if windows ~= #KEYS - 2 then
-  return redis.error_reply('ERR schedule.lua: ' .. windows .. ' windows for ' .. (#KEYS - 2) .. ' unique keys')
+  return redis.error_reply('RSARGS schedule.lua: ' .. windows .. ' windows for ' .. (#KEYS - 2) .. ' unique keys')
 end
 local checks = {{KEYS[1], 'zset'}, {KEYS[2], 'hash'}}
 for k = 3, #KEYS do checks[#checks + 1] = {KEYS[k], 'string'} end

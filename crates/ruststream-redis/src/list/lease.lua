@@ -6,7 +6,7 @@
 --
 -- KEYS: recovery set. ARGV: recovery-set ttl ms (0 = none), then the members.
 -- Returns how many scores moved.
-if not tonumber(ARGV[1]) then return redis.error_reply('ERR lease.lua: the ttl is not a number') end
+if not tonumber(ARGV[1]) then return redis.error_reply('RSARGS lease.lua: the ttl is not a number') end
 local bad = wrong_types({{KEYS[1], 'zset'}})
 if bad then return redis.error_reply(bad) end
 local t = redis.call('TIME')

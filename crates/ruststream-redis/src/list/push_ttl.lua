@@ -4,7 +4,7 @@
 -- KEYS: list. ARGV: ttl ms, then the values. Returns the list's length.
 -- Refused under maxmemory (no allow-oom flag): a publish fails with OOM instead of growing a
 -- full Redis.
-if not tonumber(ARGV[1]) then return redis.error_reply('ERR push_ttl.lua: the ttl is not a number') end
+if not tonumber(ARGV[1]) then return redis.error_reply('RSARGS push_ttl.lua: the ttl is not a number') end
 local bad = wrong_types({{KEYS[1], 'list'}})
 if bad then return redis.error_reply(bad) end
 local n = 0

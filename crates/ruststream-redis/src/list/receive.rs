@@ -74,9 +74,12 @@ pub(super) async fn open(
     let keys = list.keys(&conns.keys);
     let pool = conns.pool()?;
     let conn = conns
-        .reader(BlockingRead::List {
-            key: keys.queue.clone(),
-        })
+        .reader(
+            BlockingRead::List {
+                key: keys.queue.clone(),
+            },
+            list.options.block,
+        )
         .await?;
     let mover = Mover::open_if(
         conns,
@@ -220,7 +223,7 @@ impl Reader {
             Ok(_) => Ok(()),
             // At maxmemory Redis refuses BLMOVE (it may grow a list), not the claim script
             // (allow-oom): wait here instead, so a full Redis still drains its queues.
-            Err(e) if e.to_string().contains("OOM") => {
+            Err(e) if e.kind() == ruststream_core::ErrorKind::OutOfMemory => {
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}
                     () = self.interruption(hurry) => {}
@@ -345,7 +348,11 @@ impl Receive for SimpleList {
         max: usize,
         hurry: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
-        Box::pin(SimpleList::receive(self, max, hurry))
+        Box::pin(async move {
+            self.reader.conn.heal().await?;
+            let read = SimpleList::receive(self, max, hurry).await;
+            self.reader.conn.check(read)
+        })
     }
 
     fn settler(&self) -> RedisSettler {
@@ -496,7 +503,11 @@ impl Receive for ReliableList {
         max: usize,
         hurry: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
-        Box::pin(ReliableList::receive(self, max, hurry))
+        Box::pin(async move {
+            self.reader.conn.heal().await?;
+            let read = ReliableList::receive(self, max, hurry).await;
+            self.reader.conn.check(read)
+        })
     }
 
     fn settler(&self) -> RedisSettler {

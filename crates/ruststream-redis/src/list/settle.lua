@@ -21,7 +21,7 @@
 -- token already there makes the call a no-op.
 -- Returns how many claims were still owned (-1: the token was settled already).
 if #ARGV % 5 ~= 1 then
-  return redis.error_reply('ERR settle.lua takes a token and groups of five arguments, got ' .. #ARGV)
+  return redis.error_reply('RSARGS settle.lua takes a token and groups of five arguments, got ' .. #ARGV)
 end
 local levels = levels_of(1, 7)
 local bad = wrong_types(level_checks({{KEYS[1], 'list'}, {KEYS[2], 'list'}, {KEYS[3], 'list'},
@@ -31,7 +31,7 @@ for i = 2, #ARGV, 5 do
   local op = ARGV[i]
   if (op ~= 'a' and op ~= 'r' and op ~= 'd' and op ~= 'x')
     or (op == 'd' and not string.match(ARGV[i + 3], '^%d+:')) then
-    return redis.error_reply('ERR settle.lua: malformed entry at argument ' .. i)
+    return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
 end
 local token = ARGV[1]

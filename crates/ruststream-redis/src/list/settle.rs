@@ -135,4 +135,15 @@ impl Settle for ReliableSettle {
     fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>> {
         Box::pin(ReliableSettle::settle(self, batch))
     }
+
+    fn unsettled(&self) -> String {
+        let processing = &self.keys[1];
+        if self.token_prefix.is_none() {
+            format!("in `{processing}` and come back after min_idle")
+        } else {
+            format!(
+                "in `{processing}`: this list has no recovery (no_recovery); move them back by hand (LMOVE) once no worker holds them"
+            )
+        }
+    }
 }

@@ -12,7 +12,7 @@
 local bad = wrong_types({{KEYS[1], 'zset'}, {KEYS[2], 'hash'}})
 if bad then return redis.error_reply(bad) end
 if ARGV[1] ~= 'promote' and ARGV[1] ~= 'cancel' then
-  return redis.error_reply('ERR delayed.lua: ARGV[1] must be promote or cancel')
+  return redis.error_reply('RSARGS delayed.lua: ARGV[1] must be promote or cancel')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

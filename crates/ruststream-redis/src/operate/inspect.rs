@@ -214,12 +214,16 @@ async fn group_state(client: &Client, stream: &str, group: &str) -> Result<Group
         .await
     {
         Ok(v) => v,
-        // The stream (and so the group) does not exist yet: nothing waits or runs.
-        Err(e) if e.details().contains("no such key") => {
-            state.lag = Some(0);
-            return Ok(state);
+        Err(e) => {
+            // The stream (and so the group) does not exist yet: nothing waits or runs. (Redis
+            // says so with a plain `ERR`, so the stream's absence is asked, not read from it.)
+            let exists: std::result::Result<i64, _> = client.exists(stream).await;
+            if exists.is_ok_and(|n| n == 0) {
+                state.lag = Some(0);
+                return Ok(state);
+            }
+            return Err(core(e));
         }
-        Err(e) => return Err(core(e)),
     };
     for g in list_of(groups) {
         let f = crate::stream::pairs(g);
@@ -240,7 +244,9 @@ async fn group_state(client: &Client, stream: &str, group: &str) -> Result<Group
         .await
     {
         Ok(v) => v,
-        Err(e) if e.details().contains("NOGROUP") => return Ok(state),
+        Err(e) if crate::error::kind_of(&e) == ruststream_core::ErrorKind::NoGroup => {
+            return Ok(state);
+        }
         Err(e) => return Err(core(e)),
     };
     for c in list_of(consumers) {

@@ -24,7 +24,7 @@ if kind == 'stream' then checks[2] = {KEYS[2], 'stream'} end
 local bad = wrong_types(level_checks(checks, levels))
 if bad then return redis.error_reply(bad) end
 if how ~= 'oldest' and how ~= 'values' then
-  return redis.error_reply('ERR requeue.lua: ARGV[4] must be oldest or values, got ' .. tostring(how))
+  return redis.error_reply('RSARGS requeue.lua: ARGV[4] must be oldest or values, got ' .. tostring(how))
 end
 local bound_bad = bound_error(spec or '')
 if bound_bad then return redis.error_reply(bound_bad) end
@@ -68,7 +68,7 @@ if kind == 'stream' then
   for _, v in ipairs(taken) do
     local fields = frame_fields(requeued(v))
     if #fields > MAX_UNPACK - 2 then
-      return redis.error_reply('ERR a dead letter has ' .. #fields ..
+      return redis.error_reply('RSBADENTRY a dead letter has ' .. #fields ..
         ' stream fields, more than one XADD can take; purge it instead')
     end
   end

@@ -76,6 +76,9 @@ impl PeriodicStore for Store {
 }
 
 fn registry_error(name: &str, e: fred::error::Error) -> Error {
-    let e = core(e);
-    Error::Broker(format!("periodic `{name}`: cannot register the job: {e}"))
+    let message = format!(
+        "periodic `{name}`: cannot register the job: {}",
+        core(e.clone())
+    );
+    crate::error::core_as(e, message)
 }

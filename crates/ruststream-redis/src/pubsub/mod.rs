@@ -10,8 +10,10 @@
 //!   ([`RedisChannel::pattern`]) or `SSUBSCRIBE channel` ([`RedisChannel::sharded`]) on a
 //!   connection of the subscription's own: a fred `SubscriberClient`, which sends them again
 //!   after every reconnect (`manage_subscriptions`); a sharded subscription also sends its
-//!   `SSUBSCRIBE` again every [`RESUBSCRIBE_EVERY`] (see *Sharded* below). The app starts once
-//!   the server has confirmed the subscription.
+//!   `SSUBSCRIBE` again every [`RESUBSCRIBE_EVERY`] (see *Sharded* below), any other one a
+//!   `PING` every command timeout (`keepalive.rs`), so a connection that went silent without
+//!   closing is found and replaced. The app starts once the server has confirmed the
+//!   subscription.
 //! - `PUBLISH channel frame` for [`Publish::new`], `SPUBLISH channel frame` for
 //!   [`Publish::sharded`]: the same frame as a list value (message id,
 //!   headers, payload; see [`frame`](crate::frame)), so ids and headers reach the handler. A
@@ -73,6 +75,7 @@
 //! [`psubscribe`](crate::memory::MemoryServer::psubscribe) and
 //! [`ssubscribe`](crate::memory::MemoryServer::ssubscribe) instead of a connection.
 
+mod keepalive;
 mod receive;
 mod shard;
 

@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{FRED_BUFFER, Kind, RedisChannel, shard};
+use super::{FRED_BUFFER, Kind, RedisChannel, keepalive, shard};
 use crate::conn::Connections;
 use crate::dead::PushDeadLetters;
 use crate::gauges;
@@ -50,8 +50,8 @@ enum Feed {
         lagged: Arc<AtomicU64>,
         forward: JoinHandle<()>,
         resubscribe: JoinHandle<()>,
-        /// A sharded subscription's renewal task.
-        keeper: Option<JoinHandle<()>>,
+        /// The task that keeps the subscription: a sharded one's renewal, else its keepalive.
+        keeper: JoinHandle<()>,
     },
     Memory(MemoryFeed),
 }
@@ -176,14 +176,19 @@ async fn subscribe(conns: &Connections, source: &RedisChannel, full: &str) -> Re
             Kind::Sharded => " (sharded Pub/Sub needs Redis 7 or later)",
             Kind::Channel | Kind::Pattern => "",
         };
-        return Err(Error::Broker(format!(
+        let message = format!(
             "cannot subscribe to `{}`: {}{hint}",
             source.name,
             crate::error::redact(e.details())
-        )));
+        );
+        return Err(crate::error::core_as(e, message));
     }
-    let keeper = (source.kind == Kind::Sharded)
-        .then(|| shard::keep(client.clone(), full.to_owned(), source.name.clone()));
+    let keeper = match source.kind {
+        Kind::Sharded => shard::keep(client.clone(), full.to_owned(), source.name.clone()),
+        Kind::Channel | Kind::Pattern => {
+            keepalive::keep(client.clone(), conns.settings.command_timeout)
+        }
+    };
     Ok(Feed::Redis {
         client,
         messages,
@@ -209,10 +214,10 @@ impl ChannelReceiver {
                 Ok(true)
             }
             Got::Empty => Ok(false),
-            Got::Closed => Err(Error::Broker(format!(
-                "the pub/sub connection of `{}` is closed",
-                self.label
-            ))),
+            Got::Closed => Err(Error::broker(
+                ruststream_core::ErrorKind::Connection,
+                format!("the pub/sub connection of `{}` is closed", self.label),
+            )),
         }
     }
 
@@ -303,9 +308,7 @@ impl Drop for ChannelReceiver {
         {
             resubscribe.abort();
             forward.abort();
-            if let Some(keeper) = keeper {
-                keeper.abort();
-            }
+            keeper.abort();
             let client = client.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {

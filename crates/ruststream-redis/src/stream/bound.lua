@@ -9,7 +9,7 @@ local function bound_error(spec)
   if spec == '' or string.match(spec, '^maxlen:[1-9]%d*$') or string.match(spec, '^minage:[1-9]%d*$') then
     return nil
   end
-  return 'ERR malformed stream bound `' .. tostring(spec) .. '`: expected maxlen:<n> or minage:<ms>'
+  return 'RSARGS malformed stream bound `' .. tostring(spec) .. '`: expected maxlen:<n> or minage:<ms>'
 end
 
 -- Trims the stream `key` to `spec`: XTRIM key MAXLEN ~ n, or XTRIM key MINID ~ <server now - ms>.

@@ -21,7 +21,7 @@ mod trim;
 use fred::prelude::*;
 use fred::types::ClusterHash;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result};
+use ruststream_core::{ChannelDoc, Error, ErrorKind, Result};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -343,18 +343,22 @@ impl Transport for RedisStream {
                 .await;
             match r {
                 Ok(_) => Ok(()),
-                Err(e) if e.details().contains("BUSYGROUP") => Ok(()),
+                Err(e) if crate::error::kind_of(&e) == ErrorKind::GroupExists => Ok(()),
                 // At maxmemory Redis refuses XGROUP CREATE before looking, even for a group that
                 // exists; an existing group is all the consumer needs to drain the stream.
                 Err(e)
-                    if e.details().starts_with("OOM") && has_group(&client, &key, group).await =>
+                    if crate::error::kind_of(&e) == ErrorKind::OutOfMemory
+                        && has_group(&client, &key, group).await =>
                 {
                     Ok(())
                 }
-                Err(e) => Err(Error::Broker(format!(
-                    "cannot create consumer group `{group}` on stream `{key}`: {}",
-                    e.details()
-                ))),
+                Err(e) => {
+                    let message = format!(
+                        "cannot create consumer group `{group}` on stream `{key}`: {}",
+                        crate::error::redact(e.details())
+                    );
+                    Err(crate::error::core_as(e, message))
+                }
             }
         })
     }

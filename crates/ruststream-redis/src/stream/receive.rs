@@ -47,10 +47,13 @@ pub(super) async fn open(
     let group = stream.group_name().to_owned();
     let pool = conns.pool()?;
     let conn = conns
-        .reader(BlockingRead::Stream {
-            key: keys.stream.clone(),
-            group: group.clone(),
-        })
+        .reader(
+            BlockingRead::Stream {
+                key: keys.stream.clone(),
+                group: group.clone(),
+            },
+            stream.options.block,
+        )
         .await?;
     // The stream's route (`RedisBroker::route`, else the subscription's plain XADD) bounds what
     // this subscription re-adds to it; a partition follows its stream's route.
@@ -287,7 +290,11 @@ impl Receive for StreamReceiver {
         max: usize,
         hurry: &'a CancellationToken,
     ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
-        Box::pin(StreamReceiver::receive(self, max, hurry))
+        Box::pin(async move {
+            self.conn.heal().await?;
+            let read = StreamReceiver::receive(self, max, hurry).await;
+            self.conn.check(read)
+        })
     }
 
     fn settler(&self) -> RedisSettler {

@@ -19,7 +19,7 @@ while i <= #ARGV do
   if not n or n < 0 or n > MAX_UNPACK - 3 or i + 2 + n > #ARGV
     or not ((op == 'a' and n == 0) or op == 'r' or (op == 'x' and n == 1)
       or (op == 'd' and n == 2 and string.match(ARGV[i + 3], '^%d+:'))) then
-    return redis.error_reply('ERR settle.lua: malformed entry at argument ' .. i)
+    return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
   i = i + 3 + n
 end

@@ -174,4 +174,15 @@ impl Settle for StreamSettle {
     fn settle<'a>(&'a self, batch: &'a [(Token, Settlement)]) -> BoxFuture<'a, Result<()>> {
         Box::pin(StreamSettle::settle(self, batch))
     }
+
+    fn unsettled(&self) -> String {
+        let (stream, group) = (&self.keys[0], &self.group);
+        if self.held.is_some() {
+            format!("pending in group `{group}` of `{stream}` and come back after min_idle")
+        } else {
+            format!(
+                "pending in group `{group}` of `{stream}`: this stream has no recovery (no_recovery); claim them by hand (XCLAIM)"
+            )
+        }
+    }
 }

@@ -13,14 +13,14 @@
 -- run enqueued). Refused under maxmemory (no allow-oom flag), like every publish.
 local kind = ARGV[2]
 if kind ~= 'list' and kind ~= 'stream' then
-  return redis.error_reply('ERR publish_unique.lua: unknown kind ' .. tostring(kind))
+  return redis.error_reply('RSARGS publish_unique.lua: unknown kind ' .. tostring(kind))
 end
 local checks = {{KEYS[1], kind}}
 for k = 2, #KEYS do checks[#checks + 1] = {KEYS[k], 'string'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
 if kind == 'list' and not tonumber(ARGV[3]) then
-  return redis.error_reply('ERR publish_unique.lua: the ttl is not a number')
+  return redis.error_reply('RSARGS publish_unique.lua: the ttl is not a number')
 end
 if kind == 'stream' then
   local e = bound_error(ARGV[3])
@@ -32,7 +32,7 @@ local i = 5
 for _ = 2, #KEYS do
   local w = tonumber(ARGV[i])
   if not w or w < 1 then
-    return redis.error_reply('ERR publish_unique.lua: malformed window at argument ' .. i)
+    return redis.error_reply('RSARGS publish_unique.lua: malformed window at argument ' .. i)
   end
   if kind == 'list' then
     msgs[#msgs + 1] = {w, i + 1, i + 1}
@@ -40,14 +40,14 @@ for _ = 2, #KEYS do
   else
     local n = tonumber(ARGV[i + 1])
     if not n or n < 2 or n % 2 ~= 0 then
-      return redis.error_reply('ERR publish_unique.lua: malformed field count at argument ' .. (i + 1))
+      return redis.error_reply('RSARGS publish_unique.lua: malformed field count at argument ' .. (i + 1))
     end
     msgs[#msgs + 1] = {w, i + 2, i + 1 + n}
     i = i + 2 + n
   end
 end
 if i ~= #ARGV + 1 then
-  return redis.error_reply('ERR publish_unique.lua: ' .. #ARGV .. ' arguments for ' .. (#KEYS - 1) .. ' messages')
+  return redis.error_reply('RSARGS publish_unique.lua: ' .. #ARGV .. ' arguments for ' .. (#KEYS - 1) .. ' messages')
 end
 local was_empty = kind == 'list' and redis.call('LLEN', KEYS[1]) == 0
 local enqueued, pushed = 0, 0

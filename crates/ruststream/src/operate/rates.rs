@@ -13,7 +13,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::Rates;
-use crate::{Error, Result};
+use crate::{Error, ErrorKind, Result};
 
 /// How far apart the two scrapes are.
 pub const WINDOW: Duration = Duration::from_secs(1);
@@ -64,10 +64,11 @@ async fn scrape(url: &str) -> Result<String> {
         Ok(String::from_utf8_lossy(&body).into_owned())
     };
     match tokio::time::timeout(TIMEOUT, read).await {
-        Ok(r) => r.map_err(Error::Broker),
-        Err(_) => Err(Error::Broker(format!(
-            "{url} did not answer within {TIMEOUT:?}"
-        ))),
+        Ok(r) => r.map_err(|e| Error::broker(ErrorKind::Connection, e)),
+        Err(_) => Err(Error::broker(
+            ErrorKind::Timeout,
+            format!("{url} did not answer within {TIMEOUT:?}"),
+        )),
     }
 }
 

@@ -9,6 +9,9 @@
 //! order, so the marker's reply comes after the reply to the cut request. A request is forwarded
 //! whole: bytes that end inside a command are held until the command is complete.
 //!
+//! [`Proxy::stall_all`] silences every open connection without closing it (a frozen peer, a
+//! network that drops everything): for the failures no reconnect notices by itself.
+//!
 //! Everything the clients sent is kept per connection, so a test can count how often a request
 //! reached Redis ([`Proxy::sent_count`]), e.g. to see that a cut command was sent again.
 //!
@@ -37,6 +40,8 @@ struct State {
     cut: Notify,
     /// Bumped by `cut_all`: connections older than this generation close.
     generation: AtomicUsize,
+    /// Bumped by `stall_all`: connections older than this generation go silent.
+    stalled: AtomicUsize,
     /// What each connection's client sent, in order.
     sent: Mutex<Vec<Vec<u8>>>,
 }
@@ -90,6 +95,14 @@ impl Proxy {
     /// Closes every connection open now.
     pub fn cut_all(&self) {
         self.state.generation.fetch_add(1, Ordering::SeqCst);
+        self.state.cut.notify_waiters();
+    }
+
+    /// Makes every connection open now go silent, as a peer that froze or a network that
+    /// drops everything would: nothing more is forwarded either way, and nothing is closed
+    /// (until [`cut_all`](Self::cut_all) or the proxy's drop). New connections work.
+    pub fn stall_all(&self) {
+        self.state.stalled.fetch_add(1, Ordering::SeqCst);
         self.state.cut.notify_waiters();
     }
 
@@ -164,10 +177,15 @@ fn complete(buf: &[u8]) -> bool {
 }
 
 /// Forwards both ways until either side closes, a cut, or `cut_all`; then both connections
-/// close.
+/// close. A stalled connection forwards nothing more and stays open until `cut_all`.
+///
+/// Both halves of both sockets live until this returns: dropping the half that writes to Redis
+/// would send it a FIN, and Redis frees a client that closed its side without answering what
+/// it had blocked on (a cut `XREADGROUP .. BLOCK` would never reply, nor the marker after it).
 async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
     static MARKERS: AtomicUsize = AtomicUsize::new(0);
     let generation = state.generation.load(Ordering::SeqCst);
+    let stall_generation = state.stalled.load(Ordering::SeqCst);
     let conn = {
         let mut sent = state.sent.lock().expect("proxy state");
         sent.push(Vec::new());
@@ -177,11 +195,9 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
     let (mut server_rx, mut server_tx) = server.into_split();
     // Set before a request that must lose its reply is forwarded: from then on nothing goes
     // to the client. `marker` is the reply that says Redis answered everything before it.
-    let cutting = Arc::new(AtomicBool::new(false));
+    let cutting = AtomicBool::new(false);
     let marker = format!("rs-proxy-cut-{}", MARKERS.fetch_add(1, Ordering::Relaxed));
-    let up_state = state.clone();
-    let (up_cutting, up_marker) = (cutting.clone(), marker.clone());
-    let up = async move {
+    let up = async {
         let mut buf = vec![0u8; 64 * 1024];
         // Bytes read but not yet forwarded (a command not complete yet).
         let mut pending: Vec<u8> = Vec::new();
@@ -195,9 +211,9 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
                 continue;
             }
             let chunk = std::mem::take(&mut pending);
-            up_state.sent.lock().expect("proxy state")[conn].extend_from_slice(&chunk);
+            state.sent.lock().expect("proxy state")[conn].extend_from_slice(&chunk);
             let hit = {
-                let mut armed = up_state.armed.lock().expect("proxy state");
+                let mut armed = state.armed.lock().expect("proxy state");
                 let hit = armed
                     .as_ref()
                     .is_some_and(|needle| chunk.windows(needle.len()).any(|w| w == &needle[..]));
@@ -207,9 +223,9 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
                 hit
             };
             if hit {
-                up_cutting.store(true, Ordering::SeqCst);
+                cutting.store(true, Ordering::SeqCst);
                 let mut echo = b"*2\r\n".to_vec();
-                echo.extend_from_slice(&resp_args(&[b"ECHO", up_marker.as_bytes()]));
+                echo.extend_from_slice(&resp_args(&[b"ECHO", marker.as_bytes()]));
                 return server_tx.write_all(&chunk).await.is_ok()
                     && server_tx.write_all(&echo).await.is_ok();
             }
@@ -218,8 +234,7 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
             }
         }
     };
-    let down_state = state.clone();
-    let down = async move {
+    let down = async {
         let mut buf = vec![0u8; 64 * 1024];
         // What came from Redis since the cut began, searched for the marker.
         let mut thrown: Vec<u8> = Vec::new();
@@ -236,12 +251,11 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
             }
             thrown.extend_from_slice(&buf[..n]);
             if thrown.windows(marker.len()).any(|w| w == marker.as_bytes()) {
-                down_state.cuts.fetch_add(1, Ordering::SeqCst);
-                down_state.cut.notify_waiters();
                 return;
             }
         }
     };
+    // Resolves once `cut_all` (or the proxy's drop) closed connections of this generation.
     let all_cut = async {
         loop {
             state.cut.notified().await;
@@ -250,14 +264,27 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
             }
         }
     };
-    tokio::pin!(down);
+    let stalled = async {
+        loop {
+            state.cut.notified().await;
+            if state.stalled.load(Ordering::SeqCst) != stall_generation {
+                return;
+            }
+        }
+    };
+    tokio::pin!(down, all_cut);
     // Everything closes when this returns: the client's side, then the server's.
     tokio::select! {
         hit = up => if hit {
             // The request reached Redis: wait for its reply (the marker's) and throw it away.
+            // The cut counts however that ends: the client never hears a reply.
             let _ = tokio::time::timeout(REPLY_WAIT, &mut down).await;
+            state.cuts.fetch_add(1, Ordering::SeqCst);
+            state.cut.notify_waiters();
         },
         () = &mut down => {}
-        () = all_cut => {}
+        () = &mut all_cut => {}
+        // Silent: nothing is polled any more, both sides stay open.
+        () = stalled => all_cut.await,
     }
 }

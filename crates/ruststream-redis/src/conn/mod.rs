@@ -13,6 +13,17 @@
 //! With the `testing` feature a broker may run on an in-memory server (see
 //! [`memory`](crate::memory)); this module is where that seam sits: client configurations point
 //! at it, and [`ReadConn::blocking`] awaits it before a blocking read.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`Connections`]: the pool's lifecycle, building clients, the connection log |
+//! | `settings.rs` | [`Settings`], [`Topology`]: what a broker connects to, checked before it does |
+//! | `read.rs` | [`ReadConn`]: a subscription's reading connection, its bounds and its replacement |
+//! | `wakes.rs` | the fan-out of wake-up messages to the readers' notifiers |
+
+mod read;
+mod settings;
+mod wakes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,78 +32,15 @@ use std::time::Duration;
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::config::{Blocking, ReconnectPolicy};
-use ruststream_core::{Error as CoreError, Result};
+use ruststream_core::{Error as CoreError, ErrorKind, Result};
 use tokio::sync::Notify;
 
+pub(crate) use self::read::ReadConn;
+pub(crate) use self::settings::{Settings, Topology};
 use crate::error::{core, redact};
 use crate::keys::KeySpace;
-use crate::memory::{BlockingRead, MemorySlot, MemoryWait};
+use crate::memory::{BlockingRead, MemorySlot};
 use crate::policy::Routes;
-
-/// Where the servers are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Topology {
-    /// One server (or a primary with replicas the client does not use).
-    Standalone,
-    /// A Redis Cluster, reached through any of these nodes.
-    Cluster(Vec<String>),
-    /// A primary found through these sentinels under `service`.
-    Sentinel {
-        service: String,
-        sentinels: Vec<String>,
-    },
-}
-
-/// What a broker is configured with before it connects.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    /// The standalone URL, or the first node's (credentials, TLS and database come from it).
-    pub(crate) url: String,
-    pub(crate) topology: Topology,
-    pub(crate) username: Option<String>,
-    pub(crate) password: Option<String>,
-    /// PEM file of the CAs to trust for TLS (see `crate::tls`); setting it turns TLS on.
-    pub(crate) tls_ca: Option<std::path::PathBuf>,
-    pub(crate) prefix: String,
-    pub(crate) pool_size: usize,
-    pub(crate) scheduling: bool,
-    /// The subscriptions' mover schedule, unless a source sets its own.
-    pub(crate) schedule: crate::options::Schedule,
-    /// How long a job's progress and result live after their last write (`crate::results`).
-    pub(crate) result_ttl: std::time::Duration,
-}
-
-/// The URL schemes a broker connects with, for errors.
-const SCHEMES: &str = "use redis://[user:password@]host:port[/db], or rediss:// for TLS (cluster nodes and sentinels may also be host:port)";
-
-impl Settings {
-    /// Checks the scheme of every URL: `redis://` or `rediss://` (cluster nodes and sentinels
-    /// may also be bare `host:port`).
-    pub(crate) fn check_urls(&self) -> Result<()> {
-        let others: &[String] = match &self.topology {
-            Topology::Standalone => &[],
-            Topology::Cluster(nodes) => nodes,
-            Topology::Sentinel { sentinels, .. } => sentinels,
-        };
-        check_scheme(&self.url, false)?;
-        others.iter().try_for_each(|url| check_scheme(url, true))
-    }
-
-    pub(crate) fn standalone(url: String) -> Self {
-        Self {
-            url,
-            topology: Topology::Standalone,
-            username: None,
-            password: None,
-            tls_ca: None,
-            prefix: String::new(),
-            pool_size: 2,
-            scheduling: true,
-            result_ttl: crate::options::DEFAULT_RESULT_TTL,
-            schedule: crate::options::Schedule::default(),
-        }
-    }
-}
 
 /// A broker's connections, built from its [`Settings`].
 pub(crate) struct Connections {
@@ -172,18 +120,22 @@ impl Connections {
         }
     }
 
-    /// A connection of its own for one subscription's blocking reads of `read`.
-    pub(crate) async fn reader(&self, read: BlockingRead) -> Result<ReadConn> {
-        let client = self
-            .builder(true)?
-            .build()
-            .map_err(|e| self.connect_error(&e))?;
-        client.init().await.map_err(|e| self.connect_error(&e))?;
-        watch(&client, "reader", self.target());
-        Ok(ReadConn {
-            client,
-            memory: self.memory.waiter(read),
-        })
+    /// A connection of its own for one subscription's blocking reads of `read`, which wait up
+    /// to `block`.
+    pub(crate) async fn reader(&self, read: BlockingRead, block: Duration) -> Result<ReadConn> {
+        let mut builder = self.builder(true)?;
+        // A backstop for the commands that do not block: `ReadConn::blocking` bounds the reads
+        // that do (at their wait plus the command timeout, before this fires).
+        let backstop = block + 2 * self.settings.command_timeout;
+        builder.with_performance_config(|p| p.default_command_timeout = backstop);
+        ReadConn::open(
+            builder,
+            self.target(),
+            self.settings.command_timeout,
+            self.memory.waiter(read),
+        )
+        .await
+        .map_err(|e| self.connect_error(&e))
     }
 
     /// A connected subscriber client of its own for one Pub/Sub subscription, whose broadcast
@@ -220,7 +172,7 @@ impl Connections {
                 // fred's default capacity (32): wake-ups are rare and a missed one only delays a poll.
                 let client = self.subscriber(32).await?;
                 let _resubscribe = client.manage_subscriptions();
-                tokio::spawn(forward_wakes(
+                tokio::spawn(wakes::forward_wakes(
                     client.message_rx(),
                     Arc::downgrade(&self.wakes),
                 ));
@@ -260,26 +212,25 @@ impl Connections {
     }
 
     fn connect_error(&self, e: &fred::error::Error) -> CoreError {
-        let hint = match e.kind() {
-            fred::error::ErrorKind::Auth => {
+        let kind = crate::error::kind_of(e);
+        let hint = match kind {
+            ErrorKind::Auth => {
                 "check the user name and password (RedisBroker::username/password or the URL)"
             }
-            // rustls reports a certificate it rejects as an I/O error.
-            _ if *e.kind() == fred::error::ErrorKind::Tls
-                || e.details().contains("Certificate") =>
-            {
+            ErrorKind::Tls => {
                 "check the TLS setup: a rediss:// URL to a TLS port, and the CA that signed the server's certificate (RedisBroker::tls_ca_file)"
             }
-            fred::error::ErrorKind::Config | fred::error::ErrorKind::Url => {
+            ErrorKind::Configuration => {
                 "the URL must look like redis://[user:password@]host:port[/db]"
             }
             _ => "is Redis running there? set REDIS_URL or the broker's URL",
         };
-        CoreError::Broker(format!(
+        let message = format!(
             "cannot connect to {}: {}; {hint}",
             self.target(),
             crate::error::in_words(e)
-        ))
+        );
+        crate::error::core_as(e.clone(), message)
     }
 
     /// The hosts of `urls` (`redis://host:port` or `host:port`).
@@ -331,131 +282,31 @@ impl Connections {
         }
         self.memory.configure(&mut config);
         let mut builder = Builder::from_config(config);
+        let timeout = s.command_timeout;
         builder
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
             .with_connection_config(|c| {
                 c.connection_timeout = Duration::from_secs(5);
                 c.max_command_attempts = 3;
+                // A connection whose replies stopped coming (half-open, or a frozen server) is
+                // closed and reconnected, and its commands sent again. fred skips a connection
+                // blocked in a read: the reader bounds those itself (`ReadConn::blocking`).
+                c.unresponsive.max_timeout = Some(timeout);
+                c.unresponsive.interval = (timeout / 4).max(Duration::from_millis(100));
             });
+        if !blocking {
+            // A command that never gets a reply fails (settles and publishes are retried) rather
+            // than waiting for ever. The reader's blocking reads wait longer than this on
+            // purpose, so its commands are bounded by `ReadConn` instead.
+            builder.with_performance_config(|p| p.default_command_timeout = timeout);
+        }
         Ok(builder)
-    }
-}
-
-/// Refuses a URL whose scheme fred would not read as Redis (`http://` would be taken for a
-/// plain TCP server); `bare` allows `host:port`.
-fn check_scheme(url: &str, bare: bool) -> Result<()> {
-    match url.split_once("://") {
-        Some(("redis" | "rediss", _)) => Ok(()),
-        None if bare => Ok(()),
-        Some((scheme, _)) => Err(CoreError::config(format!(
-            "cannot connect to {}: unsupported URL scheme `{scheme}://`; {SCHEMES}",
-            redact(url)
-        ))),
-        None => Err(CoreError::config(format!(
-            "cannot connect to `{}`: the URL has no scheme; {SCHEMES}",
-            redact(url)
-        ))),
-    }
-}
-
-/// Wakes the notifier of each wake-up channel a message arrives on, until the connection or the
-/// broker is gone.
-async fn forward_wakes(
-    mut messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
-    wakes: std::sync::Weak<Mutex<HashMap<String, Arc<Notify>>>>,
-) {
-    loop {
-        let message = match messages.recv().await {
-            Ok(m) => m,
-            // A missed wake-up only delays a reader until its next poll.
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-        };
-        let Some(wakes) = wakes.upgrade() else { break };
-        let Ok(wakes) = wakes.lock() else { break };
-        if let Some(n) = wakes.get(&*message.channel) {
-            n.notify_one();
-        }
-    }
-}
-
-/// One subscription's own connection, for blocking reads.
-pub(crate) struct ReadConn {
-    client: Client,
-    /// On the in-memory server, what to await before a blocking read.
-    memory: Option<MemoryWait>,
-}
-
-impl ReadConn {
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// Whether the connection is up (fred's own state: no I/O).
-    pub(crate) fn probe(&self) -> ruststream_core::Probe {
-        let client = self.client.clone();
-        std::sync::Arc::new(move || client.is_connected())
-    }
-
-    /// Runs the blocking read `read`, which waits up to `wait`. When `interrupt` resolves first,
-    /// interrupts the read and still returns what it got. A read that timed out is `Null`.
-    pub(crate) async fn blocking(
-        &self,
-        wait: Duration,
-        read: impl Future<Output = Result<Value, fred::error::Error>>,
-        interrupt: impl Future<Output = ()>,
-    ) -> Result<Value> {
-        // The in-memory server answers a blocking read at once: wait for what would wake it.
-        if let Some(memory) = &self.memory {
-            tokio::select! {
-                () = memory.ready(wait) => {}
-                () = interrupt => {}
-            }
-            return empty_on_timeout(read.await);
-        }
-        tokio::pin!(read);
-        tokio::select! {
-            r = &mut read => return empty_on_timeout(r),
-            () = interrupt => {}
-            // Redis times out a blocked client only when its event loop wakes (every 100 ms at
-            // the default `hz 10`), so a short wait would end up to 100 ms late: keep time here.
-            () = tokio::time::sleep(wait) => {}
-        }
-        let client = self.client.clone();
-        let ping = async move {
-            let _: Result<(), _> = client.ping(None).await;
-        };
-        let (r, ()) = tokio::join!(read, ping);
-        empty_on_timeout(r)
-    }
-}
-
-impl Drop for ReadConn {
-    /// Closes the connection: fred keeps a client connected until it quits, so without this
-    /// every stopped subscription would leave a connection (and its task) behind.
-    fn drop(&mut self) {
-        let client = self.client.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let _ = client.quit().await;
-            });
-        }
-    }
-}
-
-/// fred reports a blocking read that timed out (a nil reply) as a `Timeout` error, and one we
-/// interrupted as `UNBLOCKED`: both are an empty read, not a failure to back off from.
-fn empty_on_timeout(r: Result<Value, fred::error::Error>) -> Result<Value> {
-    match r {
-        Err(e) if *e.kind() == fred::error::ErrorKind::Timeout => Ok(Value::Null),
-        Err(e) if e.details().starts_with("UNBLOCKED") => Ok(Value::Null),
-        r => r.map_err(core),
     }
 }
 
 /// Logs a connection's losses and reconnections (fred reconnects on its own, with backoff;
 /// meanwhile commands wait), so an outage shows in the app's logs.
-fn watch(client: &impl EventInterface, role: &'static str, target: String) {
+pub(super) fn watch(client: &impl EventInterface, role: &'static str, target: String) {
     let lost_at = target.clone();
     let _lost = client.on_error(move |(e, _)| {
         tracing::warn!(connection = role, target = %lost_at, error = %redact(e.details()),
@@ -470,5 +321,5 @@ fn watch(client: &impl EventInterface, role: &'static str, target: String) {
 
 /// The error of a lock a panic poisoned.
 pub(crate) fn poisoned<T>(_: T) -> CoreError {
-    CoreError::Broker("internal lock poisoned by a panic".into())
+    CoreError::broker(ErrorKind::Other, "internal lock poisoned by a panic")
 }
