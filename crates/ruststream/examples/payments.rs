@@ -3,7 +3,7 @@
 //! growing intervals, and a payment that never settles stops after a bounded number of checks,
 //! in the dead-letter list with its reason.
 //!
-//! `cargo run -p ruststream --example payments` runs it on `REDIS_URL`;
+//! `cargo run -p redstream --example payments` runs it on `REDIS_URL`;
 //! `tests/integration/payments.rs` runs the hours on TestApp's virtual clock and a short version
 //! on Redis.
 //!

@@ -195,7 +195,7 @@ fn schema_reads_serde_attributes_and_docs() {
 // #[subscriber]
 
 #[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
-struct Job {
+pub(crate) struct Job {
     image: String,
 }
 

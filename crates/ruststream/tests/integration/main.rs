@@ -27,6 +27,7 @@ mod conformance;
 mod dashboard;
 mod delayed;
 mod durable;
+mod guide;
 // `images::images`, `payments::payments`: the example included in its own test module.
 #[allow(clippy::module_inception)]
 mod images;
@@ -42,6 +43,7 @@ mod payments;
 mod periodic;
 mod priorities;
 mod pubsub;
+mod python_producer;
 mod rate_limit;
 mod recovery;
 mod redis_setup;

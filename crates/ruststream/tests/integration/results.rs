@@ -713,7 +713,7 @@ async fn a_full_redis_refuses_a_result_whole() {
 
 /// Not a timed test: measures how late `await_result` returns after the handler calls `set_result`, for
 /// jobs working 0 to 99 ms (so the awaiter's polls are at every phase). Run it with
-/// `scripts/test -p ruststream --test integration results::probe_await_latency -- --ignored
+/// `scripts/test -p redstream --test integration results::probe_await_latency -- --ignored
 /// --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a latency probe, not a test"]

@@ -58,8 +58,8 @@
 //! `info,fred::router=trace` shows every command a worker sends).
 //!
 //! ```text
-//! scripts/test -p ruststream --test processes ledger:: -- --nocapture
-//! RUSTSTREAM_LEDGER_N=20000 scripts/test -p ruststream --test processes ledger:: -- --nocapture
+//! scripts/test -p redstream --test processes ledger:: -- --nocapture
+//! RUSTSTREAM_LEDGER_N=20000 scripts/test -p redstream --test processes ledger:: -- --nocapture
 //! ```
 
 use crate::harness;
