@@ -282,7 +282,7 @@ async fn sigterm_with_a_settle_that_keeps_failing_exits_in_time(env: &Env) {
         .unwrap();
     let log = temp_dir("stuck").join("worker.log");
     let worker = WorkerProcess::spawn(
-        "stuck_settle_worker_process",
+        &test_name(module_path!(), "stuck_settle_worker_process"),
         &[
             ("RUSTSTREAM_STUCK_WORKER", url.clone()),
             ("RUSTSTREAM_STUCK_PREFIX", prefix.clone()),
