@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p ruststream-bench -- [--scenario NAME|all] [--n N] [--redis URL]
+//! cargo run --release -p ruststream-bench -- --scenario durable --redis <primary with a replica>
 //! ```
 //!
 //! Every scenario fills N messages (`{id, body}` JSON, a 100-character body) with RustStream's
@@ -17,6 +18,7 @@
 mod child;
 mod cluster;
 mod common;
+mod durable;
 mod priorities;
 mod rate_limit;
 mod raw;
@@ -202,6 +204,10 @@ struct Ctx<'a> {
 }
 
 async fn run_parent(cli: &Cli) -> Result<(), BoxError> {
+    // Publishing alone, on a primary with a replica: not one of the fill-and-drain scenarios.
+    if cli.scenario == "durable" {
+        return durable::run(&cli.redis, usize::try_from(cli.n)?).await;
+    }
     let scenarios = Scenario::select(&cli.scenario)
         .ok_or_else(|| format!("unknown scenario `{}`", cli.scenario))?;
     cli.validate(&scenarios)?;

@@ -61,6 +61,19 @@ pub enum Error {
         /// How long it was awaited.
         waited: std::time::Duration,
     },
+    /// A durable publish ([`Durability`](crate::Durability)) reached fewer replicas than asked
+    /// within its timeout. Its messages are on the primary and may be lost in a failover; they
+    /// are not known to be lost. Publish again (with an id and `.unique_for(..)` the retry is a
+    /// no-op for a message that did land).
+    #[error(
+        "publish not durable: {acked} of {asked} replica(s) acknowledged it within the timeout; it is on the primary only and may be lost in a failover: publish again (with `.id(..)` and `.unique_for(..)` a retry enqueues nothing twice)"
+    )]
+    NotDurable {
+        /// The replicas asked for.
+        asked: u32,
+        /// The replicas that acknowledged the write (with `WAITAOF`, that wrote it to disk).
+        acked: u32,
+    },
     /// The operation needs a running broker, and it is closed or was never started.
     #[error("broker is not connected: start the app (or the broker) before publishing")]
     NotConnected,
@@ -118,6 +131,9 @@ pub enum ErrorKind {
     Interrupted,
     /// The server's reply was not what the command should answer.
     UnexpectedReply,
+    /// A durable publish reached fewer replicas than asked within its timeout
+    /// ([`Error::NotDurable`]).
+    NotDurable,
     /// Anything else (e.g. a Redis `ERR` reply); the message says what.
     Other,
 }
@@ -161,6 +177,7 @@ impl Error {
             Self::JobFailed { .. } => ErrorKind::JobFailed,
             Self::ResultTimeout { .. } => ErrorKind::Timeout,
             Self::NotConnected => ErrorKind::NotConnected,
+            Self::NotDurable { .. } => ErrorKind::NotDurable,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod batch;
 pub mod broker;
 pub mod context;
 mod dispatch;
+pub mod durable;
 mod erased;
 pub mod error;
 pub mod handler;
@@ -39,6 +40,7 @@ pub use broker::{
     SubscribeOptions,
 };
 pub use context::{Context, DeliveryInfo};
+pub use durable::Durability;
 pub use error::{Error, ErrorKind, Result};
 pub use handler::{Handle, IntoHandlerResult};
 pub use health::{Health, Probe, SubscriptionState};

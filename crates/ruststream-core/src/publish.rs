@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use crate::{Error, Headers, MessageType, Result};
+use crate::{Durability, Error, Headers, MessageType, Result};
 
 /// When a delayed message becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +48,9 @@ pub struct OutMessage {
     /// On a destination with priority levels (`RedisList::new(k).priorities(n)`), the level:
     /// `0` (the default) is the lowest, `n - 1` the highest, read first.
     pub priority: u8,
+    /// Return only once this many replicas hold the message (see [`Durability`]); `None`
+    /// leaves it to the destination's policy.
+    pub durable: Option<Durability>,
 }
 
 impl OutMessage {
@@ -62,6 +65,7 @@ impl OutMessage {
             partition_key: None,
             unique_for: None,
             priority: 0,
+            durable: None,
         }
     }
 }
@@ -167,6 +171,7 @@ struct Options {
     partition_key: Option<String>,
     unique_for: Option<Duration>,
     priority: u8,
+    durable: Option<Durability>,
 }
 
 /// A publish being built; finish it with [`publish`](Self::publish).
@@ -232,6 +237,19 @@ impl<'a, T: MessageType> PublishBuilder<'a, T> {
         self
     }
 
+    /// Makes the publish durable: it returns `Ok` only once `replicas` replicas of the server
+    /// acknowledged its messages, waiting at most `timeout`; fewer is
+    /// [`Error::NotDurable`], naming how many did. On Redis this is `WAIT replicas timeout` on
+    /// the connection that wrote (and `WAITAOF` on a server that has it, Redis 7.2 and later,
+    /// when it runs with `appendonly yes`). A replica that had the write may still not be the
+    /// one promoted in a failover: see the README's *Durable publishes*. A retry after
+    /// `NotDurable` enqueues the message again unless it has an [`id`](Self::id) and a
+    /// [`unique_for`](Self::unique_for) window.
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.opts.durable = Some(Durability::new(replicas, timeout));
+        self
+    }
+
     /// Delivers the message once `delay` has passed.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.opts.due = Some(Due::In(delay));
@@ -275,6 +293,7 @@ impl<'a, T: MessageType> PublishBuilder<'a, T> {
                     partition_key: self.opts.partition_key.clone(),
                     unique_for: self.opts.unique_for,
                     priority: self.opts.priority,
+                    durable: self.opts.durable,
                 })
             })
             .collect()

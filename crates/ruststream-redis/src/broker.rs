@@ -213,8 +213,11 @@ impl RedisBroker {
     }
 
     /// Connects the shared pool, if not yet connected. Publishing from outside an app needs it.
+    /// Warns of server settings that can lose its keys (see the README's *Redis settings*).
     pub async fn connect(&self) -> Result<()> {
-        self.conns.connect().await
+        self.conns.connect().await?;
+        crate::setup::at_connect(&self.conns).await;
+        Ok(())
     }
 
     /// Whether this broker talks to a Redis Cluster (then every key one command or script
@@ -311,7 +314,9 @@ impl Broker for RedisBroker {
 
     async fn connect(&self, sources: &[&RedisSource]) -> Result<()> {
         self.conns.connect().await?;
-        self.prepare(sources).await
+        self.prepare(sources).await?;
+        crate::setup::at_connect(&self.conns).await;
+        Ok(())
     }
 
     /// Each source's server side (`XGROUP CREATE .. MKSTREAM` for a stream group), then its

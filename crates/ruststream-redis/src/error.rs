@@ -127,6 +127,14 @@ pub enum PubSubError {
         /// The channel, as the publisher named it.
         channel: String,
     },
+    /// A durable publish (`.durable(..)`) to a channel: nothing is stored to replicate.
+    #[error(
+        "channel `{channel}`: pub/sub cannot make a message durable, it stores nothing; publish it without .durable, or to a list or stream"
+    )]
+    CannotBeDurable {
+        /// The channel, as the publisher named it.
+        channel: String,
+    },
 }
 
 impl From<PubSubError> for CoreError {

@@ -155,6 +155,13 @@ impl MemorySlot {
         self.server.get().is_some()
     }
 
+    /// Whether an in-memory server is attached: never without the `testing` feature.
+    #[cfg(not(feature = "testing"))]
+    #[allow(clippy::unused_self)]
+    pub(crate) fn is_attached(&self) -> bool {
+        false
+    }
+
     /// On the in-memory server, wakes `notify` on every message published to `channel` and
     /// returns `true`; returns `false` (doing nothing) on a real server.
     #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]

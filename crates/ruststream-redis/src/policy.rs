@@ -9,6 +9,8 @@ use std::sync::RwLock;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use ruststream_core::Durability;
+
 /// The most priority levels a list may have
 /// ([`RedisList::priorities`](crate::RedisList::priorities)).
 pub const MAX_PRIORITIES: u8 = 16;
@@ -24,6 +26,7 @@ pub struct ListPublish {
     /// The level one group of messages goes onto: set per message by the publisher (see
     /// `list::levels::place`), 0 in a route.
     pub(crate) level: u8,
+    pub(crate) durable: Option<Durability>,
 }
 
 impl ListPublish {
@@ -63,6 +66,15 @@ impl ListPublish {
     /// ```
     pub fn priorities(mut self, n: u8) -> Self {
         self.priorities = Some(n);
+        self
+    }
+
+    /// Every publish to the list returns `Ok` only once `replicas` replicas acknowledged it,
+    /// waiting at most `timeout` (see
+    /// [`PublishBuilder::durable`](ruststream_core::PublishBuilder::durable)): as a
+    /// destination's route, this covers replies and publishes from handlers too.
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.durable = Some(Durability::new(replicas, timeout));
         self
     }
 
@@ -106,6 +118,7 @@ pub struct StreamPublish {
     pub(crate) partitions: Option<u16>,
     pub(crate) maxlen: Option<u64>,
     pub(crate) min_age: Option<Duration>,
+    pub(crate) durable: Option<Durability>,
 }
 
 impl StreamPublish {
@@ -135,6 +148,13 @@ impl StreamPublish {
     /// of the server's trims that much younger; keep `age` well above the clocks' skew.
     pub fn minid(mut self, age: Duration) -> Self {
         self.min_age = Some(age);
+        self
+    }
+
+    /// Every publish to the stream returns `Ok` only once `replicas` replicas acknowledged it,
+    /// as [`ListPublish::durable`] for lists.
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.durable = Some(Durability::new(replicas, timeout));
         self
     }
 
@@ -256,6 +276,35 @@ impl PublishPolicy {
             Self::List(p) => p.check(key),
             Self::PubSub(_) => Ok(()),
         }
+    }
+
+    /// How durable its publishes are, when they are (see [`crate::durable`]).
+    pub(crate) fn durable(&self) -> Option<Durability> {
+        match self {
+            Self::List(p) => p.durable,
+            Self::Stream(p) => p.durable,
+            Self::PubSub(_) => None,
+        }
+    }
+
+    /// This policy with a publish's own durability, which overrides the route's.
+    pub(crate) fn with_durable(mut self, durable: Option<Durability>) -> Self {
+        if durable.is_some() {
+            match &mut self {
+                Self::List(p) => p.durable = durable,
+                Self::Stream(p) => p.durable = durable,
+                Self::PubSub(_) => {}
+            }
+        }
+        self
+    }
+
+    /// Whether any route asks for durable publishes.
+    pub(crate) fn any_durable(routes: &Routes) -> bool {
+        routes
+            .0
+            .read()
+            .is_ok_and(|r| r.values().any(|p| p.durable().is_some()))
     }
 
     /// The stream policy, when this is one.

@@ -12,6 +12,9 @@
 //! Messages with a unique window (`crate::unique`) go out through `unique/publish.lua`, or
 //! `schedule.lua` when delayed, which enqueue only those whose id holds no window yet.
 //!
+//! A durable group (`.durable(..)` or its route's) ends with `WAIT` on the client that wrote
+//! it (`crate::durable`).
+//!
 //! Each destination's default policy comes from [`Routes`]: what the app's subscriptions read
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
 //! `RedisBroker::route` set, else a list.
@@ -89,6 +92,13 @@ pub(crate) async fn publish(
             }
             .into());
         }
+        if matches!(policy, PublishPolicy::PubSub(_)) && m.durable.is_some() {
+            return Err(PubSubError::CannotBeDurable {
+                channel: m.destination,
+            }
+            .into());
+        }
+        let policy = policy.with_durable(m.durable);
         if matches!(policy, PublishPolicy::PubSub(_)) && m.unique_for.is_some() {
             return Err(PubSubError::CannotBeUnique {
                 channel: m.destination,
@@ -190,6 +200,32 @@ fn add(g: &mut Group, keys: &crate::keys::KeySpace, m: OutMessage) {
     }
 }
 
+/// Takes out of `g` the writes that can share the `WAIT`'s pipeline: a group of only plain
+/// `LPUSH`es (no ttl, level 0) or only `XADD`s; nothing when it has scripts to run.
+fn durable_lead(g: &mut Group, conns: &Connections) -> Vec<crate::durable::Write> {
+    if !g.unique.is_empty() || !g.later.is_empty() {
+        return Vec::new();
+    }
+    match g.policy {
+        PublishPolicy::List(p) if p.ttl.is_none() && p.level == 0 && g.entries.is_empty() => {
+            if g.now.is_empty() {
+                return Vec::new();
+            }
+            let mut args = Vec::with_capacity(g.now.len() + 1);
+            args.push(Value::from(g.key.as_str()));
+            args.append(&mut g.now);
+            vec![("LPUSH", args)]
+        }
+        PublishPolicy::Stream(p) if g.now.is_empty() => {
+            let entries = std::mem::take(&mut g.entries);
+            stream::xadds(&g.key, p, conns.memory.clock_ms(), entries)
+                .map(|args| ("XADD", args))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn due_arg(due: Due) -> (&'static str, i64) {
     match due {
         Due::In(d) => ("in", i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
@@ -204,7 +240,21 @@ fn due_arg(due: Due) -> (&'static str, i64) {
 /// Sends one group; returns how many of its messages were enqueued.
 async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result<usize> {
     let client = pool.next();
+    // `WAIT` counts the writes of its connection: taken on the client that writes (see
+    // `crate::durable`).
+    let durable = g
+        .policy
+        .durable()
+        .map(|d| (d, crate::durable::connections(client)));
+    let key = g.key.clone();
     let mut enqueued = g.now.len() + g.entries.len();
+    // A durable group of plain pushes or adds goes out in the pipeline of its `WAIT`: one
+    // round trip.
+    let mut g = g;
+    let lead = match &durable {
+        Some(_) => durable_lead(&mut g, conns),
+        None => Vec::new(),
+    };
     if !g.now.is_empty() {
         match g.policy {
             PublishPolicy::PubSub(p) => pubsub::publish(client, &g.key, p, g.now).await?,
@@ -235,6 +285,9 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
     if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
         let now_ms = conns.memory.clock_ms();
         stream::add(client, &g.key, p, now_ms, g.entries).await?;
+    }
+    if let Some((d, before)) = durable {
+        crate::durable::confirm(client, conns, &key, d, (enqueued > 0, lead), &before).await?;
     }
     Ok(enqueued)
 }

@@ -462,6 +462,14 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
+    /// Makes the publish durable (`PublishBuilder::durable`). The model has no replicas and
+    /// acknowledges at once, as a server with `replicas` replicas would: the publish returns
+    /// `Ok` and never `Error::NotDurable`.
+    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.inner = self.inner.durable(replicas, timeout);
+        self
+    }
+
     /// On a destination spread over partitions, the key that picks the partition.
     pub fn partition_key(mut self, key: impl Into<String>) -> Self {
         self.inner = self.inner.partition_key(key);

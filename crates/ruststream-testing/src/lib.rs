@@ -15,6 +15,11 @@
 //! - `tb.broker::<RedisBroker>()` publishes ([`TestBroker::message`]) and asserts on subscribers
 //!   ([`TestBroker::subscriber`]) and on what was published ([`TestBroker::published`]).
 //!
+//! A durable publish (`.durable(replicas, timeout)`, or a route's) is accepted: the model has no
+//! replicas and answers `WAIT n` with `n`, as a server whose asked replicas all hold the write,
+//! so it returns `Ok` at once and never [`NotDurable`](ruststream_core::Error::NotDurable). Test
+//! the handling of `NotDurable` against a real Redis (asking for more replicas than it has).
+//!
 //! The conformance suite of the `ruststream` crate (`tests/conformance.rs`) runs the same
 //! scenarios on the model and on a real Redis, so the model cannot drift from Redis.
 

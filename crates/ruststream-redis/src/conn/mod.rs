@@ -60,6 +60,8 @@ pub(crate) struct Connections {
     /// Each destination's publish policy: publishes, and the scripts that re-add to a stream,
     /// follow it.
     pub(crate) routes: Arc<Routes>,
+    /// Whether the server takes `WAITAOF`, for durable publishes.
+    pub(crate) durable: crate::durable::Probe,
 }
 
 impl Connections {
@@ -75,6 +77,7 @@ impl Connections {
             pauses: crate::pause::Pauses::default(),
             memory: MemorySlot::default(),
             routes: Arc::default(),
+            durable: crate::durable::Probe::default(),
         }
     }
 

@@ -7,6 +7,9 @@
 //! The reader adds what it claims ([`Leases::hold`]); the settler lets a claim go once its
 //! settle was sent ([`Leases::release`]), whatever came of it, so a claim whose settle keeps
 //! failing is left to the sweep rather than kept alive for ever.
+//!
+//! After a reconnect (or a failed renewal) the reader renews on its own connection before its
+//! next sweep ([`Leases::renew`], see `crate::rejoin`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
@@ -17,6 +20,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 
 use crate::lua;
+use crate::rejoin::Rejoin;
 
 static LEASE: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("lease.lua"), &[lua::GUARD]));
@@ -48,34 +52,44 @@ impl Leases {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Renews every held claim's lease in the recovery set `zset`, on `client`.
+    pub(super) async fn renew(
+        &self,
+        client: &Client,
+        zset: &str,
+        ttl_ms: u64,
+    ) -> Result<(), fred::error::Error> {
+        let members: Vec<Bytes> = self.held().values().cloned().collect();
+        for chunk in members.chunks(LEASE_BATCH) {
+            let mut args = Vec::with_capacity(chunk.len() + 1);
+            args.push(Value::from(ttl_ms.to_string()));
+            args.extend(chunk.iter().cloned().map(Value::Bytes));
+            let _moved: i64 = LEASE
+                .evalsha_with_reload(client, vec![zset.to_owned()], args)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// Renews `leases` in the recovery set `zset` every `every`, until the reader and its
-    /// settler are gone.
+    /// settler are gone; a failed renewal marks `rejoin`, so the reader renews before it sweeps.
     pub(super) fn spawn_renewal(
         leases: &Arc<Self>,
         pool: Pool,
         zset: String,
         ttl_ms: u64,
         every: Duration,
+        rejoin: Arc<Rejoin>,
     ) {
         let leases: Weak<Self> = Arc::downgrade(leases);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(held) = leases.upgrade() else { break };
-                let members: Vec<Bytes> = held.held().values().cloned().collect();
-                drop(held);
-                for chunk in members.chunks(LEASE_BATCH) {
-                    let mut args = Vec::with_capacity(chunk.len() + 1);
-                    args.push(Value::from(ttl_ms.to_string()));
-                    args.extend(chunk.iter().cloned().map(Value::Bytes));
-                    let renewed: Result<i64, _> = LEASE
-                        .evalsha_with_reload(pool.next(), vec![zset.clone()], args)
-                        .await;
-                    if let Err(e) = renewed {
-                        tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
-                            "claims not renewed; they may be recovered by another worker if this goes on past min_idle");
-                        break;
-                    }
+                if let Err(e) = held.renew(pool.next(), &zset, ttl_ms).await {
+                    rejoin.mark();
+                    tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
+                        "claims not renewed; they may be recovered by another worker if this goes on past min_idle");
                 }
             }
         });

@@ -36,6 +36,7 @@ use crate::delayed::{Destination, Mover, interrupted, read_wait};
 use crate::limit::Limiter;
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};
+use crate::rejoin::Rejoin;
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, watch_source};
 
 /// Most stale claims one read moves back to the queue.
@@ -107,13 +108,24 @@ fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -
     let leases = Arc::new(Leases::default());
     let reader_id = uuid::Uuid::now_v7().simple().to_string();
     let processing = keys.processing.clone().unwrap_or_default();
+    let mut rejoin = None;
     let record = match keys.recovery.clone() {
         None => Record::List { processing },
         Some(zset) => {
             let idle = list.idle();
             let ttl_ms = list.recovery_ttl.map_or(0, millis);
             let every = (idle / 3).max(Duration::from_millis(10));
-            Leases::spawn_renewal(&leases, pool.clone(), zset.clone(), ttl_ms, every);
+            let r = Rejoin::new(every);
+            r.watch(reader.conn.client());
+            Leases::spawn_renewal(
+                &leases,
+                pool.clone(),
+                zset.clone(),
+                ttl_ms,
+                every,
+                r.clone(),
+            );
+            rejoin = Some(r);
             Record::Claims {
                 processing,
                 zset,
@@ -132,6 +144,7 @@ fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -
         seq: AtomicU64::new(0),
         record,
         leases,
+        rejoin,
         reader,
     })
 }
@@ -304,6 +317,9 @@ impl Receive for SimpleList {
     }
 }
 
+/// A `min_idle` no claim reaches (about 31,700 years): a claim call that must not sweep.
+const NO_SWEEP_MS: u64 = 1_000_000_000_000_000;
+
 /// A reliable list: claimed into the processing list, at least once.
 struct ReliableList {
     /// This reader's identity: its claims are `<reader id>:<seq>.<run>` (see `claim.lua`).
@@ -314,6 +330,8 @@ struct ReliableList {
     record: Record,
     /// The claims this reader holds, kept alive in the recovery set (with recovery).
     leases: Arc<Leases>,
+    /// With recovery, after a reconnect: renew before sweeping (`crate::rejoin`).
+    rejoin: Option<Arc<Rejoin>>,
     reader: Reader,
     settler: RedisSettler,
 }
@@ -334,7 +352,36 @@ impl ReliableList {
     /// One claim: its first sequence number is taken here, so each claim's is its own.
     async fn claim(&self, max: usize) -> Result<Claimed> {
         let first_seq = self.seq.fetch_add(max as u64, Ordering::Relaxed);
+        if !self.may_sweep().await {
+            // Within the grace after a reconnect, no claim is old enough to sweep.
+            let mut record = self.record.clone();
+            if let Record::Claims { min_idle_ms, .. } = &mut record {
+                *min_idle_ms = NO_SWEEP_MS;
+            }
+            return self.reader.claim(&record, max, first_seq).await;
+        }
         self.reader.claim(&self.record, max, first_seq).await
+    }
+
+    /// After a reconnect, renews this reader's leases on its reading connection (the one the
+    /// sweep goes on, so the renewal runs first); whether this claim may sweep.
+    async fn may_sweep(&self) -> bool {
+        let (Some(rejoin), Record::Claims { zset, ttl_ms, .. }) = (&self.rejoin, &self.record)
+        else {
+            return true;
+        };
+        if rejoin.take()
+            && let Err(e) = self
+                .leases
+                .renew(self.reader.conn.client(), zset, *ttl_ms)
+                .await
+        {
+            rejoin.mark();
+            tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
+                "claims not renewed after the reconnect; not sweeping until they are");
+            return false;
+        }
+        rejoin.may_sweep()
     }
 
     /// The deliveries of `claimed`, each with its claim (and member, with recovery), leased.

@@ -25,7 +25,7 @@ use ruststream_core::{ChannelDoc, Error, ErrorKind, Result};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use self::publish::{add, fields};
+pub(crate) use self::publish::{add, fields, xadds};
 
 use crate::conn::Connections;
 use crate::keys::{Delayed, KeySpace, SourceKeys};

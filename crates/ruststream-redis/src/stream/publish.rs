@@ -47,18 +47,10 @@ pub(crate) async fn add(
     now_ms: u64,
     entries: Vec<Vec<Value>>,
 ) -> Result<()> {
-    let trim = policy.xadd_args(now_ms);
     // One pipeline rather than a future per entry: task switches were a third of the fill's
     // profile (docs/decisions.md).
     let pipeline = client.pipeline();
-    for fields in entries {
-        let mut args = Vec::with_capacity(fields.len() + 5);
-        args.push(Value::from(key));
-        if let Some(trim) = &trim {
-            args.extend(trim.iter().map(|a| Value::from(a.as_str())));
-        }
-        args.push(Value::from_static_str("*"));
-        args.extend(fields);
+    for args in xadds(key, policy, now_ms, entries) {
         let () = pipeline
             .custom(fred::cmd!("XADD"), args)
             .await
@@ -66,4 +58,25 @@ pub(crate) async fn add(
     }
     let _: Vec<Value> = pipeline.all().await.map_err(core)?;
     Ok(())
+}
+
+/// The arguments of each entry's `XADD` to the full key `key`, trimmed as `policy` says.
+pub(crate) fn xadds(
+    key: &str,
+    policy: StreamPublish,
+    now_ms: u64,
+    entries: Vec<Vec<Value>>,
+) -> impl Iterator<Item = Vec<Value>> {
+    let trim = policy.xadd_args(now_ms);
+    let key = Value::from(key);
+    entries.into_iter().map(move |fields| {
+        let mut args = Vec::with_capacity(fields.len() + 5);
+        args.push(key.clone());
+        if let Some(trim) = &trim {
+            args.extend(trim.iter().map(|a| Value::from(a.as_str())));
+        }
+        args.push(Value::from_static_str("*"));
+        args.extend(fields);
+        args
+    })
 }

@@ -75,6 +75,7 @@ pub(super) async fn open(
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
+        r.rejoin.watch(conn.client());
         r.spawn_renewal(
             pool.clone(),
             Group {

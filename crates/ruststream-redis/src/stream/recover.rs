@@ -9,7 +9,9 @@
 //!   sweepers never both get one).
 //! - **Leases.** Every `min_idle / 3`, the entries this consumer holds (delivered and not yet
 //!   settled) get their idle time reset: `XCLAIM key group consumer 0 id.. JUSTID`, which leaves
-//!   their delivery count alone. So only a dead consumer's entries are ever swept.
+//!   their delivery count alone. So only a dead consumer's entries are ever swept. After a
+//!   reconnect (or a failed renewal) the consumer renews on its reading connection before its
+//!   next sweep, and sweeps nothing for a grace (`crate::rejoin`).
 //!
 //! A claimed entry's attempt is its `rs.attempt` plus the deliveries its group counted before
 //! (`XPENDING`'s count), so a message that crashes its consumer every time reaches
@@ -27,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::error::core;
 use crate::frame::{Frame, FrameError};
+use crate::rejoin::Rejoin;
 use crate::transport::value_bytes;
 
 /// Most entries one sweep claims.
@@ -72,6 +75,8 @@ pub(super) struct Recovery {
     own_done: bool,
     next_sweep: Instant,
     pub(super) held: Arc<Held>,
+    /// After a reconnect: renew before sweeping.
+    pub(super) rejoin: Arc<Rejoin>,
 }
 
 /// An entry claimed back: its id, frame (attempt counted), and what could not be read of it.
@@ -84,6 +89,7 @@ impl Recovery {
             own_done: false,
             next_sweep: Instant::now(),
             held: Arc::default(),
+            rejoin: Rejoin::new(renewal_period(min_idle)),
         }
     }
 
@@ -106,7 +112,15 @@ impl Recovery {
                 return xclaim(client, g, Duration::ZERO, own).await;
             }
         }
-        if Instant::now() < self.next_sweep {
+        if self.rejoin.take()
+            && let Err(e) = renew(client, g, &self.held).await
+        {
+            self.rejoin.mark();
+            tracing::warn!(stream = %g.key, error = %crate::error::redact(e.details()),
+                "pending entries not renewed after the reconnect; not sweeping until they are");
+            return Ok(Vec::new());
+        }
+        if Instant::now() < self.next_sweep || !self.rejoin.may_sweep() {
             return Ok(Vec::new());
         }
         self.next_sweep = Instant::now() + self.min_idle / 2;
@@ -132,33 +146,42 @@ impl Recovery {
     /// reader and its settler are gone.
     pub(super) fn spawn_renewal(&self, pool: Pool, g: Group) {
         let held: Weak<Held> = Arc::downgrade(&self.held);
-        let every = (self.min_idle / 3).max(Duration::from_millis(10));
+        let every = renewal_period(self.min_idle);
+        let rejoin = self.rejoin.clone();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(h) = held.upgrade() else { break };
-                let ids: Vec<Bytes> = h.ids().iter().cloned().collect();
-                drop(h);
-                for chunk in ids.chunks(LEASE_BATCH) {
-                    let mut args: Vec<Value> = vec![
-                        g.key.as_str().into(),
-                        g.group.as_str().into(),
-                        g.consumer.as_str().into(),
-                        "0".into(),
-                    ];
-                    args.extend(chunk.iter().cloned().map(Value::Bytes));
-                    args.push("JUSTID".into());
-                    let renewed: Result<Value, _> =
-                        pool.next().custom(fred::cmd!("XCLAIM"), args).await;
-                    if let Err(e) = renewed {
-                        tracing::warn!(stream = %g.key, error = %crate::error::redact(e.details()),
-                            "pending entries not renewed; another consumer may claim them if this goes on past min_idle");
-                        break;
-                    }
+                if let Err(e) = renew(pool.next(), &g, &h).await {
+                    rejoin.mark();
+                    tracing::warn!(stream = %g.key, error = %crate::error::redact(e.details()),
+                        "pending entries not renewed; another consumer may claim them if this goes on past min_idle");
                 }
             }
         });
     }
+}
+
+/// How often leases are renewed: `min_idle / 3`.
+fn renewal_period(min_idle: Duration) -> Duration {
+    (min_idle / 3).max(Duration::from_millis(10))
+}
+
+/// Resets the idle time of every entry `held` holds: `XCLAIM key group consumer 0 id.. JUSTID`.
+async fn renew(client: &Client, g: &Group, held: &Held) -> Result<(), fred::error::Error> {
+    let ids: Vec<Bytes> = held.ids().iter().cloned().collect();
+    for chunk in ids.chunks(LEASE_BATCH) {
+        let mut args: Vec<Value> = vec![
+            g.key.as_str().into(),
+            g.group.as_str().into(),
+            g.consumer.as_str().into(),
+            "0".into(),
+        ];
+        args.extend(chunk.iter().cloned().map(Value::Bytes));
+        args.push("JUSTID".into());
+        let _ids: Value = client.custom(fred::cmd!("XCLAIM"), args).await?;
+    }
+    Ok(())
 }
 
 /// `(id, deliveries so far)` of up to `count` pending entries of the group: idle at least

@@ -28,7 +28,16 @@ pub(super) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         "INFO" => Ok(bulk(Bytes::from_static(
             b"# Server\r\nredis_version:7.2.0\r\nredis_mode:standalone\r\nruststream_model:1\r\n",
         ))),
-        "WAIT" => Ok(Value::Integer(0)),
+        // The model has no replicas; it answers as a server whose asked replicas all hold every
+        // write already, so a durable publish succeeds at once (see the crate docs).
+        "WAIT" => {
+            need(2)?;
+            std::str::from_utf8(&args[0])
+                .ok()
+                .and_then(|n| n.parse::<i64>().ok())
+                .map(Value::Integer)
+                .ok_or_else(|| err("ERR value is not an integer or out of range"))
+        }
         "CLIENT" => {
             need(1)?;
             Ok(client(st, args))
