@@ -20,8 +20,8 @@
 //! so it returns `Ok` at once and never [`NotDurable`](ruststream_core::Error::NotDurable). Test
 //! the handling of `NotDurable` against a real Redis (asking for more replicas than it has).
 //!
-//! The conformance suite of the `ruststream` crate (`tests/conformance.rs`) runs the same
-//! scenarios on the model and on a real Redis, so the model cannot drift from Redis.
+//! The conformance suite of the `ruststream` crate (`tests/integration/conformance.rs`) runs the
+//! same scenarios on the model and on a real Redis, so the model cannot drift from Redis.
 
 mod app;
 mod model;

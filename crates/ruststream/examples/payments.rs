@@ -3,8 +3,9 @@
 //! growing intervals, and a payment that never settles stops after a bounded number of checks,
 //! in the dead-letter list with its reason.
 //!
-//! `cargo run -p ruststream --example payments` runs it on `REDIS_URL`;
-//! `tests/payments.rs` runs the hours on TestApp's virtual clock and a short version on Redis.
+//! `cargo run -p redstream --example payments` runs it on `REDIS_URL`;
+//! `tests/integration/payments.rs` runs the hours on TestApp's virtual clock and a short version
+//! on Redis.
 //!
 //! The payment provider and the notifier are stand-ins: a payment whose id starts with `slow`
 //! is pending for its first two checks, one starting with `never` never settles, and a user

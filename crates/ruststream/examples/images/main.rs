@@ -7,7 +7,7 @@
 //! cargo run --example images -- asyncapi  # print its AsyncAPI document
 //! ```
 //!
-//! The code is in `examples/images.rs`, exactly as the guide prints it; `tests/images.rs` runs
-//! the same file against Redis.
+//! The code is in `examples/images.rs`, exactly as the guide prints it;
+//! `tests/integration/images.rs` runs the same file against Redis.
 
 include!("../images.rs");

@@ -6,7 +6,7 @@
 //! cargo run --example images_manual -- asyncapi  # print its AsyncAPI document
 //! ```
 //!
-//! The code is in `examples/images_manual.rs`, exactly as the guide prints it; `tests/images.rs`
-//! runs the same file against Redis.
+//! The code is in `examples/images_manual.rs`, exactly as the guide prints it;
+//! `tests/integration/images.rs` runs the same file against Redis.
 
 include!("../images_manual.rs");

@@ -15,6 +15,11 @@
 //!
 //! - **HTTP** ([`http`]): GET a server's endpoints (the metrics server's).
 //! - **Logs** ([`logs`]): capture what a test process logs.
+//! - **Metrics** ([`metrics`]): the test process's Prometheus recorder.
+//!
+//! A test binary holds many test files (`tests/integration/main.rs`), all in one process: what is
+//! process-wide (the log subscriber, the metrics recorder) is installed here once, and a test
+//! reads only what names its own keys, ids or subscriptions.
 //!
 //! Every helper exists once, here: [`redis_url`], [`unique`], [`wait_until`], [`bounded`],
 //! [`Seen`] (a handler that records what it handled), [`Stuck`] (one that never finishes).
@@ -26,6 +31,7 @@
 mod env;
 pub mod http;
 pub mod logs;
+pub mod metrics;
 pub mod process;
 pub mod proxy;
 mod seen;
@@ -37,7 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use env::{Env, Topology};
 use ruststream::{App, RunningApp, RustStream};
-pub use seen::{Seen, Stuck};
+pub use seen::{Delivery, Seen, Stuck, Verdict, ack, hang, settle};
 
 /// The longest any single condition or start/stop may take (virtual time on the model).
 pub const WAIT: Duration = Duration::from_secs(10);

@@ -3,7 +3,8 @@
 //! stderr in a log file. SIGKILL ([`WorkerProcess::kill`]) is a crash; SIGTERM
 //! ([`WorkerProcess::stop`]) a clean shutdown; dropping it kills it if it still runs. The
 //! worker's side is [`serve_until_sigterm`]. [`run_to_end`] runs such a test that ends by
-//! itself (a command line) and returns its exit status and output.
+//! itself (a command line) and returns its exit status and output. Both take the test's full
+//! name ([`test_name`]): a binary holds the tests of many modules.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -13,6 +14,15 @@ use std::time::{Duration, Instant};
 use ruststream::{App, RustStream};
 
 use super::wait_until;
+
+/// The name libtest gives the test `name` of the module `module` (the caller's `module_path!()`):
+/// the module's path without the crate's name, then `name` (`ledger::ledger_worker_process`).
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
+}
 
 /// The worker's side: starts `app`, logs `worker ready` (what [`WorkerProcess::ready`] waits
 /// for), runs until SIGTERM, then shuts the app down cleanly.

@@ -1,0 +1,143 @@
+//! Leases after a reconnect (issue 24): a Redis outage longer than `min_idle` must not
+//! redeliver the work of live workers. A reliable list (with recovery) and a reliable stream
+//! each hold slow jobs in live handlers while their own Redis (`appendfsync always`) is
+//! SIGKILLed and restarted after 2.5 s, 2.5 × `min_idle`; when the connections come back each
+//! reader renews its claims before it sweeps, so every job is handled once.
+
+use crate::harness;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use harness::stand::OwnRedis;
+use harness::{bounded, unique, wait_until};
+use ruststream::prelude::*;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    n: u32,
+}
+
+outgoing!(Job);
+
+const MIN_IDLE: Duration = Duration::from_secs(1);
+const OUTAGE: Duration = Duration::from_millis(2500);
+/// How long each handler works: through the outage and well past it.
+const WORK: Duration = Duration::from_secs(6);
+const JOBS: u32 = 4;
+
+/// Counts the starts of each job's handler; each works [`WORK`], then acks.
+#[derive(Clone, Default)]
+struct Slow(Arc<Mutex<HashMap<u32, u32>>>);
+
+impl Slow {
+    fn starts(&self) -> HashMap<u32, u32> {
+        self.0.lock().expect("lock").clone()
+    }
+}
+
+impl Handle<Job> for Slow {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        *self.0.lock().expect("lock").entry(job.n).or_default() += 1;
+        tokio::time::sleep(WORK).await;
+        Ok(())
+    }
+}
+
+/// Entries claimed and not settled: the processing list's length, or the group's pending count.
+async fn in_flight(r: &fred::prelude::Client, prefix: &str, stream: bool) -> Option<i64> {
+    use fred::prelude::*;
+    if stream {
+        let reply: Value = r
+            .custom(
+                fred::cmd!("XPENDING"),
+                vec![format!("{prefix}{{lease}}"), "g".into()],
+            )
+            .await
+            .ok()?;
+        match reply {
+            Value::Array(a) => a.first().and_then(Value::as_i64),
+            _ => None,
+        }
+    } else {
+        let queued: i64 = r.llen(format!("{prefix}{{lease}}")).await.ok()?;
+        let held: i64 = r.llen(format!("{prefix}{{lease}}.processing")).await.ok()?;
+        Some(queued + held)
+    }
+}
+
+async fn outage_run(stream: bool) {
+    let dir = std::env::temp_dir().join(unique("leases"));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let port = OwnRedis::free_port();
+    let mut redis = OwnRedis::start(dir.clone(), port).await;
+    let url = redis.url();
+    let prefix = format!("{}:", unique("leases"));
+    let slow = Slow::default();
+    let broker = RedisBroker::standalone(&url).prefix(&prefix);
+    let app = RustStream::new(AppInfo::new("leases", "0"))
+        .shutdown_timeout(Duration::from_secs(10))
+        .with_broker(broker.clone(), |b| {
+            if stream {
+                let source = RedisStream::new("{lease}")
+                    .group("g")
+                    .min_idle(MIN_IDLE)
+                    .concurrency(8);
+                b.include(ruststream::subscriber(source, slow.clone()).build());
+            } else {
+                let source = RedisList::new("{lease}")
+                    .reliable()
+                    .min_idle(MIN_IDLE)
+                    .recovery_zset("{lease}.claims")
+                    .concurrency(8);
+                b.include(ruststream::subscriber(source, slow.clone()).build());
+            }
+        });
+    let running = harness::start(app).await;
+    let jobs: Vec<Job> = (0..JOBS).map(|n| Job { n }).collect();
+    broker
+        .publisher()
+        .messages(&jobs)
+        .to("{lease}")
+        .publish()
+        .await
+        .expect("publish");
+    wait_until(
+        "every job is in a handler",
+        Duration::from_secs(10),
+        || async { slow.starts().len() == JOBS as usize },
+    )
+    .await;
+    redis.kill();
+    // The fault itself: Redis stays down longer than min_idle.
+    tokio::time::sleep(OUTAGE).await;
+    let _back = OwnRedis::start(dir.clone(), port).await;
+    // Everything settled: a redelivered job would still be in flight (it works WORK again).
+    let r = harness::stand::node_client(&format!("127.0.0.1:{port}")).await;
+    wait_until("every job is settled", Duration::from_secs(30), || async {
+        in_flight(&r, &prefix, stream).await == Some(0)
+    })
+    .await;
+    bounded("shutdown", Duration::from_secs(20), running.shutdown())
+        .await
+        .expect("the app stops");
+    let starts = slow.starts();
+    let what = if stream { "stream" } else { "list" };
+    println!("leases ({what}): handler starts per job after a {OUTAGE:?} outage: {starts:?}");
+    assert!(
+        starts.values().all(|s| *s == 1),
+        "{what}: a live worker's job was redelivered after the outage: {starts:?}"
+    );
+    drop(redis);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reliable_list_keeps_live_claims_through_an_outage_longer_than_min_idle() {
+    outage_run(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_live_claims_through_an_outage_longer_than_min_idle() {
+    outage_run(true).await;
+}

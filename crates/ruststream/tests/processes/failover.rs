@@ -1,0 +1,328 @@
+//! The failover ledger (issue 24): on a primary, a replica and 3 sentinels of the test's own
+//! (`scripts/stand`'s `stand_sentinel`: `down-after-milliseconds 1000`, `failover-timeout
+//! 3000`), a producer publishes `N` messages through the sentinels while the primary is
+//! SIGKILLed mid-run and the sentinels promote the replica; then a subscription through the
+//! sentinels consumes the queue on the new primary, and every publish that returned `Ok` is
+//! looked for. Printed: published, acknowledged, refused (`NotDurable` or an error), delivered,
+//! lost.
+//!
+//! The window is forced: just before the kill the replica is SIGSTOPped and the primary is sent
+//! a 32 MB padding value (it fills the kernel's socket buffers towards the stopped replica, which
+//! would otherwise still receive what the primary wrote meanwhile), then `W` messages are
+//! published, then the primary is SIGKILLed and the replica SIGCONTinued. Without `durable`
+//! those `W` publishes are acknowledged and lost (asserted > 0); with
+//! `.durable(1, 100 ms)` they are `NotDurable`, and nothing acknowledged is lost (asserted 0).
+//! Once promoted, the new primary gets a fresh replica (a redis-server of the test's own), so
+//! durable publishes succeed again for the rest of the run.
+//!
+//! Size: `RUSTSTREAM_FAILOVER_N` messages, 1,000 by default (both runs in about 20 s); the full
+//! run is `RUSTSTREAM_FAILOVER_N=10000`. Only processes this test started are signalled.
+//!
+//! ```text
+//! RUSTSTREAM_FAILOVER_N=10000 scripts/test -p ruststream --test failover -- --nocapture
+//! ```
+
+use crate::harness;
+
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use harness::Seen;
+use harness::stand::{OwnRedis, Stand, kill9, node_client, server_pid};
+use harness::{bounded, unique, wait_until};
+use ruststream::prelude::*;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    n: u32,
+}
+
+outgoing!(Job);
+
+const QUEUE: &str = "{failover}";
+/// Publishes in the forced window, between the replica's stop and the primary's kill.
+const WINDOW: u32 = 20;
+/// A durable publish's wait for its replica.
+const DURABLE: Duration = Duration::from_millis(100);
+/// Any one publish, including one caught in the failover.
+const PUBLISH_LIMIT: Duration = Duration::from_secs(3);
+
+fn size() -> u32 {
+    std::env::var("RUSTSTREAM_FAILOVER_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// What one run counted.
+#[derive(Debug, Default)]
+struct Tally {
+    acked: BTreeSet<u32>,
+    refused: usize,
+    delivered: BTreeSet<u32>,
+}
+
+impl Tally {
+    fn lost(&self) -> usize {
+        self.acked.difference(&self.delivered).count()
+    }
+}
+
+/// A redis-server the test starts as a replica of the promoted primary; SIGKILLed on drop.
+struct Replica(Child, std::path::PathBuf);
+
+impl Replica {
+    fn start(primary: &str) -> Self {
+        let dir = std::env::temp_dir().join(unique("failover-replica"));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let port = OwnRedis::free_port().to_string();
+        let (host, primary_port) = primary.rsplit_once(':').expect("host:port");
+        let child = Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--dir", dir.to_str().expect("utf-8")])
+            .args(["--replicaof", host, primary_port])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server runs");
+        Self(child, dir)
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// `host:port` of the primary the sentinels name.
+async fn primary(sentinel: &Client, service: &str) -> String {
+    let addr: Vec<String> = sentinel
+        .custom(
+            fred::cmd!("SENTINEL"),
+            vec!["get-master-addr-by-name", service],
+        )
+        .await
+        .unwrap_or_default();
+    match addr.as_slice() {
+        [host, port] => format!("{host}:{port}"),
+        _ => String::new(),
+    }
+}
+
+/// `host:port` of the primary's first replica (`INFO replication`'s `slave0`).
+async fn replica_of(primary: &Client) -> String {
+    let info: String = primary
+        .custom(fred::cmd!("INFO"), vec!["replication"])
+        .await
+        .expect("INFO replication");
+    let slave = info
+        .lines()
+        .find_map(|l| l.strip_prefix("slave0:"))
+        .expect("the primary has a replica");
+    let field = |name: &str| {
+        slave
+            .split(',')
+            .find_map(|f| f.strip_prefix(name))
+            .expect("ip and port")
+            .to_owned()
+    };
+    format!("{}:{}", field("ip="), field("port="))
+}
+
+/// Whether the primary has an online replica whose offset is the primary's.
+async fn replica_caught_up(primary: &Client) -> bool {
+    let info: String = primary
+        .custom(fred::cmd!("INFO"), vec!["replication"])
+        .await
+        .unwrap_or_default();
+    let offset = info
+        .lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .map(|v| v.trim().to_owned());
+    info.lines()
+        .filter_map(|l| l.strip_prefix("slave0:"))
+        .any(|s| {
+            s.contains("state=online")
+                && offset
+                    .as_deref()
+                    .is_some_and(|o| s.contains(&format!("offset={o},")))
+        })
+}
+
+/// One run on fresh servers: `durable` or not.
+async fn run(durable: bool) -> Tally {
+    let what = if durable { "durable" } else { "plain" };
+    let started = Instant::now();
+    let stand = Stand::start(&format!("stand_sentinel rsfo{}", u8::from(durable)));
+    let service = stand.var("RUSTSTREAM_SENTINEL_SERVICE");
+    let hosts: Vec<String> = stand
+        .var("RUSTSTREAM_SENTINEL_HOSTS")
+        .split(',')
+        .map(str::to_owned)
+        .collect();
+    let sentinel = node_client(&hosts[0]).await;
+    let old = primary(&sentinel, &service).await;
+    let old_client = node_client(&old).await;
+    let old_pid = server_pid(&old_client).await;
+    wait_until(
+        "the replica is in sync",
+        Duration::from_secs(10),
+        || async { replica_caught_up(&old_client).await },
+    )
+    .await;
+    let replica = replica_of(&old_client).await;
+    let replica_pid = server_pid(&node_client(&replica).await).await;
+
+    let prefix = format!("{}:", unique("failover"));
+    let broker = || RedisBroker::sentinel(service.clone(), hosts.clone()).prefix(&prefix);
+    let producer = broker();
+    bounded("connect", Duration::from_secs(10), producer.connect())
+        .await
+        .expect("the producer connects through the sentinels");
+    let publisher = producer.publisher();
+    let n = size();
+    let kill_at = n / 2;
+    let mut tally = Tally::default();
+    let mut new_replica = None;
+    let mut promoted: Option<tokio::task::JoinHandle<String>> = None;
+    for i in 0..n {
+        if i == kill_at - WINDOW {
+            signal(replica_pid, "-STOP");
+            let pad = "x".repeat(32 << 20);
+            let () = old_client
+                .custom(
+                    fred::cmd!("SET"),
+                    vec![format!("{prefix}pad"), pad, "PX".into(), "60000".into()],
+                )
+                .await
+                .expect("the padding write");
+        }
+        if i == kill_at {
+            kill9(old_pid);
+            signal(replica_pid, "-CONT");
+            let (sentinel, service, old) = (sentinel.clone(), service.clone(), old.clone());
+            promoted = Some(tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let now = primary(&sentinel, &service).await;
+                    if !now.is_empty() && now != old {
+                        return now;
+                    }
+                    assert!(Instant::now() < deadline, "no promotion within 30 s");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }));
+        }
+        if new_replica.is_none() && promoted.as_ref().is_some_and(|p| p.is_finished()) {
+            let now = promoted.take().expect("set").await.expect("the watcher");
+            println!(
+                "failover ({what}): primary {old} killed at message {kill_at}, {now} promoted by message {i}"
+            );
+            new_replica = Some(Replica::start(&now));
+            // Its sync is part of the run: durable publishes fail until it is done.
+            let promoted_client = node_client(&now).await;
+            wait_until("the new replica syncs", Duration::from_secs(20), || async {
+                let info: String = promoted_client
+                    .custom(fred::cmd!("INFO"), vec!["replication"])
+                    .await
+                    .unwrap_or_default();
+                info.lines()
+                    .any(|l| l.starts_with("slave0:") && l.contains("state=online"))
+            })
+            .await;
+        }
+        let job = Job { n: i };
+        let mut publish = publisher.message(&job).to(QUEUE);
+        if durable {
+            publish = publish.durable(1, DURABLE);
+        }
+        match tokio::time::timeout(PUBLISH_LIMIT, publish.publish()).await {
+            Ok(Ok(_)) => {
+                tally.acked.insert(i);
+            }
+            Ok(Err(e)) => {
+                if tally.refused % 100 == 99 {
+                    println!("failover ({what}): publish {i} refused: {e}");
+                }
+                tally.refused += 1;
+            }
+            Err(_) => tally.refused += 1,
+        }
+    }
+    if let Some(p) = promoted.take() {
+        let now = bounded("the promotion", Duration::from_secs(30), p)
+            .await
+            .expect("the watcher");
+        println!("failover ({what}): {now} promoted after the run");
+    }
+
+    // Consume everything on the new primary through the sentinels.
+    let seen = Seen::<Job>::acking();
+    let now = primary(&sentinel, &service).await;
+    let now_client = node_client(&now).await;
+    let present: i64 = now_client
+        .llen(format!("{prefix}{QUEUE}"))
+        .await
+        .expect("LLEN");
+    let app = RustStream::new(AppInfo::new("failover", "0")).with_broker(broker(), |b| {
+        b.include(
+            ruststream::subscriber(RedisList::new(QUEUE).concurrency(64), seen.clone()).build(),
+        );
+    });
+    let running = harness::start(app).await;
+    let wanted = usize::try_from(present).unwrap_or(0);
+    wait_until("the queue is consumed", Duration::from_secs(30), || async {
+        seen.count() >= wanted
+    })
+    .await;
+    harness::stop(running).await;
+    tally.delivered = seen.jobs().into_iter().map(|(j, _)| j.n).collect();
+    println!(
+        "failover ledger ({what}): published {n}, acknowledged {}, refused {}, delivered {}, lost {} acknowledged publishes ({:.1} s)",
+        tally.acked.len(),
+        tally.refused,
+        tally.delivered.len(),
+        tally.lost(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(new_replica);
+    drop(stand);
+    tally
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_loses_acknowledged_publishes_unless_they_are_durable() {
+    let plain = run(false).await;
+    let durable = run(true).await;
+    assert!(
+        plain.lost() > 0,
+        "the forced window should lose acknowledged plain publishes: {plain:?}"
+    );
+    assert_eq!(
+        durable.lost(),
+        0,
+        "a durable publish that returned Ok was lost: {:?}",
+        durable
+            .acked
+            .difference(&durable.delivered)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        durable.acked.len() > usize::try_from(size()).unwrap_or(0) / 2,
+        "most durable publishes are acknowledged (before the window and after the new replica): {} of {}",
+        durable.acked.len(),
+        size()
+    );
+}
