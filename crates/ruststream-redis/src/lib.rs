@@ -53,6 +53,7 @@
 //!    for an ack, `LREM {jobs}.processing -1 <frame>`. The entry is gone from Redis only now.
 
 mod broker;
+mod claim;
 mod conn;
 mod dead;
 mod delayed;
@@ -85,6 +86,10 @@ mod transport;
 mod unique;
 
 pub use broker::RedisBroker;
+/// The claim scripts' typed calls, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use claim::{Claim, Claimed, Gate, Record, StreamClaimed, StreamRead};
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use limit::RateLimit;

@@ -1,6 +1,8 @@
 -- RATE LIMIT: the limiter of a subscription's `.rate_limit(n, per)`, shared by every worker of
--- every instance, on the server's clock (TIME). Prepended (after guard.lua and frame.lua) to the
--- scripts that take from a limited queue: list/claim.lua, list/pop.lua, stream/read.lua.
+-- every instance, on the server's clock (TIME). A gate of the claim (`GATES.rate`): prepended
+-- (after guard.lua, frame.lua and claim/gates.lua) to the scripts that take entries
+-- (list/claim.lua, stream/read.lua), and to limit/reserve.lua and limit/refund.lua, which a
+-- partitioned queue's readers call on the limiter's own slot.
 --
 -- A GCRA (generic cell rate algorithm): one number per limit, its theoretical arrival time `tat`
 -- in microseconds. A message may pass at `now` when `tat + step - now <= per`, with
@@ -88,84 +90,55 @@ local function rate_key_of(v, name)
   return ''
 end
 
--- Most entries a per-key claim looks at, from the consuming end: a key held back keeps its
--- entries in place, and this bounds how far past them a claim looks for other keys.
-local RATE_WINDOW = 1000
-
--- Takes up to `want` entries from the consuming (right) end of the list `queue`, as the limit
--- `lim` (nil = none) allows, and removes them. Returns the entries oldest first, how many of the
--- entries it could have taken the limit held back, and the ms until the limit lets the next pass
--- (0 when it held none back).
-local function take(queue, want, lim)
-  if not lim then
-    local got = redis.call('LRANGE', queue, -want, -1)
-    local out = {}
-    for i = #got, 1, -1 do out[#out + 1] = got[i] end
-    if #out > 0 then redis.call('LTRIM', queue, 0, -#out - 1) end
-    return out, 0, 0
-  end
-  local now = rate_now()
+-- The gate of a rate limit (see claim/gates.lua). Keys: the limiter's key. Args: mode ('all',
+-- 'key'), n, per in microseconds, the header naming the key (mode 'key').
+GATES.rate = function(keys, args)
+  local lim = rate_spec(args, 1, keys[1])
+  local g = {checks = {rate_check(lim)}}
+  local now, tat
   if not lim.keyed then
-    local tat = rate_get(lim)
-    local avail = math.min(want, redis.call('LLEN', queue))
-    local free, wait = rate_free(lim, tat, now, avail)
-    local out = {}
-    if free > 0 then
-      local got = redis.call('LRANGE', queue, -free, -1)
-      for i = #got, 1, -1 do out[#out + 1] = got[i] end
-      redis.call('LTRIM', queue, 0, -#out - 1)
-      rate_charge(lim, tat, now, #out)
-      local _, next_wait = rate_free(lim, rate_after(lim, tat, now, #out), now, 1)
-      wait = next_wait
+    g.admit = function(n)
+      now, tat = rate_now(), rate_get(lim)
+      local free, wait = rate_free(lim, tat, now, n)
+      return free, rate_ms(wait)
     end
-    if avail == #out then wait = 0 end
-    return out, avail - #out, rate_ms(wait)
+    g.charge = function(took)
+      rate_charge(lim, tat, now, took)
+      local _, wait = rate_free(lim, rate_after(lim, tat, now, took), now, 1)
+      return rate_ms(wait)
+    end
+    return g
   end
-  -- Per key: oldest first through the window, each key charged in a table first and written
-  -- once; held entries stay where they are, so a key's own order holds.
-  redis.call('ZREMRANGEBYSCORE', lim.key, '-inf', rate_num(now))
-  local keys, out, kept = {}, {}, {}
-  local held, wait, scanned, last_taken = 0, nil, 0, 0
-  while #out < want and scanned < RATE_WINDOW do
-    local chunk = math.min(100, RATE_WINDOW - scanned)
-    local got = redis.call('LRANGE', queue, -(scanned + chunk), -(scanned + 1))
-    if #got == 0 then break end
-    for i = #got, 1, -1 do
-      if #out >= want then break end
-      local v = got[i]
-      scanned = scanned + 1
-      local k = rate_key_of(v, lim.header)
-      local s = keys[k]
-      if not s then
-        local score = redis.call('ZSCORE', lim.key, k)
-        s = {tat = score and tonumber(score) or nil, took = 0}
-        keys[k] = s
-      end
-      local free, w = rate_free(lim, rate_after(lim, s.tat, now, s.took), now, 1)
-      if free > 0 then
-        s.took = s.took + 1
-        out[#out + 1] = v
-        last_taken = scanned
-      else
-        held = held + 1
-        kept[#kept + 1] = {scanned, v}
-        if not wait or w < wait then wait = w end
-      end
+  -- Per key: each key's state read once and charged in a table, written once at the end.
+  local state = {}
+  local function of(v)
+    local k = rate_key_of(v, lim.header)
+    local s = state[k]
+    if not s then
+      local score = redis.call('ZSCORE', lim.key, k)
+      s = {tat = score and tonumber(score) or nil, took = 0}
+      state[k] = s
     end
-    if #got < chunk then break end
+    return s
   end
-  if #out > 0 then
-    -- Remove what was scanned up to the last entry taken, and put back what was held there.
-    redis.call('LTRIM', queue, 0, -last_taken - 1)
-    local back = {}
-    for i = #kept, 1, -1 do
-      if kept[i][1] < last_taken then back[#back + 1] = kept[i][2] end
-    end
-    for i = 1, #back, 1000 do
-      redis.call('RPUSH', queue, unpack(back, i, math.min(i + 999, #back)))
-    end
+  g.admit = function(n)
+    now = rate_now()
+    redis.call('ZREMRANGEBYSCORE', lim.key, '-inf', rate_num(now))
+    return n, 0
+  end
+  g.accept = function(v)
+    local s = of(v)
+    local free, w = rate_free(lim, rate_after(lim, s.tat, now, s.took), now, 1)
+    return free > 0, rate_ms(w)
+  end
+  g.pass = function(v)
+    local s = of(v)
+    s.took = s.took + 1
+  end
+  g.charge = function(took)
+    if took < 1 then return 0 end
     local members = {}
-    for k, s in pairs(keys) do
+    for k, s in pairs(state) do
       if s.took > 0 then
         members[#members + 1] = rate_num(rate_after(lim, s.tat, now, s.took))
         members[#members + 1] = k
@@ -175,6 +148,32 @@ local function take(queue, want, lim)
       redis.call('ZADD', lim.key, unpack(members, i, math.min(i + 999, #members)))
     end
     redis.call('PEXPIRE', lim.key, math.ceil(lim.per / 1000) + 1)
+    return 0
   end
-  return out, held, wait and rate_ms(wait) or 0
+  return g
+end
+
+-- Reserves up to ARGV-given `want` passes of the whole-queue limit `lim` for a claim that runs
+-- elsewhere (a partitioned queue: the limiter lives in a slot of its own): charges them now and
+-- returns how many, and the ms until the next may pass when none may.
+local function rate_reserve(lim, want)
+  local now, tat = rate_now(), rate_get(lim)
+  local free, wait = rate_free(lim, tat, now, want)
+  rate_charge(lim, tat, now, free)
+  return free, rate_ms(wait)
+end
+
+-- Gives back `unused` passes a reservation took but did not use: the limit's state moves back
+-- by their steps, never before now (a state at or before now is no state).
+local function rate_refund(lim, unused)
+  if unused < 1 then return end
+  local now, tat = rate_now(), rate_get(lim)
+  if not tat then return end
+  local back = tat - unused * lim.step
+  if back <= now then
+    redis.call('DEL', lim.key)
+  else
+    redis.call('SET', lim.key, rate_num(math.ceil(back)), 'PX',
+      math.max(1, math.ceil((back - now) / 1000)))
+  end
 end

@@ -5,9 +5,11 @@
 //! The limiter lives in Redis, next to the queue (`K.rate`, or `K.rate.keys` per key), and is
 //! checked inside the script that takes the messages, on the server's clock: every worker of
 //! every instance shares it, and nothing is counted on the client. `limit.lua` holds the
-//! algorithm (GCRA, a burst of `n` then one every `per / n`) and the take from a list; the
-//! scripts that use it are `list/claim.lua` (reliable lists), `list/pop.lua` (simple lists,
-//! instead of `RPOP`) and `stream/read.lua` (instead of `XREADGROUP`). Commands: `TIME`, `GET`,
+//! algorithm (GCRA, a burst of `n` then one every `per / n`) as a gate of the claim
+//! (`GATES.rate`, see `crate::claim`): the scripts that use it are `list/claim.lua` (simple and
+//! reliable lists) and `stream/read.lua` (instead of `XREADGROUP`); a partitioned queue's
+//! reader reserves and gives back passes with `claim/reserve.lua` and `claim/refund.lua` on the
+//! limiter's own slot. Commands: `TIME`, `GET`,
 //! `SET .. PX` (whole queue) or `ZSCORE`, `ZADD`, `ZREMRANGEBYSCORE`, `PEXPIRE` (per key), within
 //! those scripts; a reader held back waits (no command) for as long as the script says.
 //!
@@ -21,10 +23,14 @@ use fred::prelude::*;
 use ruststream_core::{Error, Result};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::Gate;
 use crate::keys::KeySpace;
 
-/// The Lua of the limiter and of the take from a list (`rate_spec`, `take`, ...).
+/// The Lua of the limiter and its claim gate (`rate_spec`, `GATES.rate`, `rate_reserve`, ...).
 pub(crate) const LUA: &str = include_str!("limit.lua");
+
+/// The limit's gate in `GATES` (`limit.lua`).
+const GATE: &str = "rate";
 
 /// At most `n` messages per `per`, across every worker of every instance: a burst of `n` after
 /// a quiet spell, then one every `per / n`. So in any window of length `W`, at most
@@ -170,6 +176,11 @@ pub(crate) struct Limiter {
 const KEYED_RECHECK: Duration = Duration::from_millis(100);
 
 impl Limiter {
+    /// The claim gate of this limit (`GATES.rate` in `limit.lua`).
+    pub(crate) fn gate(&self) -> Gate {
+        Gate::new(GATE, vec![self.key.clone()], self.args.to_vec())
+    }
+
     /// Longest a held-back reader waits before reading again: the read's `block`, or for a
     /// per-key limit [`KEYED_RECHECK`] at most.
     pub(crate) fn wait_cap(&self, block: Duration) -> Duration {
@@ -181,19 +192,14 @@ impl Limiter {
     }
 }
 
-/// The script arguments of no limit.
-pub(crate) fn no_args() -> [Value; 4] {
-    std::array::from_fn(|_| Value::from_static_str(""))
-}
-
 /// What a limited read's script said besides the entries: how many it held back and how long
 /// until the limit lets the next one pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Held {
+pub struct Held {
     /// Entries the limit held back in this read.
-    pub(crate) entries: u64,
+    pub entries: u64,
     /// How long until the next may pass (zero when none was held).
-    pub(crate) wait: Duration,
+    pub wait: Duration,
 }
 
 impl Held {

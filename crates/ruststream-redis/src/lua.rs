@@ -1,5 +1,6 @@
 //! Composing the scripts from their `.lua` files: a script's own file, with the shared Lua it
-//! uses (`guard.lua`, `frame.lua`, `list/levels.lua`, `delayed/schedule_retry.lua`) put after
+//! uses (`guard.lua`, `frame.lua`, `list/levels.lua`, the claim's parts in `claim/`,
+//! `delayed/schedule_retry.lua`) put after
 //! its first line when that line is a `#!lua` shebang (Redis reads a script's flags from its
 //! first line only).
 //! Sends no command.

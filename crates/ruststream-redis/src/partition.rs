@@ -29,8 +29,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use ruststream_core::{Delivery, Error, Receiver, Result, Settlement, Settler};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::{Refund, Reserve};
 use crate::conn::Connections;
 use crate::keys::{KeySpace, SourceKeys};
+use crate::limit::{Held, Limiter};
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Settle, Token, Transport};
 
 /// Most partitions a queue may have.
@@ -122,7 +124,15 @@ pub(crate) async fn open(
     if parts.is_empty() {
         return source.open(conns, stop).await;
     }
-    open_parts(parts, conns, stop).await
+    let limit = match source.limiter(&conns.keys) {
+        Some(limiter) => Some(Limit {
+            limiter,
+            pool: conns.pool()?,
+            block: source.options().block,
+        }),
+        None => None,
+    };
+    open_parts(parts, conns, stop, limit).await
 }
 
 /// Prepares `source` (each of its partitions) on the connected server.
@@ -142,6 +152,7 @@ async fn open_parts(
     parts: Vec<Box<dyn Transport>>,
     conns: &Connections,
     stop: CancellationToken,
+    limit: Option<Limit>,
 ) -> Result<RedisReceiver> {
     let mut readers = Vec::with_capacity(parts.len());
     for part in &parts {
@@ -154,7 +165,17 @@ async fn open_parts(
         parts: readers,
         first: 0,
         settler,
+        limit,
+        stop,
     }))
+}
+
+/// The whole-queue rate limit of a partitioned queue, on the limiter's own slot.
+struct Limit {
+    limiter: Limiter,
+    pool: fred::clients::Pool,
+    /// The source's block: the longest a reader waits for the limit before it asks again.
+    block: std::time::Duration,
 }
 
 /// Reads every partition of one source.
@@ -163,6 +184,9 @@ struct Partitioned {
     /// The partition first in line for the next call's permits.
     first: usize,
     settler: RedisSettler,
+    /// With a rate limit: reserved before each read, what was not taken given back after.
+    limit: Option<Limit>,
+    stop: CancellationToken,
 }
 
 impl Partitioned {
@@ -178,7 +202,46 @@ impl Partitioned {
         line
     }
 
+    /// A read under the queue's rate limit (if any): reserve up to `max` passes from the
+    /// limiter, read at most that many from the partitions, give back what was not taken.
     async fn receive(
+        &mut self,
+        max: usize,
+        hurry: &CancellationToken,
+    ) -> Result<Vec<Delivery<Token>>> {
+        // Every partition paused: wait for a resume without holding passes.
+        let open = self.parts.iter().any(RedisReceiver::is_open);
+        let Some(limit) = self.limit.as_ref().filter(|_| open) else {
+            return self.receive_parts(max, hurry).await;
+        };
+        let client = limit.pool.next().clone();
+        let limiter = limit.limiter.clone();
+        let (granted, wait) = Reserve {
+            limiter: &limiter,
+            want: max,
+        }
+        .call(&client)
+        .await?;
+        if granted == 0 {
+            let held = Held { entries: 0, wait };
+            held.wait(limiter.wait_cap(limit.block), &self.stop, hurry)
+                .await;
+            return Ok(Vec::new());
+        }
+        let got = self.receive_parts(granted, hurry).await;
+        let used = got.as_ref().map_or(0, Vec::len);
+        let refund = Refund {
+            limiter: &limiter,
+            unused: granted.saturating_sub(used),
+        };
+        if let Err(e) = refund.call(&client).await {
+            // The passes stay taken: the limit holds back more than it must, never less.
+            tracing::warn!(limiter = %limiter.key, error = %e, "unused rate-limit passes not given back");
+        }
+        got
+    }
+
+    async fn receive_parts(
         &mut self,
         max: usize,
         hurry: &CancellationToken,

@@ -2,11 +2,15 @@
 //! claims anything (handlers already running finish and settle). The pause lives in Redis, so it
 //! holds for every instance of the service and across restarts.
 //!
+//! The claim itself reads the key: it is a gate of the claim script (`claim/paused.lua`, see
+//! `crate::claim`), so once [`pause`] has returned no claim takes an entry, whatever a reader
+//! was doing when it came. Each reader's [`Gate`] is what keeps an idle paused reader from
+//! claiming again and again: it asks `EXISTS K.paused` when it opens, on every `PUBLISH` on the
+//! key (through the broker's shared wake-up subscription), and every [`POLL`] in case a
+//! `PUBLISH` was missed; a claim the script held back closes it at once ([`Hold::closed`]).
+//!
 //! Commands: the operator's [`pause`] sends `SET K.paused <note>` then `PUBLISH K.paused 1`,
-//! [`resume`] `DEL K.paused` then `PUBLISH K.paused 0`. Each reader's [`Gate`] asks
-//! `EXISTS K.paused` when it opens, on every such `PUBLISH` (through the broker's shared
-//! wake-up subscription), and every [`POLL`] in case a `PUBLISH` was missed. A reader blocked in
-//! a read when the pause comes finishes that read first: the pause takes hold within one read.
+//! [`resume`] `DEL K.paused` then `PUBLISH K.paused 0`; the watcher `EXISTS K.paused`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,7 +34,29 @@ pub(crate) struct Pauses(Mutex<HashMap<String, watch::Sender<bool>>>);
 /// Whether one subscription may read, kept current by its key's watcher.
 pub(crate) struct Gate {
     paused: watch::Receiver<bool>,
+    hold: Hold,
     stop: CancellationToken,
+}
+
+/// What a reader's claim tells its gate: the claim script found the subscription paused.
+#[derive(Clone)]
+pub(crate) struct Hold {
+    key: String,
+    tx: watch::Sender<bool>,
+}
+
+impl Hold {
+    /// The pause key (full name), the claim's pause gate's key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The claim found the key set: the gate closes until the watcher sees it gone.
+    pub(crate) fn closed(&self) {
+        if self.tx.send_if_modified(|p| !std::mem::replace(p, true)) {
+            tracing::info!(pause_key = %self.key, "subscription paused by an operator");
+        }
+    }
 }
 
 impl Gate {
@@ -50,9 +76,13 @@ impl Gate {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&key)
             .filter(|tx| !tx.is_closed())
-            .map(watch::Sender::subscribe);
-        if let Some(paused) = joined {
-            return Ok(Self { paused, stop });
+            .cloned();
+        if let Some(tx) = joined {
+            return Ok(Self {
+                paused: tx.subscribe(),
+                hold: Hold { key, tx },
+                stop,
+            });
         }
         let now = is_paused(&pool, &key).await?;
         if now {
@@ -64,8 +94,17 @@ impl Gate {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key.clone(), tx.clone());
-        tokio::spawn(watch_key(pool, key, wake, tx));
-        Ok(Self { paused, stop })
+        tokio::spawn(watch_key(pool, key.clone(), wake, tx.clone()));
+        Ok(Self {
+            paused,
+            hold: Hold { key, tx },
+            stop,
+        })
+    }
+
+    /// What the reader's claims tell this gate.
+    pub(crate) fn hold(&self) -> Hold {
+        self.hold.clone()
     }
 
     /// Whether the subscription may read now.

@@ -61,6 +61,12 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     fn partitions(&self) -> Vec<Box<dyn Transport>> {
         Vec::new()
     }
+    /// With partitions and a whole-queue rate limit: the logical queue's limiter, which the
+    /// partitions' reader reserves passes from (`crate::claim::Reserve`); the partitions'
+    /// own claims have no rate gate.
+    fn limiter(&self, _space: &KeySpace) -> Option<crate::limit::Limiter> {
+        None
+    }
     /// Prepares the server once the broker is connected (consumer groups, scripts).
     fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>>;
     /// Opens the receiver, on a connection of its own.

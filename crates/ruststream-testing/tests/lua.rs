@@ -481,3 +481,57 @@ fn fastrand_suffix() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
 }
+
+/// The claim pipeline's script through its typed call (`ruststream_redis::Claim`, the same the
+/// readers use): the pause gate lets nothing through, then the levels are taken highest first
+/// into the processing list. Returns what each call gave: (closed gate, values).
+async fn typed_claim(client: &Client, prefix: &str) -> Vec<(Option<String>, Vec<Vec<u8>>)> {
+    use ruststream_redis::{Claim, Gate, Record};
+    let key = |s: &str| format!("{{{prefix}}}q{s}");
+    let levels = vec![key(""), key(".p1")];
+    let paused = key(".paused");
+    let _: i64 = client.rpush(&levels[0], vec!["a", "b"]).await.unwrap();
+    let _: i64 = client.rpush(&levels[1], "c").await.unwrap();
+    let () = client.set(&paused, "op", None, None, false).await.unwrap();
+    let record = Record::List {
+        processing: key(".processing"),
+    };
+    let gates = [Gate::paused(paused.clone())];
+    let claim = Claim {
+        levels: &levels,
+        record: &record,
+        gates: &gates,
+        max: 5,
+        first_seq: 0,
+    };
+    let mut out = Vec::new();
+    for unpause in [true, false] {
+        let got = claim.call(client).await.expect("the claim runs");
+        out.push((got.closed, got.values.iter().map(|v| v.to_vec()).collect()));
+        if unpause {
+            let _: i64 = client.del(&paused).await.unwrap();
+        }
+    }
+    let mut keys = claim.keys();
+    keys.push(key(".processing"));
+    let _: i64 = client.del(keys).await.unwrap_or(0);
+    out
+}
+
+#[tokio::test]
+async fn the_typed_claim_call_gives_the_same_claims_on_the_model_and_on_redis() {
+    let model = MemoryRedis::new();
+    let client = model.client().expect("a model client");
+    client.init().await.expect("init");
+    let expect = vec![
+        (Some("paused".to_owned()), Vec::new()),
+        (None, vec![b"c".to_vec(), b"b".to_vec(), b"a".to_vec()]),
+    ];
+    assert_eq!(typed_claim(&client, "claim-model").await, expect);
+    let Some(redis) = redis().await else {
+        return;
+    };
+    let prefix = format!("rsclaim-{}-{}", std::process::id(), fastrand_suffix());
+    assert_eq!(typed_claim(&redis, &prefix).await, expect);
+    let _ = redis.quit().await;
+}

@@ -1,50 +1,55 @@
 #!lua flags=allow-oom
--- CLAIM: claims up to ARGV[1] entries from the consuming (right) end of the queue into the
--- processing list: the same as that many `LMOVE queue processing RIGHT LEFT`, done as one
--- LRANGE + LPUSH + LTRIM (and one ZADD for their claims). A queue with priority levels is
--- claimed from its highest non-empty level first, then the next, until ARGV[1] are taken. Runs
--- under maxmemory (allow-oom): it moves entries, so a full Redis can still drain its queues.
--- Prepended with guard.lua, frame.lua, list/levels.lua and limit.lua.
+-- CLAIM: the one claim of a list queue, simple or reliable, built from parts: where entries come
+-- from (list/take.lua: the queue's priority levels, highest first; a partition is a queue of its
+-- own), the gates that hold the claim back (claim/gates.lua: paused, rate limit, ...), and what
+-- it records (nothing for a simple list; the processing list; with recovery, the recovery set).
+-- Runs under maxmemory (allow-oom): it moves entries, so a full Redis can still drain its
+-- queues. Prepended with guard.lua, frame.lua, list/levels.lua, claim/gates.lua, the gates'
+-- parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
 --
--- KEYS: queue (level 0), processing, with recovery the recovery set, then the levels above 0
---       (none without priority levels) or, with a rate limit, its key (a queue has one or the
---       other: the combination is refused at startup).
--- ARGV: most entries to claim, reader id ('' = no recovery), first claim sequence number,
---       min_idle ms, recovery-set ttl ms (0 = none), most claims to recover, then the rate
---       limit (see limit.lua's rate_spec: mode, n, per us, header; mode '' = none).
+-- KEYS: the levels, lowest first (level 0 is the queue; ARGV[8] of them), the processing list
+--       (record 'list' or 'claims'), the recovery set (record 'claims'), then each gate's keys.
+-- ARGV: most entries to claim, record ('' = none: a simple list's pop, 'list', 'claims'),
+--       reader id, first claim sequence number, min_idle ms, recovery-set ttl ms (0 = none),
+--       most claims to recover, number of levels, then the gates (claim/gates.lua).
 --
 -- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
--- and its entry goes from the processing list back to the queue with its attempt raised by one.
--- A swept entry goes back onto its own level (its `rs.priority` header). Then every claim is
--- recorded in the set as `<reader id>:<seq>.<run>:<value>` scored by the
--- server's clock, so two claims of identical bytes are two members. `<run>` is the server's TIME
--- (seconds.microseconds) of this run: a client sends a call again when its reply was lost (fred
--- does, on a new connection), and the second run must not record its claims under the first
--- run's members (the first run's entries would then never be swept back). When the recovery set
--- does not exist (it expired with recovery_ttl, or the queue ran without recovery before) while
--- the processing list holds entries, nobody holds a claim on them: they go back to the queue as
--- well.
--- The entries are taken from the levels, highest first, or by limit.lua's `take`: as many as the
--- rate limit allows, if any.
--- Returns {recovered, run ('' without recovery), held back by the rate limit, ms until the limit
--- lets the next pass, value...}, values oldest first.
-local rid = ARGV[2]
-local lim = rate_spec(ARGV, 7, KEYS[#KEYS])
-local levels = lim and {KEYS[1]} or levels_of(1, rid ~= '' and 4 or 3)
-local checks = {{KEYS[1], 'list'}, {KEYS[2], 'list'}}
-if rid ~= '' then checks[#checks + 1] = {KEYS[3], 'zset'} end
-checks[#checks + 1] = rate_check(lim)
-local bad = wrong_types(level_checks(checks, levels))
+-- and its entry goes from the processing list back to the queue with its attempt raised by one,
+-- onto its own level (its `rs.priority` header). Then every claim is recorded in the set as
+-- `<reader id>:<seq>.<run>:<value>` scored by the server's clock, so two claims of identical
+-- bytes are two members. `<run>` is the server's TIME (seconds.microseconds) of this run: a
+-- client sends a call again when its reply was lost (fred does, on a new connection), and the
+-- second run must not record its claims under the first run's members (the first run's entries
+-- would then never be swept back). When the recovery set does not exist (it expired with
+-- recovery_ttl, or the queue ran without recovery before) while the processing list holds
+-- entries, nobody holds a claim on them: they go back to the queue as well.
+-- Returns {recovered, run ('' without recovery), entries the gates held back, ms until they let
+-- the next pass, the gate that let nothing through ('' none), value...}, values oldest of each
+-- level first.
+local want = tonumber(ARGV[1])
+local record, rid = ARGV[2], ARGV[3]
+local nlevels = tonumber(ARGV[8])
+local levels = {}
+for i = 1, nlevels do levels[i] = KEYS[i] end
+local processing = record ~= '' and KEYS[nlevels + 1] or nil
+local zset = record == 'claims' and KEYS[nlevels + 2] or nil
+local gates, err = gates_of(nlevels + 1 + (processing and 1 or 0) + (zset and 1 or 0), 9)
+if not gates then return redis.error_reply(err) end
+local checks = {}
+for _, k in ipairs(levels) do checks[#checks + 1] = {k, 'list'} end
+if processing then checks[#checks + 1] = {processing, 'list'} end
+if zset then checks[#checks + 1] = {zset, 'zset'} end
+local bad = wrong_types(gate_checks(checks, gates))
 if bad then return redis.error_reply(bad) end
-local out = {0, '', 0, 0}
+local out = {0, '', 0, 0, ''}
 local now = 0
-if rid ~= '' then
+if zset then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   out[2] = t[1] .. '.' .. t[2]
-  local most = tonumber(ARGV[6])
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    local orphans = redis.call('RPOP', KEYS[2], most)
+  local most = tonumber(ARGV[7])
+  if redis.call('EXISTS', zset) == 0 then
+    local orphans = redis.call('RPOP', processing, most)
     if orphans then
       for _, v in ipairs(orphans) do
         push_level(levels, bump(v), false)
@@ -52,64 +57,49 @@ if rid ~= '' then
       end
     end
   end
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[4]),
+  local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
     'LIMIT', 0, most)
   for _, m in ipairs(stale) do
-    redis.call('ZREM', KEYS[3], m)
+    redis.call('ZREM', zset, m)
     local p = string.find(m, ':', 1, true)
     local q = p and string.find(m, ':', p + 1, true)
-    if q and redis.call('LREM', KEYS[2], '-1', string.sub(m, q + 1)) > 0 then
+    if q and redis.call('LREM', processing, '-1', string.sub(m, q + 1)) > 0 then
       push_level(levels, bump(string.sub(m, q + 1)), false)
       out[1] = out[1] + 1
     end
   end
 end
+if want < 1 then return out end
 
--- Claims up to `n` entries into `processing`, from the highest non-empty level down, appending
--- them to `out` (oldest of each level first); returns how many.
-local function claim_levels(n, processing)
-  local m = 0
-  for l = #levels, 1, -1 do
-    if n - m < 1 then break end
-    local taken = redis.call('LRANGE', levels[l], -(n - m), -1)
-    if #taken > 0 then
-      local first = #out + 1
-      for i = #taken, 1, -1 do out[#out + 1] = taken[i] end
-      for i = first, #out, 1000 do
-        redis.call('LPUSH', processing, unpack(out, i, math.min(i + 999, #out)))
-      end
-      redis.call('LTRIM', levels[l], 0, -#taken - 1)
-      m = m + #taken
-    end
-  end
-  return m
+-- The gates: how many may be taken, then the take, then what the gates charge for it.
+local n, closed, wait = gates_admit(gates, want)
+out[5] = closed
+local taken, refused, fwait = {}, 0, 0
+if n > 0 then taken, refused, fwait = take_levels(levels, n, gates_filter(gates)) end
+local cwait = gates_charge(gates, #taken)
+local held = refused
+if n < want then held = math.max(held, levels_len(levels, want) - #taken) end
+if held > 0 then
+  out[3] = held
+  out[4] = math.max(wait, cwait, fwait)
 end
-
-local n = tonumber(ARGV[1])
-if n < 1 then return out end
-local m
-if lim then
-  local taken, held, wait = take(KEYS[1], n, lim)
-  out[3], out[4] = held, wait
-  m = #taken
-  for i = 1, m do out[#out + 1] = taken[i] end
-  for i = 5, m + 4, 1000 do
-    redis.call('LPUSH', KEYS[2], unpack(out, i, math.min(i + 999, m + 4)))
-  end
-else
-  m = claim_levels(n, KEYS[2])
-end
+local m = #taken
 if m == 0 then return out end
-if rid ~= '' then
-  local seq = tonumber(ARGV[3])
+for i = 1, m do out[#out + 1] = taken[i] end
+if not processing then return out end
+for i = 6, m + 5, 1000 do
+  redis.call('LPUSH', processing, unpack(out, i, math.min(i + 999, m + 5)))
+end
+if zset then
+  local seq = tonumber(ARGV[4])
   local members = {}
-  for i = 5, m + 4 do
+  for i = 6, m + 5 do
     members[#members + 1] = now
-    members[#members + 1] = rid .. ':' .. (seq + i - 5) .. '.' .. out[2] .. ':' .. out[i]
+    members[#members + 1] = rid .. ':' .. (seq + i - 6) .. '.' .. out[2] .. ':' .. out[i]
   end
   for i = 1, #members, 1000 do
-    redis.call('ZADD', KEYS[3], unpack(members, i, math.min(i + 999, #members)))
+    redis.call('ZADD', zset, unpack(members, i, math.min(i + 999, #members)))
   end
-  if tonumber(ARGV[5]) > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[5]) end
+  if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', zset, ARGV[6]) end
 end
 return out

@@ -3,14 +3,13 @@
 //! Level 0 is the queue's key `K` itself, so raw `LPUSH K` producers and publishes without a
 //! priority land on the lowest level; level `i > 0` is `K.p<i>` in `K`'s slot. A publish with
 //! `.priority(i)` goes onto level `i`, its frame carrying the level in the header `rs.priority`.
-//! Readers take from the highest non-empty level first, in one script run (`claim.lua`,
-//! `pop.lua`), so many readers in many processes agree without any state of their own: the
+//! Readers take from the highest non-empty level first, in one script run (`claim.lua`, for
+//! simple and reliable lists), so many readers in many processes agree without any state of their own: the
 //! priority is strict, and lower levels wait while a higher one has entries. Every script that
 //! puts an entry back (the recovery sweep, a retry, a due delayed entry) puts it onto the level
 //! its header names (`levels.lua`).
 //!
-//! Waiting: a reader blocks on level 0 (`BLMOVE K K`, or for a simple list `BRPOP` over every
-//! level), and a level above 0 announces its first entry with a `PUBLISH` on its own key's name
+//! Waiting: a reader blocks on level 0 (`BLMOVE K K`, which takes nothing), and a level above 0 announces its first entry with a `PUBLISH` on its own key's name
 //! (the publisher, after an `LPUSH` that found it empty, and the scripts likewise), which each
 //! reader is subscribed to. This module sends `SUBSCRIBE` (through
 //! [`Connections::notifier`]) and the publisher's `PUBLISH`.

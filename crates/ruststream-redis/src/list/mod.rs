@@ -7,7 +7,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, its checks, its keys | none |
-//! | `receive.rs` | reading | simple: `RPOP key n`, `BRPOP` when empty (with levels `pop_levels.lua`; with a rate limit `pop.lua`, and `BLMOVE key key RIGHT RIGHT t` to wait); reliable: `claim.lua` (levels highest first, or as many as a rate limit allows, see `crate::limit`), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
 //! | `levels.rs` | priority levels: their keys, a publish's level, the readers' wake-ups | `SUBSCRIBE`, `PUBLISH` |
@@ -36,7 +36,8 @@ pub use crate::policy::MAX_PRIORITIES;
 /// How entries leave the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Popped (`RPOP`/`BRPOP`): the entry is gone before the handler runs; at most once.
+    /// Popped (`claim.lua`, recording nothing): the entry is gone before the handler runs; at
+    /// most once.
     Simple,
     /// Claimed into a processing list, removed when settled; at least once.
     Reliable,

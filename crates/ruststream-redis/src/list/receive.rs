@@ -1,27 +1,26 @@
-//! Reading a list subscription.
+//! Reading a list subscription: one claim script for both modes, `claim.lua` (see
+//! `crate::claim`), behind the subscription's gates (the operator's pause, a rate limit) and
+//! from its priority levels, highest first.
 //!
-//! - Simple: `RPOP key n` (with priority levels `pop_levels.lua`, highest level first; with a
-//!   rate limit `pop.lua`, as many as the limit allows); when empty, `BRPOP key t` (with levels `BRPOP` over every
-//!   level, highest first; with a rate limit `BLMOVE key key RIGHT RIGHT t` to wait).
-//! - Reliable: `claim.lua` (stale claims swept back first, with recovery, then up to `n` entries
-//!   claimed into the processing list, from the highest non-empty level down or as many as a rate
-//!   limit allows, each recorded in the recovery set); when the queue is empty,
-//!   `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when an entry arrives on level
-//!   0 (a level above announces its first entry on Pub/Sub, see `levels.rs`), then `claim.lua`
-//!   again.
+//! - Simple: `claim.lua` pops up to `n` entries, recording nothing.
+//! - Reliable: `claim.lua` sweeps stale claims back first (with recovery), then claims up to `n`
+//!   entries into the processing list, each recorded in the recovery set.
+//! - When the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when
+//!   an entry arrives on level 0 (a level above announces its first entry on Pub/Sub, see
+//!   `levels.rs`), then `claim.lua` again.
 //! - Held back by a rate limit (see `crate::limit`), a reader waits (no command) until the
-//!   script says the next entry may pass, then reads again.
+//!   script says the next entry may pass, then claims again; held back by a pause, it returns
+//!   nothing and its pause gate (`crate::pause`) waits for the resume.
 //!
 //! Before each read the subscription's [`Mover`] moves due delayed entries into the queue.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::lists::LMoveDirection;
-use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
@@ -30,41 +29,18 @@ use super::lease::Leases;
 use super::levels::Wakes;
 use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
+use crate::claim::{self, Claim, Claimed, Record};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, interrupted, read_wait};
-use crate::error::core;
-use crate::limit::{self, Held, Limiter};
-use crate::lua;
+use crate::limit::Limiter;
 use crate::memory::BlockingRead;
+use crate::pause::{Gate, Hold};
 use crate::rejoin::Rejoin;
-use crate::transport::{
-    Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes, watch_source,
-};
+use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, watch_source};
 
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
-
-static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("claim.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::LEVELS, limit::LUA],
-    )
-});
-
-static POP: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("pop.lua"),
-        &[lua::GUARD, crate::frame::LUA, limit::LUA],
-    )
-});
-
-static POP_LEVELS: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("pop_levels.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::LEVELS],
-    )
-});
 
 /// Opens the receiver of `list`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -93,17 +69,25 @@ pub(super) async fn open(
     .await?
     .map(|m| m.with_levels(&keys.levels));
     let gate = watch_source(conns, list, &pool, &stop).await?;
+    let pause = gate.as_ref().map(Gate::hold);
+    let rate = list
+        .rate
+        .as_ref()
+        .zip(keys.rate.clone())
+        .map(|(r, key)| r.limiter(key));
+    let gates = claim::gates(pause.as_ref(), rate.as_ref());
+    let mut levels = vec![keys.queue.clone()];
+    levels.extend(keys.levels.iter().cloned());
     let reader = Reader {
         conn,
         stop,
         source: list.key.as_str().into(),
         block: list.options.block,
         mover,
-        rate: list
-            .rate
-            .as_ref()
-            .zip(keys.rate.clone())
-            .map(|(r, key)| r.limiter(key)),
+        rate,
+        pause,
+        gates,
+        levels,
         wakes: Wakes::open(conns, &keys.levels).await?,
     };
     let receiver = match list.mode {
@@ -112,8 +96,6 @@ pub(super) async fn open(
                 pool,
                 dead: keys.dead.clone(),
             }),
-            key: keys.queue,
-            levels: keys.levels,
             reader,
         }),
         Mode::Reliable => open_reliable(list, keys, pool, reader),
@@ -124,37 +106,45 @@ pub(super) async fn open(
 /// The receiver of a reliable list, with its leases and settler.
 fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -> RedisReceiver {
     let leases = Arc::new(Leases::default());
-    let recovery = keys.recovery.clone().map(|zset| {
-        let idle = list.idle();
-        let ttl_ms = list.recovery_ttl.map_or(0, millis);
-        let every = (idle / 3).max(Duration::from_millis(10));
-        let rejoin = Rejoin::new(every);
-        rejoin.watch(reader.conn.client());
-        Leases::spawn_renewal(
-            &leases,
-            pool.clone(),
-            zset.clone(),
-            ttl_ms,
-            every,
-            rejoin.clone(),
-        );
-        Recovery {
-            zset,
-            min_idle_ms: millis(idle),
-            ttl_ms,
-            leases: leases.clone(),
-            rejoin,
-        }
-    });
     let reader_id = uuid::Uuid::now_v7().simple().to_string();
+    let processing = keys.processing.clone().unwrap_or_default();
+    let mut rejoin = None;
+    let record = match keys.recovery.clone() {
+        None => Record::List { processing },
+        Some(zset) => {
+            let idle = list.idle();
+            let ttl_ms = list.recovery_ttl.map_or(0, millis);
+            let every = (idle / 3).max(Duration::from_millis(10));
+            let r = Rejoin::new(every);
+            r.watch(reader.conn.client());
+            Leases::spawn_renewal(
+                &leases,
+                pool.clone(),
+                zset.clone(),
+                ttl_ms,
+                every,
+                r.clone(),
+            );
+            rejoin = Some(r);
+            Record::Claims {
+                processing,
+                zset,
+                reader: reader_id.clone(),
+                min_idle_ms: millis(idle),
+                ttl_ms,
+                most: RECOVER_BATCH,
+            }
+        }
+    };
     let clock = reader.mover.as_ref().map(Mover::clock);
-    let settle = ReliableSettle::new(pool, &keys, &reader_id, clock, leases);
+    let settle = ReliableSettle::new(pool, &keys, &reader_id, clock, leases.clone());
     RedisReceiver::new(ReliableList {
         settler: RedisSettler::new(settle),
-        keys,
         reader_id,
         seq: AtomicU64::new(0),
-        recovery,
+        record,
+        leases,
+        rejoin,
         reader,
     })
 }
@@ -168,6 +158,12 @@ struct Reader {
     block: Duration,
     mover: Option<Mover>,
     rate: Option<Limiter>,
+    /// Told when the claim found the subscription paused.
+    pause: Option<Hold>,
+    /// The claim's gates: the pause, then the rate limit.
+    gates: Vec<claim::Gate>,
+    /// The levels, lowest first: level 0 (the queue) alone without priority levels.
+    levels: Vec<String>,
     /// With priority levels: woken when a level above 0 gets its first entry.
     wakes: Wakes,
 }
@@ -197,27 +193,63 @@ impl Reader {
         }
     }
 
-    /// Runs a blocking read, cut short by an [`interruption`](Self::interruption).
-    async fn blocking(
-        &self,
-        wait: Duration,
-        read: impl Future<Output = Result<Value, fred::error::Error>>,
-        hurry: &CancellationToken,
-    ) -> Result<Value> {
-        self.conn
-            .blocking(wait, read, self.interruption(hurry))
-            .await
+    /// One `claim.lua` call recording `record`; what the gates held back is counted, and a
+    /// pause closes the reader's pause gate.
+    async fn claim(&self, record: &Record, max: usize, first_seq: u64) -> Result<Claimed> {
+        let claimed = Claim {
+            levels: &self.levels,
+            record,
+            gates: &self.gates,
+            max,
+            first_seq,
+        }
+        .call(self.conn.client())
+        .await?;
+        let queue = &self.levels[0];
+        claim::report(claimed.paused(), claimed.held, self.pause.as_ref(), queue);
+        if claimed.recovered > 0 {
+            let recovered = claimed.recovered;
+            metrics::counter!("ruststream_recovered_total", "queue" => self.levels[0].clone())
+                .increment(recovered);
+            tracing::warn!(source = %self.source, recovered, "claims idle longer than min_idle went back to the queue");
+        }
+        Ok(claimed)
     }
 
-    /// Waits until `queue` holds an entry, without taking it: `BLMOVE queue queue RIGHT RIGHT
-    /// t`, which moves nothing, at most `wait`.
-    async fn wait_for_entry(
+    /// Claims through `claim` (called with the most to take): once, then, when it took nothing
+    /// and may wait, after waiting for the rate limit or for an entry (at most `cap`), once more.
+    async fn receive<F: Future<Output = Result<Claimed>>>(
         &self,
-        queue: &str,
-        wait: Duration,
+        max: usize,
+        cap: Duration,
         hurry: &CancellationToken,
-    ) -> Result<()> {
+        claim: impl Fn(usize) -> F,
+    ) -> Result<Claimed> {
+        self.move_due().await;
+        let claimed = claim(max).await?;
+        if !claimed.values.is_empty() || claimed.paused() || !self.may_wait(hurry) {
+            return Ok(claimed);
+        }
+        if claimed.held.wait.is_zero() {
+            self.wait_for_entry(self.wait(cap), hurry).await?;
+            self.move_due().await;
+        } else {
+            // Entries wait, held back by the rate limit: wait for it, not for entries.
+            let limit = self
+                .rate
+                .as_ref()
+                .map_or(self.block, |l| l.wait_cap(self.block));
+            claimed.held.wait(limit, &self.stop, hurry).await;
+        }
+        claim(max).await
+    }
+
+    /// Waits until level 0 holds an entry, without taking it: `BLMOVE queue queue RIGHT RIGHT
+    /// t`, which moves nothing, at most `wait` (a level above wakes the reader on Pub/Sub).
+    async fn wait_for_entry(&self, wait: Duration, hurry: &CancellationToken) -> Result<()> {
+        let queue = &self.levels[0];
         let waited = self
+            .conn
             .blocking(
                 wait,
                 self.conn.client().blmove(
@@ -227,7 +259,7 @@ impl Reader {
                     LMoveDirection::Right,
                     wait.as_secs_f64(),
                 ),
-                hurry,
+                self.interruption(hurry),
             )
             .await;
         match waited {
@@ -255,102 +287,8 @@ impl Reader {
 
 /// A simple list: popped, at most once.
 struct SimpleList {
-    key: String,
-    /// Priority levels 1 … n-1; empty without levels.
-    levels: Vec<String>,
     reader: Reader,
     settler: RedisSettler,
-}
-
-impl SimpleList {
-    async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
-        if self.reader.rate.is_some() {
-            return self.receive_limited(max, hurry).await;
-        }
-        let r = &self.reader;
-        r.move_due().await;
-        let client = r.conn.client();
-        let popped: Value = if self.levels.is_empty() {
-            client.rpop(&self.key, Some(max)).await
-        } else {
-            let mut keys = vec![self.key.clone()];
-            keys.extend(self.levels.iter().cloned());
-            let max = i64::try_from(max).unwrap_or(i64::MAX);
-            POP_LEVELS
-                .evalsha_with_reload(client, keys, vec![max])
-                .await
-        }
-        .map_err(core)?;
-        let mut values = bytes_array(popped);
-        if values.is_empty() && r.may_wait(hurry) {
-            let wait = r.wait(Duration::MAX);
-            // Highest level first: BRPOP pops from the first non-empty key it is given.
-            let mut keys: Vec<&str> = self.levels.iter().rev().map(String::as_str).collect();
-            keys.push(&self.key);
-            let got = r
-                .blocking(wait, client.brpop(keys, wait.as_secs_f64()), hurry)
-                .await?;
-            if let Value::Array(mut kv) = got
-                && kv.len() == 2
-                && let Some(v) = kv.pop().and_then(value_bytes)
-            {
-                values.push(v);
-            }
-        }
-        Ok(r.deliveries(values))
-    }
-
-    /// A rate-limited read: `pop.lua`; held back, wait for the limit; empty, wait for an entry
-    /// without taking it; then `pop.lua` once more.
-    async fn receive_limited(
-        &self,
-        max: usize,
-        hurry: &CancellationToken,
-    ) -> Result<Vec<Delivery<Token>>> {
-        let r = &self.reader;
-        r.move_due().await;
-        let (values, held) = self.pop(max).await?;
-        if !values.is_empty() || !r.may_wait(hurry) {
-            return Ok(r.deliveries(values));
-        }
-        if held.wait.is_zero() {
-            r.wait_for_entry(&self.key, r.wait(Duration::MAX), hurry)
-                .await?;
-            r.move_due().await;
-        } else {
-            let cap = r.rate.as_ref().map_or(r.block, |l| l.wait_cap(r.block));
-            held.wait(cap, &r.stop, hurry).await;
-        }
-        let (values, _) = self.pop(max).await?;
-        Ok(r.deliveries(values))
-    }
-
-    /// One `pop.lua` call: up to `max` entries, as many as the limit allows (none without one).
-    async fn pop(&self, max: usize) -> Result<(Vec<Bytes>, Held)> {
-        let Some(limiter) = &self.reader.rate else {
-            return Ok((Vec::new(), Held::default()));
-        };
-        let mut args = vec![Value::Integer(i64::try_from(max).unwrap_or(i64::MAX))];
-        args.extend(limiter.args.iter().cloned());
-        let reply: Value = POP
-            .evalsha_with_reload(
-                self.reader.conn.client(),
-                vec![self.key.clone(), limiter.key.clone()],
-                args,
-            )
-            .await
-            .map_err(core)?;
-        let Value::Array(mut items) = reply else {
-            return Ok((Vec::new(), Held::default()));
-        };
-        let held = Held::read(&items, 0);
-        held.count(&self.key);
-        let values = items
-            .drain(2.min(items.len())..)
-            .filter_map(value_bytes)
-            .collect();
-        Ok((values, held))
-    }
 }
 
 impl Receive for SimpleList {
@@ -361,8 +299,12 @@ impl Receive for SimpleList {
     ) -> BoxFuture<'a, Result<Vec<Delivery<Token>>>> {
         Box::pin(async move {
             self.reader.conn.heal().await?;
-            let read = SimpleList::receive(self, max, hurry).await;
-            self.reader.conn.check(read)
+            let r = &self.reader;
+            let read = r
+                .receive(max, Duration::MAX, hurry, |n| r.claim(&Record::Pop, n, 0))
+                .await
+                .map(|claimed| r.deliveries(claimed.values));
+            r.conn.check(read)
         })
     }
 
@@ -378,156 +320,91 @@ impl Receive for SimpleList {
 /// A `min_idle` no claim reaches (about 31,700 years): a claim call that must not sweep.
 const NO_SWEEP_MS: u64 = 1_000_000_000_000_000;
 
-/// A reliable list's recovery set.
-struct Recovery {
-    zset: String,
-    min_idle_ms: u64,
-    ttl_ms: u64,
-    /// The claims this reader holds, kept alive in the recovery set.
-    leases: Arc<Leases>,
-    /// After a reconnect: renew before sweeping (`crate::rejoin`).
-    rejoin: Arc<Rejoin>,
-}
-
-impl Recovery {
-    /// After a reconnect, renews this reader's leases on `client` (the connection the sweep
-    /// goes on, so the renewal runs first); whether this claim may sweep.
-    async fn rejoin_before_sweep(&self, client: &Client) -> bool {
-        if self.rejoin.take()
-            && let Err(e) = self.leases.renew(client, &self.zset, self.ttl_ms).await
-        {
-            self.rejoin.mark();
-            tracing::warn!(recovery_set = %self.zset, error = %crate::error::redact(e.details()),
-                "claims not renewed after the reconnect; not sweeping until they are");
-            return false;
-        }
-        self.rejoin.may_sweep()
-    }
-}
-
 /// A reliable list: claimed into the processing list, at least once.
 struct ReliableList {
-    keys: ListKeys,
     /// This reader's identity: its claims are `<reader id>:<seq>.<run>` (see `claim.lua`).
     reader_id: String,
     /// The sequence number of this reader's next claim.
     seq: AtomicU64,
-    recovery: Option<Recovery>,
+    /// What a claim records: the processing list, with recovery the recovery set too.
+    record: Record,
+    /// The claims this reader holds, kept alive in the recovery set (with recovery).
+    leases: Arc<Leases>,
+    /// With recovery, after a reconnect: renew before sweeping (`crate::rejoin`).
+    rejoin: Option<Arc<Rejoin>>,
     reader: Reader,
     settler: RedisSettler,
 }
 
 impl ReliableList {
     async fn receive(&self, max: usize, hurry: &CancellationToken) -> Result<Vec<Delivery<Token>>> {
-        let r = &self.reader;
-        r.move_due().await;
-        let (claimed, held) = self.claim(max).await?;
-        if !claimed.is_empty() || !r.may_wait(hurry) {
-            return Ok(claimed);
-        }
-        if !held.wait.is_zero() {
-            // Entries wait, held back by the rate limit: wait for it, not for entries.
-            let cap = r.rate.as_ref().map_or(r.block, |l| l.wait_cap(r.block));
-            held.wait(cap, &r.stop, hurry).await;
-            return Ok(self.claim(max).await?.0);
-        }
         // With recovery, wake in time to sweep claims that go stale while the queue is empty.
-        let wait = r.wait(
-            self.recovery
-                .as_ref()
-                .map_or(Duration::MAX, |rec| Duration::from_millis(rec.min_idle_ms)),
-        );
-        r.wait_for_entry(&self.keys.queue, wait, hurry).await?;
-        r.move_due().await;
-        Ok(self.claim(max).await?.0)
+        let cap = match &self.record {
+            Record::Claims { min_idle_ms, .. } => Duration::from_millis(*min_idle_ms),
+            _ => Duration::MAX,
+        };
+        self.reader
+            .receive(max, cap, hurry, |n| self.claim(n))
+            .await
+            .map(|c| self.tokens(c))
     }
 
-    /// One `claim.lua` call: sweep stale claims (with recovery), then claim up to `max`, as many
-    /// as the rate limit allows; with what the limit held back.
-    async fn claim(&self, max: usize) -> Result<(Vec<Delivery<Token>>, Held)> {
-        let Some(processing) = &self.keys.processing else {
-            return Ok((Vec::new(), Held::default()));
-        };
-        let mut keys = vec![self.keys.queue.clone(), processing.clone()];
-        let max_i = i64::try_from(max).unwrap_or(i64::MAX);
+    /// One claim: its first sequence number is taken here, so each claim's is its own.
+    async fn claim(&self, max: usize) -> Result<Claimed> {
         let first_seq = self.seq.fetch_add(max as u64, Ordering::Relaxed);
-        let mut args: Vec<Value> = match &self.recovery {
-            None => vec![
-                Value::Integer(max_i),
-                Value::from_static_str(""),
-                Value::Integer(0),
-                Value::Integer(0),
-                Value::Integer(0),
-                Value::Integer(0),
-            ],
-            Some(r) => {
-                keys.push(r.zset.clone());
-                let sweep = r.rejoin_before_sweep(self.reader.conn.client()).await;
-                vec![
-                    Value::Integer(max_i),
-                    Value::from(self.reader_id.as_str()),
-                    Value::from(first_seq.to_string()),
-                    // Within the grace after a reconnect, no claim is old enough to sweep.
-                    Value::from(if sweep { r.min_idle_ms } else { NO_SWEEP_MS }.to_string()),
-                    Value::from(r.ttl_ms.to_string()),
-                    Value::Integer(i64::from(RECOVER_BATCH)),
-                ]
+        if !self.may_sweep().await {
+            // Within the grace after a reconnect, no claim is old enough to sweep.
+            let mut record = self.record.clone();
+            if let Record::Claims { min_idle_ms, .. } = &mut record {
+                *min_idle_ms = NO_SWEEP_MS;
             }
-        };
-        match &self.reader.rate {
-            Some(limiter) => {
-                keys.push(limiter.key.clone());
-                args.extend(limiter.args.iter().cloned());
-            }
-            None => {
-                keys.extend(self.keys.levels.iter().cloned());
-                args.extend(limit::no_args());
-            }
+            return self.reader.claim(&record, max, first_seq).await;
         }
-        let reply: Value = CLAIM
-            .evalsha_with_reload(self.reader.conn.client(), keys, args)
-            .await
-            .map_err(core)?;
-        let Value::Array(mut items) = reply else {
-            return Ok((Vec::new(), Held::default()));
+        self.reader.claim(&self.record, max, first_seq).await
+    }
+
+    /// After a reconnect, renews this reader's leases on its reading connection (the one the
+    /// sweep goes on, so the renewal runs first); whether this claim may sweep.
+    async fn may_sweep(&self) -> bool {
+        let (Some(rejoin), Record::Claims { zset, ttl_ms, .. }) = (&self.rejoin, &self.record)
+        else {
+            return true;
         };
-        let held = Held::read(&items, 2);
-        held.count(&self.keys.queue);
-        if let Some(Value::Integer(recovered)) = items.first()
-            && *recovered > 0
+        if rejoin.take()
+            && let Err(e) = self
+                .leases
+                .renew(self.reader.conn.client(), zset, *ttl_ms)
+                .await
         {
-            metrics::counter!("ruststream_recovered_total", "queue" => self.keys.queue.clone())
-                .increment(u64::try_from(*recovered).unwrap_or(0));
-            tracing::warn!(source = %self.reader.source, recovered, "claims idle longer than min_idle went back to the queue");
+            rejoin.mark();
+            tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
+                "claims not renewed after the reconnect; not sweeping until they are");
+            return false;
         }
-        // The script's run: part of each member, so a call sent twice makes distinct claims.
-        let run = items
-            .get(1)
-            .cloned()
-            .and_then(value_bytes)
-            .unwrap_or_default();
-        let values: Vec<Bytes> = items
-            .drain(4.min(items.len())..)
-            .filter_map(value_bytes)
-            .collect();
-        let mut out = self.reader.deliveries(values);
-        for (i, d) in (first_seq..).zip(out.iter_mut()) {
+        rejoin.may_sweep()
+    }
+
+    /// The deliveries of `claimed`, each with its claim (and member, with recovery), leased.
+    fn tokens(&self, claimed: Claimed) -> Vec<Delivery<Token>> {
+        let recovery = matches!(self.record, Record::Claims { .. });
+        let mut out = self.reader.deliveries(claimed.values);
+        for (i, d) in (claimed.first_seq..).zip(out.iter_mut()) {
             d.token.claim = Some(i);
-            if self.recovery.is_some() {
+            if recovery {
                 let mut member = format!("{}:{i}.", self.reader_id).into_bytes();
-                member.extend_from_slice(&run);
+                member.extend_from_slice(&claimed.run);
                 member.push(b':');
                 member.extend_from_slice(&d.token.raw);
                 d.token.member = Some(Bytes::from(member));
             }
         }
-        if let Some(r) = &self.recovery {
-            r.leases.hold(
+        if recovery {
+            self.leases.hold(
                 out.iter()
                     .filter_map(|d| Some((d.token.claim?, d.token.member.clone()?))),
             );
         }
-        Ok((out, held))
+        out
     }
 }
 
@@ -550,13 +427,6 @@ impl Receive for ReliableList {
 
     fn probe(&self) -> Option<ruststream_core::Probe> {
         Some(self.reader.conn.probe())
-    }
-}
-
-fn bytes_array(v: Value) -> Vec<Bytes> {
-    match v {
-        Value::Array(items) => items.into_iter().filter_map(value_bytes).collect(),
-        other => value_bytes(other).into_iter().collect(),
     }
 }
 

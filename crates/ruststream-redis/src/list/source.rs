@@ -88,8 +88,16 @@ impl Transport for RedisList {
         crate::partition::transports(&self.key, self.partitions, |key| Self {
             key,
             partitions: None,
+            // The limit holds over the whole queue: the partitions' reader reserves from it.
+            rate: None,
             ..self.clone()
         })
+    }
+
+    fn limiter(&self, space: &KeySpace) -> Option<crate::limit::Limiter> {
+        self.partitions?;
+        let rate = self.rate.as_ref()?;
+        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
     }
 
     /// A partitioned list's publishers spread messages over its partitions; one with priority
@@ -120,14 +128,9 @@ impl Transport for RedisList {
         }
         if let Some(rate) = &self.rate {
             rate.validate(&format!("list `{key}`"))?;
-            if self.partitions.is_some() {
+            if self.partitions.is_some() && rate.header().is_some() {
                 return Err(Error::config(format!(
-                    "list `{key}`: a rate limit cannot span partitions (each is in a hash slot of its own, and the limiter is one key); remove `.partitions(..)`, or limit a queue without partitions"
-                )));
-            }
-            if self.priorities.is_some() {
-                return Err(Error::config(format!(
-                    "list `{key}`: a rate limit and priority levels cannot be combined yet (the claim takes either from the levels or as the limiter allows); remove `.priorities(..)` or `.rate_limit(..)`"
+                    "list `{key}`: a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another); use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions"
                 )));
             }
         }

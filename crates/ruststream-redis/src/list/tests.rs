@@ -101,15 +101,19 @@ fn priority_levels_live_in_the_queues_slot_and_bad_counts_are_refused() {
 }
 
 #[test]
-fn a_rate_limit_and_priority_levels_are_refused_together() {
+fn a_rate_limit_and_priority_levels_combine() {
     let space = KeySpace::new(String::new(), false);
-    let both = RedisList::new("{q}")
-        .reliable()
-        .priorities(2)
-        .rate_limit(10, std::time::Duration::from_secs(1));
-    let err = both.validate(&space).expect_err("refused").to_string();
-    assert!(
-        err.contains("cannot be combined") && err.contains("remove `.priorities(..)`"),
-        "{err}"
-    );
+    let per = std::time::Duration::from_secs(1);
+    for both in [
+        RedisList::new("{q}")
+            .reliable()
+            .priorities(2)
+            .rate_limit(10, per),
+        RedisList::new("{q}")
+            .priorities(3)
+            .rate_limit_by("customer", 10, per),
+    ] {
+        both.validate(&space)
+            .expect("a rate limit with priority levels starts");
+    }
 }

@@ -6,7 +6,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, checks, keys; creating the group | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept) |
-//! | `receive.rs` | reading | `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >`; with a rate limit `read.lua` (the limiter, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what it held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait |
+//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait |
 //! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |
 //! | `publish.rs` | publishing | `XADD key [MAXLEN ~ n \| MINID ~ id] * ..`, pipelined |
 //! | `bound.lua` | a route's bound, for the scripts that re-add entries | `XTRIM key MAXLEN ~ n` or `MINID ~ <TIME - age>` |
@@ -297,11 +297,6 @@ impl Transport for RedisStream {
         }
         if let Some(rate) = &self.rate {
             rate.validate(&format!("stream `{key}`"))?;
-            if self.partitions.is_some() {
-                return Err(Error::config(format!(
-                    "stream `{key}`: a rate limit cannot span partitions (each is in a hash slot of its own, and the limiter is one key); remove `.partitions(..)`, or limit a stream without partitions"
-                )));
-            }
         }
         if let Some(n) = self.partitions {
             let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
@@ -325,8 +320,16 @@ impl Transport for RedisStream {
             key,
             partitions: None,
             partition_of: Some(self.key.clone()),
+            // The limit holds over the whole stream: the partitions' reader reserves from it.
+            rate: None,
             ..self.clone()
         })
+    }
+
+    fn limiter(&self, space: &KeySpace) -> Option<crate::limit::Limiter> {
+        self.partitions?;
+        let rate = self.rate.as_ref()?;
+        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
     }
 
     /// Creates the consumer group (and the stream) if missing.

@@ -1,18 +1,16 @@
-//! Reading a stream subscription: `XREADGROUP GROUP g consumer COUNT n BLOCK ms STREAMS key >`
-//! on the subscription's own connection, after its [`Mover`] moved due delayed entries in.
-//!
-//! With a rate limit, `read.lua` reads instead (the limiter and `XREADGROUP` without `BLOCK`, in
-//! one run; see `crate::limit`). When it read nothing, the reader waits: for the limit, as long
-//! as the script says; for new entries, with `XREAD BLOCK ms STREAMS key <last id>`, which
-//! delivers nothing to the group, then reads once more.
+//! Reading a stream subscription: `read.lua` (see `crate::claim`), `XREADGROUP GROUP g consumer
+//! COUNT n STREAMS key >` without `BLOCK` behind the claim's gates (the operator's pause, a rate
+//! limit), on the subscription's own connection, after its [`Mover`] moved due delayed entries
+//! in. When it read nothing, the reader waits: for the limit, as long as the script says; for
+//! new entries, with `XREAD BLOCK ms STREAMS key <last id>`, which delivers nothing to the
+//! group, then reads once more. Paused, it returns nothing and its pause gate waits.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::ClusterHash;
-use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Headers, Result};
 use tokio_util::sync::CancellationToken;
@@ -20,22 +18,17 @@ use tokio_util::sync::CancellationToken;
 use super::recover::{Group, Recovery};
 use super::settle::StreamSettle;
 use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
+use crate::claim::{self, StreamClaimed, StreamRead};
 use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Destination, Mover, interrupted, read_wait};
 use crate::frame::{Frame, FrameError, FramePart};
-use crate::limit::{self, Held, Limiter};
+use crate::limit::Limiter;
 use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
+use crate::pause::{Gate, Hold};
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, value_bytes, watch_source,
 };
-
-static READ: LazyLock<Script> = LazyLock::new(|| {
-    crate::lua::script(
-        include_str!("read.lua"),
-        &[crate::lua::GUARD, crate::frame::LUA, limit::LUA],
-    )
-});
 
 /// Opens the receiver of `stream`: its keys, mover, gauges and settler.
 pub(super) async fn open(
@@ -72,6 +65,13 @@ pub(super) async fn open(
     )
     .await?;
     let gate = watch_source(conns, stream, &pool, &stop).await?;
+    let pause = gate.as_ref().map(Gate::hold);
+    let rate = stream
+        .rate
+        .as_ref()
+        .zip(keys.rate.clone())
+        .map(|(r, key)| r.limiter(key));
+    let gates = claim::gates(pause.as_ref(), rate.as_ref());
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
@@ -111,11 +111,9 @@ pub(super) async fn open(
         block: stream.options.block,
         mover,
         recovery,
-        rate: stream
-            .rate
-            .as_ref()
-            .zip(keys.rate.clone())
-            .map(|(r, key)| r.limiter(key)),
+        rate,
+        pause,
+        gates,
         settler: RedisSettler::new(settler),
     });
     Ok(receiver.gated(gate))
@@ -131,6 +129,10 @@ struct StreamReceiver {
     mover: Option<Mover>,
     recovery: Option<Recovery>,
     rate: Option<Limiter>,
+    /// Told when the read found the subscription paused.
+    pause: Option<Hold>,
+    /// The read's gates: the pause, then the rate limit.
+    gates: Vec<claim::Gate>,
     settler: RedisSettler,
 }
 
@@ -153,55 +155,15 @@ impl StreamReceiver {
                 ));
             }
         }
-        if let Some(limiter) = &self.rate {
-            return self.receive_limited(limiter, max, hurry).await;
+        let first = self.read(max).await?;
+        if !matches!(first.reply, Value::Null)
+            || first.paused()
+            || self.stop.is_cancelled()
+            || hurry.is_cancelled()
+        {
+            return Ok(self.deliver(entries(first.reply)));
         }
-        let g = &self.group;
-        let mut args: Vec<Value> = vec![
-            "GROUP".into(),
-            g.group.as_str().into(),
-            g.consumer.as_str().into(),
-            "COUNT".into(),
-            Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
-        ];
-        let tail = ["STREAMS".into(), g.key.as_str().into(), ">".into()];
-        if self.stop.is_cancelled() || hurry.is_cancelled() {
-            // Not waiting: a plain read, no BLOCK.
-            args.extend(tail);
-            let reply: Value = self
-                .conn
-                .client()
-                .custom(fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(6)), args)
-                .await
-                .map_err(crate::error::core)?;
-            return Ok(self.deliver(entries(reply)));
-        }
-        let wait = read_wait(self.mover.as_ref(), self.block);
-        let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-        args.extend(["BLOCK".into(), Value::Integer(block_ms)]);
-        args.extend(tail);
-        let read = self.conn.client().custom(
-            fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(8), blocking: true),
-            args,
-        );
-        let interrupt = interrupted(&self.stop, hurry, self.mover.as_ref());
-        let reply = self.conn.blocking(wait, read, interrupt).await?;
-        Ok(self.deliver(entries(reply)))
-    }
-
-    /// A rate-limited read: `read.lua`; when it read nothing, wait for the limit or for new
-    /// entries, then `read.lua` once more.
-    async fn receive_limited(
-        &self,
-        limiter: &Limiter,
-        max: usize,
-        hurry: &CancellationToken,
-    ) -> Result<Vec<Delivery<Token>>> {
-        let (read, held, last) = self.read_limited(limiter, max).await?;
-        if !read.is_empty() || self.stop.is_cancelled() || hurry.is_cancelled() {
-            return Ok(self.deliver(read));
-        }
-        match last {
+        match first.last {
             Some(last) => {
                 let wait = read_wait(self.mover.as_ref(), self.block);
                 let block_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
@@ -222,45 +184,33 @@ impl StreamReceiver {
                     m.move_due(self.conn.client()).await;
                 }
             }
-            None => held.wait(self.block, &self.stop, hurry).await,
+            None => {
+                let cap = self
+                    .rate
+                    .as_ref()
+                    .map_or(self.block, |l| l.wait_cap(self.block));
+                first.held.wait(cap, &self.stop, hurry).await;
+            }
         }
-        let (read, _, _) = self.read_limited(limiter, max).await?;
-        Ok(self.deliver(read))
+        let again = self.read(max).await?;
+        Ok(self.deliver(entries(again.reply)))
     }
 
-    /// One `read.lua` call: what it read, what the limit held back, and the stream's last id
-    /// when it read nothing though the limit let it.
-    async fn read_limited(
-        &self,
-        limiter: &Limiter,
-        max: usize,
-    ) -> Result<(Vec<StreamEntry>, Held, Option<Bytes>)> {
+    /// One `read.lua` call: what it read, what the gates held back (counted), and the stream's
+    /// last id when it read nothing though the gates let it; a pause closes the pause gate.
+    async fn read(&self, max: usize) -> Result<StreamClaimed> {
         let g = &self.group;
-        let mut args: Vec<Value> = vec![
-            g.group.as_str().into(),
-            g.consumer.as_str().into(),
-            Value::Integer(i64::try_from(max).unwrap_or(i64::MAX)),
-        ];
-        args.extend(limiter.args.iter().cloned());
-        let reply: Value = READ
-            .evalsha_with_reload(
-                self.conn.client(),
-                vec![g.key.clone(), limiter.key.clone()],
-                args,
-            )
-            .await
-            .map_err(crate::error::core)?;
-        let Value::Array(mut items) = reply else {
-            return Ok((Vec::new(), Held::default(), None));
-        };
-        let held = Held::read(&items, 0);
-        held.count(&g.key);
-        let read = items.pop().map(entries).unwrap_or_default();
-        let last = items
-            .pop()
-            .and_then(value_bytes)
-            .filter(|id| !id.is_empty());
-        Ok((read, held, last))
+        let read = StreamRead {
+            stream: &g.key,
+            group: &g.group,
+            consumer: &g.consumer,
+            gates: &self.gates,
+            max,
+        }
+        .call(self.conn.client())
+        .await?;
+        claim::report(read.paused(), read.held, self.pause.as_ref(), &g.key);
+        Ok(read)
     }
 
     /// The deliveries of `entries`, held (for their leases) until settled.

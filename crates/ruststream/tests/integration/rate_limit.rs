@@ -351,7 +351,9 @@ async fn bad_limits_stop_the_app_with_a_fix(env: &Env) {
             "longer than zero",
         ),
         (
-            RedisList::new("q").partitions(2).rate_limit(1, second),
+            RedisList::new("q")
+                .partitions(2)
+                .rate_limit_by("k", 1, second),
             "cannot span partitions",
         ),
         (

@@ -1,5 +1,8 @@
 //! The ledger run: many messages, random outcomes, random faults, and an account of every message
-//! at the end. One test per transport: `ledger_reliable_list` and `ledger_stream`.
+//! at the end. One test per transport: `ledger_reliable_list` and `ledger_stream`; and
+//! `ledger_priorities_rate_limit`, the reliable list with three priority levels (each chunk
+//! published onto one, in turn) behind a rate limit of 1,000 a second (issue 21: the claim's
+//! gates over its levels).
 //!
 //! - **Server.** A redis-server of the test's own ([`OwnRedis`]: `--appendonly yes --appendfsync
 //!   always`, so a restart keeps everything acknowledged), no key prefix.
@@ -114,6 +117,8 @@ outgoing!(Job);
 enum Transport {
     List,
     Stream,
+    /// The reliable list with priority levels and a rate limit.
+    Levels,
 }
 
 impl Transport {
@@ -121,6 +126,7 @@ impl Transport {
         match self {
             Self::List => "list",
             Self::Stream => "stream",
+            Self::Levels => "levels",
         }
     }
 
@@ -128,6 +134,7 @@ impl Transport {
         match s {
             "list" => Self::List,
             "stream" => Self::Stream,
+            "levels" => Self::Levels,
             other => panic!("unknown transport {other:?}"),
         }
     }
@@ -142,6 +149,14 @@ async fn ledger_reliable_list() {
 async fn ledger_stream() {
     ledger_run(Transport::Stream).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_priorities_rate_limit() {
+    ledger_run(Transport::Levels).await;
+}
+
+/// The levels of the `Levels` queue.
+const LEVELS: u8 = 3;
 
 // ---------------------------------------------------------------------------------------------
 // Outcomes.
@@ -224,15 +239,18 @@ fn ledger_worker_process() {
         // through the delayed set (`d`).
         let retry = Backoff::immediate();
         let block = Duration::from_millis(500);
+        let list = RedisList::new(QUEUE)
+            .reliable()
+            .min_idle(MIN_IDLE)
+            .concurrency(CONCURRENCY)
+            .max_attempts(MAX_ATTEMPTS)
+            .retry(retry)
+            .block(block);
         let sub = match transport {
-            Transport::List => subscriber(
-                RedisList::new(QUEUE)
-                    .reliable()
-                    .min_idle(MIN_IDLE)
-                    .concurrency(CONCURRENCY)
-                    .max_attempts(MAX_ATTEMPTS)
-                    .retry(retry)
-                    .block(block),
+            Transport::List => subscriber(list, handler).build::<Job>(),
+            Transport::Levels => subscriber(
+                list.priorities(LEVELS)
+                    .rate_limit(1000, Duration::from_secs(1)),
                 handler,
             )
             .build::<Job>(),
@@ -436,7 +454,7 @@ fn fields(v: Value) -> HashMap<String, Value> {
 /// Every claimed entry: the processing list's values, or the group's pending entry ids.
 async fn claimed(r: &Client, transport: Transport) -> Option<HashSet<Bytes>> {
     match transport {
-        Transport::List => {
+        Transport::List | Transport::Levels => {
             let values: Vec<Bytes> = q(r.lrange(key(".processing"), 0, -1)).await?;
             Some(values.into_iter().collect())
         }
@@ -475,9 +493,11 @@ async fn pending(r: &Client, consumer: Option<&str>) -> Option<Vec<(Bytes, Strin
 /// payloads are gone (stream: nothing pending, nothing unread, no delayed set). `None`: unknown.
 async fn drained(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
-        Transport::List => {
+        Transport::List | Transport::Levels => {
             let keys = [
                 "",
+                ".p1",
+                ".p2",
                 ".processing",
                 ".claims",
                 ".delayed",
@@ -573,6 +593,9 @@ async fn publish_all(
     if transport == Transport::Stream {
         broker = broker.route(QUEUE, stream::Publish::new());
     }
+    if transport == Transport::Levels {
+        broker = broker.route(QUEUE, list::Publish::new().priorities(LEVELS));
+    }
     broker.connect().await.expect("the publisher connects");
     let publisher = broker.publisher();
     let mut tick = tokio::time::interval(Duration::from_millis(u64::from(1000 * CHUNK / RATE)));
@@ -580,13 +603,13 @@ async fn publish_all(
         tick.tick().await;
         let jobs: Vec<Job> = (first..(first + CHUNK).min(n)).map(|n| Job { n }).collect();
         let _gate = gate.lock().await;
-        bounded(
-            "a publish",
-            Duration::from_secs(30),
-            publisher.messages(&jobs).to(QUEUE).publish(),
-        )
-        .await
-        .expect("a publish succeeds: the restart and the OOM episode wait for it");
+        let mut chunk = publisher.messages(&jobs).to(QUEUE);
+        if transport == Transport::Levels {
+            chunk = chunk.priority(u8::try_from(first / CHUNK % u32::from(LEVELS)).unwrap());
+        }
+        bounded("a publish", Duration::from_secs(30), chunk.publish())
+            .await
+            .expect("a publish succeeds: the restart and the OOM episode wait for it");
         published.fetch_add(jobs.len() as u64, Ordering::SeqCst);
     }
 }
@@ -633,19 +656,21 @@ fn fault_plan(rng: &mut fastrand::Rng, n: u32) -> Vec<Fault> {
 }
 
 /// The bytes of a request that settles (`settle.lua`'s keys, or a stream's `XACK`) or claims
-/// (`claim.lua`'s keys, or `XREADGROUP`), for [`Proxy::cut_after`].
+/// (`claim.lua`'s keys, or `read.lua`'s), for [`Proxy::cut_after`].
 fn needle(transport: Transport, fault: Fault, rng: &mut fastrand::Rng) -> Vec<u8> {
     let bulk = |s: &str| format!("${}\r\n{s}", s.len());
     let text = match (transport, fault) {
-        (Transport::List, Fault::CutSettle) => {
+        (Transport::List | Transport::Levels, Fault::CutSettle) => {
             format!("{QUEUE}.processing\r\n{}", bulk(&key(".dead")))
         }
-        (Transport::List, _) => format!("{QUEUE}.processing\r\n{}", bulk(&key(".claims"))),
+        (Transport::List | Transport::Levels, _) => {
+            format!("{QUEUE}.processing\r\n{}", bulk(&key(".claims")))
+        }
         (Transport::Stream, Fault::CutSettle) if rng.bool() => "\r\nXACK\r\n".to_owned(),
         (Transport::Stream, Fault::CutSettle) => {
             format!("{QUEUE}.dead\r\n{}", bulk(&key(".delayed")))
         }
-        (Transport::Stream, _) => "\r\nXREADGROUP\r\n".to_owned(),
+        (Transport::Stream, _) => format!("{QUEUE}\r\n{}", bulk(&key(".paused"))),
     };
     text.into_bytes()
 }
@@ -819,7 +844,7 @@ impl Run {
     /// handler, so not in any ledger); stream, its consumer's pending entries.
     async fn held_by(&self, pid: u32, ledger: &Path) -> usize {
         match self.transport {
-            Transport::List => {
+            Transport::List | Transport::Levels => {
                 let started: HashSet<(u32, u32)> = read_ledger(ledger)
                     .into_iter()
                     .filter(|(kind, _, _)| *kind == b'S')
@@ -864,6 +889,13 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn queued(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
         Transport::List => q(r.llen::<i64, _>(key(""))).await.map(|n| n > 0),
+        Transport::Levels => {
+            let mut n = 0;
+            for level in ["", ".p1", ".p2"] {
+                n += q(r.llen::<i64, _>(key(level))).await?;
+            }
+            Some(n > 0)
+        }
         Transport::Stream => group_state(r).await.map(|(_, lag)| lag > 0),
     }
 }
@@ -1092,6 +1124,10 @@ async fn ledger_run(transport: Transport) {
     let mut allowed = vec![key(".dead")];
     if transport == Transport::Stream {
         allowed.push(QUEUE.to_owned());
+    }
+    if transport == Transport::Levels {
+        // The limiter's state, which expires within a second of the last claim.
+        allowed.push(key(".rate"));
     }
     let stray_keys: Vec<&String> = keys.iter().filter(|k| !allowed.contains(k)).collect();
     let mut faults: Vec<_> = counts.iter().collect();

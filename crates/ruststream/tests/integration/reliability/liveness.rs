@@ -123,7 +123,8 @@ async fn stream_reader(env: &Env, fault: Fault, key: &str) {
     .await;
     let publisher = env.broker_with(|b| b.route(key, stream::Publish::new()));
     publisher.connect().await.unwrap();
-    break_while_reading(&proxy, fault, ("XREADGROUP", false), &rec, async |i| {
+    // The stream's blocking read is `XREAD BLOCK` from the last id (`read.lua` claims).
+    break_while_reading(&proxy, fault, ("XREAD", false), &rec, async |i| {
         publisher
             .publisher()
             .message(&Job { n: i })
@@ -148,7 +149,8 @@ async fn list_reader(env: &Env, fault: Fault, key: &str, reliable: bool) {
         b.include(subscriber(source, r).build());
     }))
     .await;
-    let read = if reliable { "BLMOVE" } else { "BRPOP" };
+    // Both modes wait with `BLMOVE K K` (which takes nothing) and claim with `claim.lua`.
+    let read = "BLMOVE";
     let lossy = !reliable;
     break_while_reading(&proxy, fault, (read, lossy), &rec, async |i| {
         publish(env, key, &[Job { n: i }]).await;

@@ -270,8 +270,8 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
-    // claim.lua with recovery: three keys, the queue first.
-    proxy.cut_after(&script_call(3, &env.key(Q)));
+    // claim.lua with recovery: four keys (queue, processing, claims, pause), the queue first.
+    proxy.cut_after(&script_call(4, &env.key(Q)));
     let rec = Rec::acking();
     let r = rec.clone();
     // One handler at a time: each claim takes exactly one entry.
@@ -305,9 +305,12 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
 async fn a_stream_read_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish_stream(env, &jobs(4)).await;
+    // read.lua: two keys (the stream, its pause key), then the group.
+    let (stream, paused) = (env.key(S), env.key(&format!("{S}.paused")));
     proxy.cut_after(&crate::harness::proxy::resp_args(&[
-        b"XREADGROUP",
-        b"GROUP",
+        b"2",
+        stream.as_bytes(),
+        paused.as_bytes(),
         b"g",
     ]));
     let rec = Rec::acking();
@@ -345,8 +348,8 @@ async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env:
     load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
-    // claim.lua without recovery: two keys, the queue first.
-    proxy.cut_after(&script_call(2, &env.key(Q)));
+    // claim.lua without recovery: three keys (queue, processing, pause), the queue first.
+    proxy.cut_after(&script_call(3, &env.key(Q)));
     // One handler at a time: each claim takes exactly one entry.
     let source = || {
         RedisList::new(Q)
@@ -415,7 +418,7 @@ async fn identical_values_of_a_claim_sent_twice_are_two_claims(env: &Env) {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
     }
     let proxy = Proxy::start(env.url().expect("standalone")).await;
-    proxy.cut_after(&script_call(3, &env.key(Q)));
+    proxy.cut_after(&script_call(4, &env.key(Q)));
     let rec = Rec::acking();
     let r = rec.clone();
     let app = start(app_on(via(&proxy, env), Duration::from_millis(100), |b| {

@@ -1,0 +1,374 @@
+//! The claim pipeline: one script per transport decides what a claim takes, built from Lua
+//! parts: where entries come from (a list's levels, `list/take.lua`; a stream's group), the gates
+//! that hold it back (`gates.lua`, with one part per gate: `paused.lua`, `limit.lua`), and what
+//! it records (a list's processing list and recovery set). This module holds the typed calls of
+//! those scripts: [`Claim`] (`list/claim.lua`, simple and reliable lists) and [`StreamRead`]
+//! (`stream/read.lua`), each building its script's KEYS and ARGV and parsing its reply, and
+//! [`Gate`], one gate's keys and arguments as its option builds them.
+//!
+//! A new gate is a Lua part that registers `GATES.<name>` (see `gates.lua`'s header), added to
+//! [`GATE_PARTS`], and a constructor of [`Gate`] next to its option: no claim script and no path
+//! that puts an entry back changes.
+//!
+//! Commands: `EVALSHA` of `list/claim.lua` or `stream/read.lua` (`SCRIPT LOAD` on `NOSCRIPT`).
+
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use ruststream_core::Result;
+
+use crate::error::core;
+use crate::limit::{Held, Limiter};
+use crate::lua;
+use crate::pause::Hold;
+
+mod reserve;
+pub(crate) use reserve::{Refund, Reserve};
+
+/// The gates' registry and pipeline (`gates_of`, `gates_admit`, ...), then each gate's part.
+pub(crate) const GATE_PARTS: [&str; 3] = [
+    include_str!("gates.lua"),
+    include_str!("paused.lua"),
+    crate::limit::LUA,
+];
+
+/// The name of the pause gate, as a claim's reply names the gate that let nothing through.
+pub(crate) const PAUSED: &str = "paused";
+
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    let [gates, paused, rate] = GATE_PARTS;
+    lua::script(
+        include_str!("../list/claim.lua"),
+        &[
+            lua::GUARD,
+            crate::frame::LUA,
+            lua::LEVELS,
+            gates,
+            paused,
+            rate,
+            include_str!("../list/take.lua"),
+        ],
+    )
+});
+
+static READ: LazyLock<Script> = LazyLock::new(|| {
+    let [gates, paused, rate] = GATE_PARTS;
+    lua::script(
+        include_str!("../stream/read.lua"),
+        &[lua::GUARD, crate::frame::LUA, gates, paused, rate],
+    )
+});
+
+/// The gates of a reader's claims: the pause (if the source can be paused) first, so a paused
+/// claim charges no limit, then the rate limit.
+pub(crate) fn gates(pause: Option<&Hold>, rate: Option<&Limiter>) -> Vec<Gate> {
+    pause
+        .map(|p| Gate::paused(p.key().to_owned()))
+        .into_iter()
+        .chain(rate.map(Limiter::gate))
+        .collect()
+}
+
+/// What a reader does with a claim's verdict: a pause closes its pause gate (`pause`), else
+/// what the gates held back is counted under `queue`.
+pub(crate) fn report(paused: bool, held: Held, pause: Option<&Hold>, queue: &str) {
+    if paused {
+        if let Some(p) = pause {
+            p.closed();
+        }
+    } else {
+        held.count(queue);
+    }
+}
+
+/// One gate of a claim: its name in `GATES`, its keys and its arguments (`gates.lua`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gate {
+    name: &'static str,
+    keys: Vec<String>,
+    args: Vec<Value>,
+}
+
+impl Gate {
+    /// A gate named `name` (its Lua part's `GATES.<name>`) on `keys` with `args`.
+    pub(crate) fn new(name: &'static str, keys: Vec<String>, args: Vec<Value>) -> Self {
+        Self { name, keys, args }
+    }
+
+    /// The pause gate of the pause key `key` (full name): nothing passes while it exists.
+    pub fn paused(key: String) -> Self {
+        Self::new(PAUSED, vec![key], Vec::new())
+    }
+
+    /// Appends this gate's keys to `keys` and `name, #keys, #args, args..` to `args`.
+    fn push(&self, keys: &mut Vec<String>, args: &mut Vec<Value>) {
+        keys.extend(self.keys.iter().cloned());
+        args.push(Value::from_static_str(self.name));
+        args.push(Value::Integer(len(self.keys.len())));
+        args.push(Value::Integer(len(self.args.len())));
+        args.extend(self.args.iter().cloned());
+    }
+}
+
+/// What a list claim records.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// Nothing: a simple list pops.
+    Pop,
+    /// The processing list only (a reliable list without recovery).
+    List {
+        /// The processing list (full name).
+        processing: String,
+    },
+    /// The processing list and one claim per entry in the recovery set, swept first.
+    Claims {
+        /// The processing list (full name).
+        processing: String,
+        /// The recovery set (full name).
+        zset: String,
+        /// The reader's id, the first part of each claim.
+        reader: String,
+        /// min_idle in ms: claims older than this are swept back.
+        min_idle_ms: u64,
+        /// The recovery set's ttl in ms (0 = none).
+        ttl_ms: u64,
+        /// Most claims one run sweeps back.
+        most: u32,
+    },
+}
+
+/// One call of `list/claim.lua`: sweep (with recovery), then take up to `max` entries from the
+/// levels through the gates, and record them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim<'a> {
+    /// The queue's levels, lowest first (level 0, the queue itself, alone without levels).
+    pub levels: &'a [String],
+    /// What the claim records.
+    pub record: &'a Record,
+    /// The gates, in the order they are asked.
+    pub gates: &'a [Gate],
+    /// Most entries to take.
+    pub max: usize,
+    /// The sequence number of the first claim (with [`Record::Claims`]).
+    pub first_seq: u64,
+}
+
+/// What a claim took, and what held the rest back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claimed {
+    /// Stale claims swept back onto the queue.
+    pub recovered: u64,
+    /// The run's id (server time), part of each claim's member ('' without recovery).
+    pub run: Bytes,
+    /// What the gates held back.
+    pub held: Held,
+    /// The gate that let nothing through, if any (`"paused"` when paused).
+    pub closed: Option<String>,
+    /// The entries, oldest of each level first.
+    pub values: Vec<Bytes>,
+    /// The sequence number of the first entry's claim (the call's [`Claim::first_seq`]).
+    pub first_seq: u64,
+}
+
+impl Claimed {
+    /// Whether the pause gate let nothing through.
+    pub fn paused(&self) -> bool {
+        self.closed.as_deref() == Some(PAUSED)
+    }
+}
+
+impl Claim<'_> {
+    /// The script's KEYS: the levels, the records' keys, then each gate's keys.
+    pub fn keys(&self) -> Vec<String> {
+        self.build().0
+    }
+
+    /// The script's ARGV (see `list/claim.lua`'s header).
+    pub fn args(&self) -> Vec<Value> {
+        self.build().1
+    }
+
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut keys: Vec<String> = self.levels.to_vec();
+        let max = Value::Integer(len(self.max));
+        let zero = || Value::Integer(0);
+        let mut args = match self.record {
+            Record::Pop => vec![max, Value::from_static_str(""), "".into(), zero(), zero()],
+            Record::List { processing } => {
+                keys.push(processing.clone());
+                vec![
+                    max,
+                    Value::from_static_str("list"),
+                    "".into(),
+                    zero(),
+                    zero(),
+                ]
+            }
+            Record::Claims {
+                processing,
+                zset,
+                reader,
+                min_idle_ms,
+                ..
+            } => {
+                keys.push(processing.clone());
+                keys.push(zset.clone());
+                vec![
+                    max,
+                    Value::from_static_str("claims"),
+                    Value::from(reader.as_str()),
+                    Value::from(self.first_seq.to_string()),
+                    Value::from(min_idle_ms.to_string()),
+                ]
+            }
+        };
+        let (ttl, most) = match self.record {
+            Record::Claims { ttl_ms, most, .. } => (*ttl_ms, *most),
+            _ => (0, 0),
+        };
+        args.push(Value::from(ttl.to_string()));
+        args.push(Value::Integer(i64::from(most)));
+        args.push(Value::Integer(len(self.levels.len())));
+        for g in self.gates {
+            g.push(&mut keys, &mut args);
+        }
+        (keys, args)
+    }
+
+    /// Reads the script's reply.
+    pub fn parse(reply: Value) -> Claimed {
+        let Value::Array(mut items) = reply else {
+            return Claimed::default();
+        };
+        let values = items
+            .drain(5.min(items.len())..)
+            .filter_map(bytes)
+            .collect();
+        let mut claimed = Claimed {
+            recovered: int(items.first()),
+            held: Held::read(&items, 2),
+            values,
+            ..Claimed::default()
+        };
+        let mut items = items.into_iter();
+        claimed.run = items.nth(1).and_then(bytes).unwrap_or_default();
+        claimed.closed = items.nth(2).and_then(text);
+        claimed
+    }
+
+    /// Runs the script on `client`.
+    pub async fn call(&self, client: &Client) -> Result<Claimed> {
+        let (keys, args) = self.build();
+        let reply: Value = CLAIM
+            .evalsha_with_reload(client, keys, args)
+            .await
+            .map_err(core)?;
+        let mut claimed = Self::parse(reply);
+        claimed.first_seq = self.first_seq;
+        Ok(claimed)
+    }
+}
+
+/// One call of `stream/read.lua`: up to `max` new entries of the group through the gates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamRead<'a> {
+    /// The stream (full name).
+    pub stream: &'a str,
+    /// The consumer group.
+    pub group: &'a str,
+    /// The consumer.
+    pub consumer: &'a str,
+    /// The gates, in the order they are asked.
+    pub gates: &'a [Gate],
+    /// Most entries to read.
+    pub max: usize,
+}
+
+/// What a stream read got, and what held the rest back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamClaimed {
+    /// What the gates held back.
+    pub held: Held,
+    /// The gate that let nothing through, if any (`"paused"` when paused).
+    pub closed: Option<String>,
+    /// The stream's last id when nothing was read though the gates let it: wait for newer.
+    pub last: Option<Bytes>,
+    /// The `XREADGROUP` reply (`Null` when nothing was read).
+    pub reply: Value,
+}
+
+impl StreamClaimed {
+    /// Whether the pause gate let nothing through.
+    pub fn paused(&self) -> bool {
+        self.closed.as_deref() == Some(PAUSED)
+    }
+}
+
+impl StreamRead<'_> {
+    /// The script's KEYS and ARGV (see `stream/read.lua`'s header).
+    pub fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut keys = vec![self.stream.to_owned()];
+        let mut args: Vec<Value> = vec![
+            self.group.into(),
+            self.consumer.into(),
+            Value::Integer(len(self.max)),
+        ];
+        for g in self.gates {
+            g.push(&mut keys, &mut args);
+        }
+        (keys, args)
+    }
+
+    /// Reads the script's reply.
+    pub fn parse(reply: Value) -> StreamClaimed {
+        let Value::Array(items) = reply else {
+            return StreamClaimed {
+                held: Held::default(),
+                closed: None,
+                last: None,
+                reply: Value::Null,
+            };
+        };
+        let held = Held::read(&items, 0);
+        let mut items = items.into_iter().skip(2);
+        StreamClaimed {
+            held,
+            closed: items.next().and_then(text),
+            last: items.next().and_then(bytes).filter(|id| !id.is_empty()),
+            reply: items.next().unwrap_or(Value::Null),
+        }
+    }
+
+    /// Runs the script on `client`.
+    pub async fn call(&self, client: &Client) -> Result<StreamClaimed> {
+        let (keys, args) = self.build();
+        let reply: Value = READ
+            .evalsha_with_reload(client, keys, args)
+            .await
+            .map_err(core)?;
+        Ok(Self::parse(reply))
+    }
+}
+
+fn len(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn int(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::Integer(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn bytes(v: Value) -> Option<Bytes> {
+    crate::transport::value_bytes(v)
+}
+
+fn text(v: Value) -> Option<String> {
+    bytes(v)
+        .filter(|b| !b.is_empty())
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
