@@ -1,7 +1,7 @@
 //! The integration tests of `ruststream`, in one test binary (`--test integration`): one module a
 //! feature, each the file of the same name beside this one, all on the shared harness
 //! (`tests/harness/`, compiled once for all of them). A test's name starts with its module:
-//! `cargo test -p ruststream --test integration lists::` runs the list tests,
+//! `cargo test -p redstream --test integration lists::` runs the list tests,
 //! `... --test integration reliable_acks_in_order::cluster` one test on one topology.
 //!
 //! The tests share one process, so what is process-wide is installed once and shared: the log

@@ -19,7 +19,7 @@
 //! run is `RUSTSTREAM_FAILOVER_N=10000`. Only processes this test started are signalled.
 //!
 //! ```text
-//! RUSTSTREAM_FAILOVER_N=10000 scripts/test -p ruststream --test failover -- --nocapture
+//! RUSTSTREAM_FAILOVER_N=10000 scripts/test -p redstream --test processes failover:: -- --nocapture
 //! ```
 
 use crate::harness;

@@ -4,7 +4,7 @@
 //! and OpenTelemetry (`otel`: its global tracer provider adds `traceparent` to every message
 //! published in the process). Their worker processes are this binary run again
 //! with one `#[ignore]`d test selected by its full name (`harness::process`). A test's name starts
-//! with its module: `cargo test -p ruststream --test processes faults::`.
+//! with its module: `cargo test -p redstream --test processes faults::`.
 //!
 //! **Adding a file**: as in `tests/integration/main.rs`.
 
