@@ -45,6 +45,14 @@ pub struct Mount<B: Broker> {
     periodics: Vec<crate::Periodic>,
 }
 
+impl<B: Broker> std::fmt::Debug for Mount<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mount")
+            .field("subscribers", &self.subscribers)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<B: Broker> Mount<B> {
     /// Mounts a subscriber; the returned reference sets its reply policy with `.out_reply(..)`.
     pub fn include<S: IntoSubscriber<Broker = B>>(&mut self, subscriber: S) -> &mut Subscriber<B> {
@@ -79,6 +87,16 @@ pub struct RustStream {
     brokers: Vec<Box<dyn MountedBroker>>,
     shutdown_timeout: Duration,
     observer: crate::observe::SharedObserver,
+}
+
+impl std::fmt::Debug for RustStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RustStream")
+            .field("info", &self.info)
+            .field("brokers", &self.brokers.len())
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RustStream {

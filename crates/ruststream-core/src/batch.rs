@@ -313,6 +313,14 @@ pub struct BatchBuilder<S, H> {
     options: BatchOptions,
 }
 
+impl<S: std::fmt::Debug, H> std::fmt::Debug for BatchBuilder<S, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchBuilder")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: Source, H> BatchBuilder<S, H> {
     pub(crate) fn new(source: S, handler: H, size: usize) -> Self {
         Self {

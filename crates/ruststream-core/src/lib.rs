@@ -10,6 +10,10 @@
 //! With the feature `otel`, publishes and handled messages are OpenTelemetry spans of one trace
 //! across services, carried in a W3C `traceparent` header: see the `otel` module.
 
+// The library's API: every item reachable from outside is `pub`, every other one `pub(crate)`;
+// every public type can be printed.
+#![warn(unreachable_pub, missing_debug_implementations)]
+
 pub mod app;
 pub mod asyncapi;
 pub mod batch;

@@ -182,6 +182,14 @@ pub struct PublishBuilder<'a, T> {
     opts: Options,
 }
 
+impl<T> std::fmt::Debug for PublishBuilder<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PublishBuilder")
+            .field("messages", &self.values.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a, T: MessageType> PublishBuilder<'a, T> {
     /// The destination key; without it the type's outgoing name is used.
     pub fn to(mut self, destination: impl Into<String>) -> Self {

@@ -123,6 +123,14 @@ pub struct RunningApp {
     health: Health,
 }
 
+impl std::fmt::Debug for RunningApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningApp")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RunningApp {
     /// An app with nothing started yet.
     pub(crate) fn new(info: AppInfo) -> Self {

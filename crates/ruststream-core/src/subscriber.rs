@@ -117,6 +117,12 @@ pub struct Subscriber<B: Broker> {
     pub(crate) reply: Option<Reply<B>>,
 }
 
+impl<B: Broker> std::fmt::Debug for Subscriber<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscriber").finish_non_exhaustive()
+    }
+}
+
 pub(crate) struct Reply<B: Broker> {
     pub(crate) to: Option<String>,
     pub(crate) message: MessageDoc,
@@ -207,6 +213,14 @@ pub struct SubscriberBuilder<S, H> {
     pub(crate) handler: H,
 }
 
+impl<S: std::fmt::Debug, H> std::fmt::Debug for SubscriberBuilder<S, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubscriberBuilder")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<S: Source, H> SubscriberBuilder<S, H> {
     /// A subscriber whose handler acknowledges with no reply.
     pub fn build<In: MessageType>(self) -> Subscriber<S::Broker>
@@ -240,6 +254,15 @@ impl<S: Source, H> SubscriberBuilder<S, H> {
 pub struct ReplyBuilder<S, H> {
     inner: SubscriberBuilder<S, H>,
     to: Option<String>,
+}
+
+impl<S: std::fmt::Debug, H> std::fmt::Debug for ReplyBuilder<S, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplyBuilder")
+            .field("inner", &self.inner)
+            .field("to", &self.to)
+            .finish()
+    }
 }
 
 impl<S: Source, H> ReplyBuilder<S, H> {

@@ -5,6 +5,10 @@
 //! `MessageType` impls, `run_main`). Errors are `syn::Error`s turned into `compile_error!`s that say
 //! how to fix the code.
 
+// The library's API: every item reachable from outside is `pub`, every other one `pub(crate)`;
+// every public type can be printed.
+#![warn(unreachable_pub, missing_debug_implementations)]
+
 use proc_macro::TokenStream;
 
 mod app;

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::keys::SourceKeys;
 
 /// How often the sizes are read.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 /// Samples the sizes of the keys of a list or stream subscription until `stop`; the label is
 /// the queue's full name.

@@ -52,6 +52,10 @@
 //! 5. The settle task sends a batch to `list/settle.rs`, which runs `list/settle.lua` once:
 //!    for an ack, `LREM {jobs}.processing -1 <frame>`. The entry is gone from Redis only now.
 
+// The library's API: every item reachable from outside is `pub`, every other one `pub(crate)`;
+// every public type can be printed.
+#![warn(unreachable_pub, missing_debug_implementations)]
+
 mod broker;
 mod claim;
 mod conn;

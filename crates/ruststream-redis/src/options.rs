@@ -211,4 +211,4 @@ pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
 
 /// How long a command may go without a reply before it fails and its connection is replaced
 /// (`RedisBroker::command_timeout`); a blocking read may take its wait on top of this.
-pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);

@@ -274,6 +274,12 @@ pub struct RedisReceiver {
     gate: Option<Gate>,
 }
 
+impl std::fmt::Debug for RedisReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisReceiver").finish_non_exhaustive()
+    }
+}
+
 impl RedisReceiver {
     pub(crate) fn new(receive: impl Receive) -> Self {
         Self {
@@ -334,6 +340,12 @@ impl Receiver for RedisReceiver {
 /// Settles the entries of one subscription, whatever its transport.
 #[derive(Clone)]
 pub struct RedisSettler(Arc<dyn Settle>);
+
+impl std::fmt::Debug for RedisSettler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettler").finish_non_exhaustive()
+    }
+}
 
 impl RedisSettler {
     pub(crate) fn new(settle: impl Settle) -> Self {

@@ -430,6 +430,14 @@ pub struct TestPublish<'a, T> {
     app: &'a TestApp,
 }
 
+impl<T> std::fmt::Debug for TestPublish<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestPublish")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<T: MessageType> TestPublish<'_, T> {
     /// The destination key; without it the type's outgoing name is used.
     pub fn to(mut self, destination: impl Into<String>) -> Self {

@@ -23,6 +23,10 @@
 //! The conformance suite of the `ruststream` crate (`tests/integration/conformance.rs`) runs the
 //! same scenarios on the model and on a real Redis, so the model cannot drift from Redis.
 
+// The library's API: every item reachable from outside is `pub`, every other one `pub(crate)`;
+// every public type can be printed.
+#![warn(unreachable_pub, missing_debug_implementations)]
+
 mod app;
 mod model;
 mod published;

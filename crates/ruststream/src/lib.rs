@@ -1,4 +1,7 @@
 #![doc = include_str!("../README.md")]
+// The library's API: every item reachable from outside is `pub`, every other one `pub(crate)`;
+// every public type can be printed.
+#![warn(unreachable_pub, missing_debug_implementations)]
 
 pub mod cli;
 #[cfg(feature = "dashboard")]

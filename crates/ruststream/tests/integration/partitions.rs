@@ -350,8 +350,7 @@ async fn bad_partition_settings_stop_the_app_with_a_fix(env: &Env) {
         let e = env
             .try_start(app(&env.broker(), source, Seen::acking()))
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(e.to_string().contains(says), "{e}");
     }
     let e = env
@@ -361,8 +360,7 @@ async fn bad_partition_settings_stop_the_app_with_a_fix(env: &Env) {
             Seen::acking(),
         ))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(e.to_string().contains("without braces"), "{e}");
 }
 

@@ -327,8 +327,7 @@ async fn a_registry_of_the_wrong_type_stops_the_app_with_a_fix(env: &Env) {
             vec![job("beat", "*/1 * * * * *", "beats")]
         }))
         .await
-        .err()
-        .expect("the app is refused");
+        .expect_err("the app is refused");
     let text = err.to_string();
     assert_eq!(err.kind(), ruststream::ErrorKind::WrongType, "{text}");
     assert!(text.contains("rename or delete that key"), "{text}");
@@ -405,8 +404,7 @@ async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
         let app = instance(env, move || vec![p]);
         env.try_start(app)
             .await
-            .err()
-            .expect("the app is refused")
+            .expect_err("the app is refused")
             .to_string()
     };
     let e = refused(job("x", "*/5 * * * *", "k")).await;
@@ -436,7 +434,7 @@ async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
         b.periodic(job("twice", "* * * * * *", "a"))
             .periodic(job("twice", "* * * * * *", "b"));
     });
-    let e = env.try_start(app).await.err().expect("refused").to_string();
+    let e = env.try_start(app).await.expect_err("refused").to_string();
     assert!(e.contains("own name"), "{e}");
 }
 

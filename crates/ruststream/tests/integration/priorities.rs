@@ -333,8 +333,7 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
                 Seen::acking(),
             ))
             .await
-            .err()
-            .expect("refused");
+            .expect_err("refused");
         assert!(e.to_string().contains(says), "{n}: {e}");
     }
     let e = env
@@ -343,8 +342,7 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
             |_| {},
         ))
         .await
-        .err()
-        .expect("a route with 40 levels is refused");
+        .expect_err("a route with 40 levels is refused");
     assert!(e.to_string().contains("between 2 and 16"), "{e}");
 
     let broker = producer(env, 3);

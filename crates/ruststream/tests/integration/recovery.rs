@@ -328,15 +328,13 @@ async fn misconfigured_recovery_does_not_start(env: &Env) {
         .recovery_zset("{jobs}.claims");
     let e = try_start(app(env, no_idle, Record::default()))
         .await
-        .err()
-        .expect("must not start")
+        .expect_err("must not start")
         .to_string();
     assert!(e.contains("{jobs}") && e.contains("min_idle"), "{e}");
     let short_ttl = queue(Duration::from_secs(60)).recovery_ttl(Duration::from_secs(30));
     let e = try_start(app(env, short_ttl, Record::default()))
         .await
-        .err()
-        .expect("must not start")
+        .expect_err("must not start")
         .to_string();
     assert!(
         e.contains("recovery_ttl") && e.contains("longer than min_idle"),

@@ -200,8 +200,7 @@ async fn a_refused_or_failed_addition_leaves_the_app_as_it_was(env: &Env) {
             b.include(bad());
         }))
         .await
-        .err()
-        .expect("refused at startup")
+        .expect_err("refused at startup")
         .to_string();
     let at_runtime = refused(&mut running, bad()).await;
     assert_eq!(at_runtime, at_startup);

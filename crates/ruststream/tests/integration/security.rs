@@ -136,8 +136,7 @@ async fn a_tls_server_with_a_private_ca() {
         .start(),
     )
     .await
-    .err()
-    .expect("an unknown CA must stop the app")
+    .expect_err("an unknown CA must stop the app")
     .to_string();
     assert!(e.contains(&url) && e.contains("TLS"), "{e}");
     // A CA file that is not there.
@@ -152,8 +151,7 @@ async fn a_tls_server_with_a_private_ca() {
         .start(),
     )
     .await
-    .err()
-    .expect("a missing CA file must stop the app")
+    .expect_err("a missing CA file must stop the app")
     .to_string();
     assert!(e.contains("/nonexistent/ca.pem"), "{e}");
 }
@@ -229,8 +227,7 @@ async fn a_wrong_password_stops_the_app_at_startup_without_showing_it(env: &Env)
             .start(),
         )
         .await
-        .err()
-        .expect("a wrong password must stop the app")
+        .expect_err("a wrong password must stop the app")
         .to_string();
         assert!(
             e.contains("check the user name and password"),

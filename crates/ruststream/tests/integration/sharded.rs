@@ -318,7 +318,7 @@ async fn config_errors_are_refused_at_startup(env: &Env) {
         let app = env.app(move |b| {
             b.include(subscriber(source, Recorder::default()).build());
         });
-        async move { env.try_start(app).await.err().expect("refused").to_string() }
+        async move { env.try_start(app).await.expect_err("refused").to_string() }
     };
     let e = refused(RedisChannel::sharded("orders.*")).await;
     assert!(e.contains("no sharded pattern subscription"), "{e}");

@@ -165,8 +165,7 @@ async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_us
     );
     let err = bounded("start", Duration::from_secs(10), app.start())
         .await
-        .err()
-        .expect("an untagged reliable queue must not start on a cluster")
+        .expect_err("an untagged reliable queue must not start on a cluster")
         .to_string();
     assert!(err.contains("{thumbnails}"), "the tag to use: {err}");
     assert!(
