@@ -233,7 +233,9 @@ async fn run(durable: bool) -> Tally {
             new_replica = Some(Replica::start(&now));
             // Its sync is part of the run: durable publishes fail until it is done.
             let promoted_client = node_client(&now).await;
-            wait_until("the new replica syncs", Duration::from_secs(20), || async {
+            // A full sync (the promoted primary forks for it, after repl-diskless-sync-delay's
+            // 5 s) takes seconds, and longer beside the other process tests: a generous bound.
+            wait_until("the new replica syncs", Duration::from_secs(60), || async {
                 let info: String = promoted_client
                     .custom(fred::cmd!("INFO"), vec!["replication"])
                     .await
