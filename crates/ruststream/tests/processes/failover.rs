@@ -74,19 +74,46 @@ impl Tally {
 struct Replica(Child, std::path::PathBuf);
 
 impl Replica {
+    /// A replica of `primary` on a free port, once it runs: a port another test took between the
+    /// pick and the bind makes redis-server exit, and another port is tried.
     fn start(primary: &str) -> Self {
-        let dir = std::env::temp_dir().join(unique("failover-replica"));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        let port = OwnRedis::free_port().to_string();
         let (host, primary_port) = primary.rsplit_once(':').expect("host:port");
-        let child = Command::new("redis-server")
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
-            .args(["--appendonly", "no", "--dir", dir.to_str().expect("utf-8")])
-            .args(["--replicaof", host, primary_port])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server runs");
-        Self(child, dir)
+        for _ in 0..10 {
+            let dir = std::env::temp_dir().join(unique("failover-replica"));
+            std::fs::create_dir_all(&dir).expect("a temp dir");
+            let port = OwnRedis::free_port().to_string();
+            let mut child = Command::new("redis-server")
+                .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+                .args(["--appendonly", "no", "--dir", dir.to_str().expect("utf-8")])
+                .args(["--replicaof", host, primary_port])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server runs");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let up = loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break false;
+                }
+                let pong = Command::new("redis-cli")
+                    .args(["-p", &port, "ping"])
+                    .output()
+                    .is_ok_and(|o| o.stdout.starts_with(b"PONG"));
+                if pong {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            if up {
+                return Self(child, dir);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        panic!("no replica of {primary} started in 10 attempts");
     }
 }
 
@@ -241,7 +268,7 @@ async fn run(durable: bool) -> Tally {
                     .await
                     .unwrap_or_default();
                 info.lines()
-                    .any(|l| l.starts_with("slave0:") && l.contains("state=online"))
+                    .any(|l| l.starts_with("slave") && l.contains("state=online"))
             })
             .await;
         }
