@@ -1,7 +1,8 @@
 //! Leases after a reconnect: an outage longer than `min_idle` (a Redis restart, a network cut)
 //! leaves every live claim scored as if its worker were gone, so the first sweep after the
 //! connection comes back would redeliver the work of live workers. A reader's [`Rejoin`] is
-//! marked when its connection comes back (fred's `on_reconnect`) or a lease renewal fails; the
+//! marked when its connection comes back (fred reconnected it, or the reader replaced it:
+//! `ReadConn::on_reconnect`) or a lease renewal fails; the
 //! reader then renews its own claims' leases on its reading connection before its next sweep,
 //! and holds its sweeps back for a grace (two renewal periods), so that the other live readers,
 //! which renew when they reconnect or at their next renewal, do so before anyone sweeps.
@@ -11,8 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::interfaces::EventInterface;
 use tokio::time::Instant;
+
+use crate::conn::ReadConn;
 
 /// Whether a reader must renew its leases before it sweeps, and until when it must not sweep.
 #[derive(Debug)]
@@ -32,14 +34,13 @@ impl Rejoin {
         })
     }
 
-    /// Marks this reader whenever `client` reconnects.
-    pub(crate) fn watch(self: &Arc<Self>, client: &impl EventInterface) {
+    /// Marks this reader whenever `conn` comes back.
+    pub(crate) fn watch(self: &Arc<Self>, conn: &mut ReadConn) {
         let me = Arc::downgrade(self);
-        let _task = client.on_reconnect(move |_| {
+        conn.on_reconnect(move || {
             if let Some(me) = me.upgrade() {
                 me.mark();
             }
-            async { Ok(()) }
         });
     }
 

@@ -74,35 +74,39 @@ impl std::fmt::Display for Finding {
 
 /// What [`Finding`]s `client`'s server has; persistence only when `durable`.
 pub(crate) async fn findings(client: &Client, durable: bool) -> Vec<Finding> {
-    let mut out = Vec::new();
-    match config_get(client, "maxmemory-policy").await {
-        Some(p) if p == "noeviction" => {}
-        Some(p) => out.push(Finding::Evicts(p)),
-        None => out.push(Finding::Unchecked("maxmemory-policy")),
-    }
+    let mut out: Vec<Finding> = eviction(client).await.into_iter().collect();
     if durable {
-        let aof = config_get(client, "appendonly").await;
-        let save = config_get(client, "save").await;
-        match (aof, save) {
-            (Some(aof), Some(save)) if aof != "yes" && save.trim().is_empty() => {
-                out.push(Finding::NoPersistence);
-            }
-            (Some(_), Some(_)) => {}
-            _ => out.push(Finding::Unchecked("persistence (appendonly, save)")),
-        }
+        out.extend(persistence(client).await);
     }
     out
 }
 
+/// Whether the server may evict keys (or cannot be told).
+async fn eviction(client: &Client) -> Option<Finding> {
+    match config_get(client, "maxmemory-policy").await {
+        Some(p) if p == "noeviction" => None,
+        Some(p) => Some(Finding::Evicts(p)),
+        None => Some(Finding::Unchecked("maxmemory-policy")),
+    }
+}
+
+/// Whether the server has neither AOF nor save points (or cannot be told).
+async fn persistence(client: &Client) -> Option<Finding> {
+    let aof = config_get(client, "appendonly").await;
+    let save = config_get(client, "save").await;
+    match (aof, save) {
+        (Some(aof), Some(save)) if aof != "yes" && save.trim().is_empty() => {
+            Some(Finding::NoPersistence)
+        }
+        (Some(_), Some(_)) => None,
+        _ => Some(Finding::Unchecked("persistence (appendonly, save)")),
+    }
+}
+
 /// Warns when `client`'s server has no persistence (or it cannot be told).
 pub(crate) async fn warn_persistence(client: &Client, target: &str) {
-    for finding in findings(client, true).await {
-        if !matches!(
-            finding,
-            Finding::Evicts(_) | Finding::Unchecked("maxmemory-policy")
-        ) {
-            tracing::warn!(redis = %target, "{finding}");
-        }
+    if let Some(finding) = persistence(client).await {
+        tracing::warn!(redis = %target, "{finding}");
     }
 }
 

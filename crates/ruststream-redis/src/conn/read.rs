@@ -32,6 +32,8 @@ pub(crate) struct ReadConn {
     command_timeout: Duration,
     /// Set when a read went past its bound: replace the client before the next read.
     stale: std::sync::atomic::AtomicBool,
+    /// Called whenever the connection comes back: fred reconnected, or the client was replaced.
+    reconnected: Vec<Reconnected>,
     /// On the in-memory server, what to await before a blocking read.
     memory: Option<MemoryWait>,
 }
@@ -53,6 +55,7 @@ impl ReadConn {
             target,
             command_timeout,
             stale: std::sync::atomic::AtomicBool::new(false),
+            reconnected: Vec::new(),
             memory,
         })
     }
@@ -84,6 +87,14 @@ impl ReadConn {
         &self.client
     }
 
+    /// Calls `f` whenever the connection comes back (fred reconnected it) or is replaced
+    /// ([`heal`](Self::heal)), for as long as this connection lives.
+    pub(crate) fn on_reconnect(&mut self, f: impl Fn() + Send + Sync + 'static) {
+        let f: Reconnected = Arc::new(f);
+        listen(&self.client, f.clone());
+        self.reconnected.push(f);
+    }
+
     /// Whether the connection is up (fred's own state: no I/O).
     pub(crate) fn probe(&self) -> ruststream_core::Probe {
         let current = self.current.clone();
@@ -106,6 +117,10 @@ impl ReadConn {
                 );
                 crate::error::core_as(e, message)
             })?;
+        for f in &self.reconnected {
+            listen(&fresh, f.clone());
+            f();
+        }
         let old = std::mem::replace(&mut self.client, fresh.clone());
         if let Ok(mut current) = self.current.lock() {
             *current = fresh;
@@ -193,6 +208,17 @@ impl Drop for ReadConn {
     fn drop(&mut self) {
         quit_in_background(self.client.clone());
     }
+}
+
+/// What a reader does when its connection comes back.
+type Reconnected = Arc<dyn Fn() + Send + Sync>;
+
+/// Calls `f` on every reconnect of `client`.
+fn listen(client: &Client, f: Reconnected) {
+    let _task = client.on_reconnect(move |_| {
+        f();
+        async { Ok(()) }
+    });
 }
 
 /// Sends `QUIT` on `client` from a task of its own, bounded: a client that stopped answering

@@ -104,7 +104,12 @@ pub(super) async fn open(
 }
 
 /// The receiver of a reliable list, with its leases and settler.
-fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -> RedisReceiver {
+fn open_reliable(
+    list: &RedisList,
+    keys: ListKeys,
+    pool: Pool,
+    mut reader: Reader,
+) -> RedisReceiver {
     let leases = Arc::new(Leases::default());
     let reader_id = uuid::Uuid::now_v7().simple().to_string();
     let processing = keys.processing.clone().unwrap_or_default();
@@ -116,7 +121,7 @@ fn open_reliable(list: &RedisList, keys: ListKeys, pool: Pool, reader: Reader) -
             let ttl_ms = list.recovery_ttl.map_or(0, millis);
             let every = (idle / 3).max(Duration::from_millis(10));
             let r = Rejoin::new(every);
-            r.watch(reader.conn.client());
+            r.watch(&mut reader.conn);
             Leases::spawn_renewal(
                 &leases,
                 pool.clone(),

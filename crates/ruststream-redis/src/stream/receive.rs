@@ -39,7 +39,7 @@ pub(super) async fn open(
     let keys = stream.keys(&conns.keys);
     let group = stream.group_name().to_owned();
     let pool = conns.pool()?;
-    let conn = conns
+    let mut conn = conns
         .reader(
             BlockingRead::Stream {
                 key: keys.stream.clone(),
@@ -75,7 +75,7 @@ pub(super) async fn open(
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
-        r.rejoin.watch(conn.client());
+        r.rejoin.watch(&mut conn);
         r.spawn_renewal(
             pool.clone(),
             Group {
