@@ -98,6 +98,10 @@ pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use limit::RateLimit;
 pub use list::RedisList;
+/// The one shape of every script's typed call, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use lua::Call;
 pub use options::DEFAULT_MIN_IDLE;
 pub use options::DEFAULT_RESULT_TTL;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};

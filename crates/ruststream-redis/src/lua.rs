@@ -2,10 +2,67 @@
 //! uses (`guard.lua`, `frame.lua`, `list/levels.lua`, the claim's parts in `claim/`,
 //! `delayed/schedule_retry.lua`) put after
 //! its first line when that line is a `#!lua` shebang (Redis reads a script's flags from its
-//! first line only).
-//! Sends no command.
+//! first line only), and [`Call`], the one shape of every script's typed call.
+//!
+//! Commands: `EVALSHA` of a call's script (`SCRIPT LOAD` on `NOSCRIPT`), through [`Call::call`].
 
+use std::future::Future;
+
+use fred::prelude::*;
 use fred::types::scripts::Script;
+use ruststream_core::Result;
+
+use crate::error::core;
+
+/// One call of a script. Each script has one type implementing this: it builds the script's
+/// KEYS and ARGV and reads its reply, so the script's header and that type are the only two
+/// places its arguments are written (the readers, the settlers, the operator and the Lua tests
+/// of `ruststream-testing` all call it through the type).
+pub trait Call {
+    /// What the script's reply is read as.
+    type Reply;
+
+    /// The script this calls.
+    fn script(&self) -> &'static Script;
+
+    /// The script's KEYS and ARGV.
+    fn build(&self) -> (Vec<String>, Vec<Value>);
+
+    /// Reads the script's reply.
+    fn parse(&self, reply: Value) -> Self::Reply;
+
+    /// Runs the script on `client` (`EVALSHA`, loading it on `NOSCRIPT`).
+    ///
+    /// # Errors
+    /// The script's error reply or the connection's, as a typed broker error.
+    fn call(&self, client: &Client) -> impl Future<Output = Result<Self::Reply>> + Send
+    where
+        Self: Sync,
+    {
+        async move {
+            let (keys, args) = self.build();
+            let reply: Value = self
+                .script()
+                .evalsha_with_reload(client, keys, args)
+                .await
+                .map_err(core)?;
+            Ok(self.parse(reply))
+        }
+    }
+}
+
+/// `n` as a script argument.
+pub(crate) fn int(n: usize) -> Value {
+    Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// A reply's integer (0 for anything else, or a negative).
+pub(crate) fn reply_u64(v: &Value) -> u64 {
+    match v {
+        Value::Integer(n) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
 
 /// Checks made before a script's first write (`wrong_types`, `MAX_UNPACK`).
 pub(crate) const GUARD: &str = include_str!("guard.lua");

@@ -33,6 +33,7 @@ use crate::claim::{Refund, Reserve};
 use crate::conn::Connections;
 use crate::keys::{KeySpace, SourceKeys};
 use crate::limit::{Held, Limiter};
+use crate::lua::Call;
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Settle, Token, Transport};
 
 /// Most partitions a queue may have.
@@ -234,7 +235,11 @@ impl Partitioned {
             limiter: &limiter,
             unused: granted.saturating_sub(used),
         };
-        if let Err(e) = refund.call(&client).await {
+        let refunded = match refund.unused {
+            0 => Ok(()),
+            _ => refund.call(&client).await,
+        };
+        if let Err(e) = refunded {
             // The passes stay taken: the limit holds back more than it must, never less.
             tracing::warn!(limiter = %limiter.key, error = %e, "unused rate-limit passes not given back");
         }

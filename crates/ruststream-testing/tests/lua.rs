@@ -486,7 +486,7 @@ fn fastrand_suffix() -> u128 {
 /// readers use): the pause gate lets nothing through, then the levels are taken highest first
 /// into the processing list. Returns what each call gave: (closed gate, values).
 async fn typed_claim(client: &Client, prefix: &str) -> Vec<(Option<String>, Vec<Vec<u8>>)> {
-    use ruststream_redis::{Claim, Gate, Record};
+    use ruststream_redis::{Call, Claim, Gate, Record};
     let key = |s: &str| format!("{{{prefix}}}q{s}");
     let levels = vec![key(""), key(".p1")];
     let paused = key(".paused");
@@ -512,7 +512,7 @@ async fn typed_claim(client: &Client, prefix: &str) -> Vec<(Option<String>, Vec<
             let _: i64 = client.del(&paused).await.unwrap();
         }
     }
-    let mut keys = claim.keys();
+    let mut keys = claim.build().0;
     keys.push(key(".processing"));
     let _: i64 = client.del(keys).await.unwrap_or(0);
     out

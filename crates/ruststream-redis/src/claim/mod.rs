@@ -17,11 +17,9 @@ use std::sync::LazyLock;
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::Result;
 
-use crate::error::core;
 use crate::limit::{Held, Limiter};
-use crate::lua;
+use crate::lua::{self, Call};
 use crate::pause::Hold;
 
 mod reserve;
@@ -179,17 +177,15 @@ impl Claimed {
     }
 }
 
-impl Claim<'_> {
-    /// The script's KEYS: the levels, the records' keys, then each gate's keys.
-    pub fn keys(&self) -> Vec<String> {
-        self.build().0
+impl Call for Claim<'_> {
+    type Reply = Claimed;
+
+    fn script(&self) -> &'static Script {
+        &CLAIM
     }
 
-    /// The script's ARGV (see `list/claim.lua`'s header).
-    pub fn args(&self) -> Vec<Value> {
-        self.build().1
-    }
-
+    /// KEYS: the levels, the records' keys, then each gate's keys; ARGV: see
+    /// `list/claim.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
         let mut keys: Vec<String> = self.levels.to_vec();
         let max = Value::Integer(len(self.max));
@@ -237,10 +233,12 @@ impl Claim<'_> {
         (keys, args)
     }
 
-    /// Reads the script's reply.
-    pub fn parse(reply: Value) -> Claimed {
+    fn parse(&self, reply: Value) -> Claimed {
         let Value::Array(mut items) = reply else {
-            return Claimed::default();
+            return Claimed {
+                first_seq: self.first_seq,
+                ..Claimed::default()
+            };
         };
         let values = items
             .drain(5.min(items.len())..)
@@ -250,24 +248,13 @@ impl Claim<'_> {
             recovered: int(items.first()),
             held: Held::read(&items, 2),
             values,
+            first_seq: self.first_seq,
             ..Claimed::default()
         };
         let mut items = items.into_iter();
         claimed.run = items.nth(1).and_then(bytes).unwrap_or_default();
         claimed.closed = items.nth(2).and_then(text);
         claimed
-    }
-
-    /// Runs the script on `client`.
-    pub async fn call(&self, client: &Client) -> Result<Claimed> {
-        let (keys, args) = self.build();
-        let reply: Value = CLAIM
-            .evalsha_with_reload(client, keys, args)
-            .await
-            .map_err(core)?;
-        let mut claimed = Self::parse(reply);
-        claimed.first_seq = self.first_seq;
-        Ok(claimed)
     }
 }
 
@@ -306,9 +293,15 @@ impl StreamClaimed {
     }
 }
 
-impl StreamRead<'_> {
-    /// The script's KEYS and ARGV (see `stream/read.lua`'s header).
-    pub fn build(&self) -> (Vec<String>, Vec<Value>) {
+impl Call for StreamRead<'_> {
+    type Reply = StreamClaimed;
+
+    fn script(&self) -> &'static Script {
+        &READ
+    }
+
+    /// KEYS and ARGV: see `stream/read.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
         let mut keys = vec![self.stream.to_owned()];
         let mut args: Vec<Value> = vec![
             self.group.into(),
@@ -321,8 +314,7 @@ impl StreamRead<'_> {
         (keys, args)
     }
 
-    /// Reads the script's reply.
-    pub fn parse(reply: Value) -> StreamClaimed {
+    fn parse(&self, reply: Value) -> StreamClaimed {
         let Value::Array(items) = reply else {
             return StreamClaimed {
                 held: Held::default(),
@@ -339,16 +331,6 @@ impl StreamRead<'_> {
             last: items.next().and_then(bytes).filter(|id| !id.is_empty()),
             reply: items.next().unwrap_or(Value::Null),
         }
-    }
-
-    /// Runs the script on `client`.
-    pub async fn call(&self, client: &Client) -> Result<StreamClaimed> {
-        let (keys, args) = self.build();
-        let reply: Value = READ
-            .evalsha_with_reload(client, keys, args)
-            .await
-            .map_err(core)?;
-        Ok(Self::parse(reply))
     }
 }
 

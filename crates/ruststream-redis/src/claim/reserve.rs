@@ -12,11 +12,9 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::Result;
 
-use crate::error::core;
 use crate::limit::Limiter;
-use crate::lua;
+use crate::lua::{self, Call};
 
 fn script(main: &str) -> Script {
     let [gates, _, rate] = super::GATE_PARTS;
@@ -35,37 +33,30 @@ pub(crate) struct Reserve<'a> {
     pub(crate) want: usize,
 }
 
-impl Reserve<'_> {
-    /// The script's KEYS and ARGV (see `reserve.lua`'s header).
-    pub(crate) fn build(&self) -> (Vec<String>, Vec<Value>) {
-        let mut args = vec![Value::Integer(i64::try_from(self.want).unwrap_or(i64::MAX))];
+impl Call for Reserve<'_> {
+    /// The passes taken, and how long until the next may pass when none could.
+    type Reply = (usize, Duration);
+
+    fn script(&self) -> &'static Script {
+        &RESERVE
+    }
+
+    /// KEYS and ARGV: see `reserve.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut args = vec![lua::int(self.want)];
         args.extend(self.limiter.args.iter().cloned());
         (vec![self.limiter.key.clone()], args)
     }
 
-    /// Reads the reply: the passes taken, and how long until the next may pass when none could.
-    pub(crate) fn parse(reply: &Value) -> (usize, Duration) {
-        let int = |i: usize| match reply {
-            Value::Array(items) => match items.get(i) {
-                Some(Value::Integer(n)) => u64::try_from(*n).unwrap_or(0),
-                _ => 0,
-            },
+    fn parse(&self, reply: Value) -> (usize, Duration) {
+        let int = |i: usize| match &reply {
+            Value::Array(items) => items.get(i).map_or(0, lua::reply_u64),
             _ => 0,
         };
         (
             usize::try_from(int(0)).unwrap_or(0),
             Duration::from_millis(int(1)),
         )
-    }
-
-    /// Runs the script on `client`.
-    pub(crate) async fn call(&self, client: &Client) -> Result<(usize, Duration)> {
-        let (keys, args) = self.build();
-        let reply: Value = RESERVE
-            .evalsha_with_reload(client, keys, args)
-            .await
-            .map_err(core)?;
-        Ok(Self::parse(&reply))
     }
 }
 
@@ -78,26 +69,19 @@ pub(crate) struct Refund<'a> {
     pub(crate) unused: usize,
 }
 
-impl Refund<'_> {
-    /// The script's KEYS and ARGV (see `refund.lua`'s header).
-    pub(crate) fn build(&self) -> (Vec<String>, Vec<Value>) {
-        let mut args = vec![Value::Integer(
-            i64::try_from(self.unused).unwrap_or(i64::MAX),
-        )];
+impl Call for Refund<'_> {
+    type Reply = ();
+
+    fn script(&self) -> &'static Script {
+        &REFUND
+    }
+
+    /// KEYS and ARGV: see `refund.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut args = vec![lua::int(self.unused)];
         args.extend(self.limiter.args.iter().cloned());
         (vec![self.limiter.key.clone()], args)
     }
 
-    /// Runs the script on `client` (nothing to send when nothing is unused).
-    pub(crate) async fn call(&self, client: &Client) -> Result<()> {
-        if self.unused == 0 {
-            return Ok(());
-        }
-        let (keys, args) = self.build();
-        let _: Value = REFUND
-            .evalsha_with_reload(client, keys, args)
-            .await
-            .map_err(core)?;
-        Ok(())
-    }
+    fn parse(&self, _: Value) {}
 }

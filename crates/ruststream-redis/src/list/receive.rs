@@ -34,6 +34,7 @@ use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Destination, Mover, interrupted, read_wait};
 use crate::limit::Limiter;
+use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};
 use crate::rejoin::Rejoin;

@@ -23,6 +23,7 @@ use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Destination, Mover, interrupted, read_wait};
 use crate::frame::{Frame, FrameError, FramePart};
 use crate::limit::Limiter;
+use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
 use crate::pause::{Gate, Hold};
