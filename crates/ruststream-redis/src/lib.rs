@@ -56,6 +56,7 @@
 // every public type can be printed.
 #![warn(unreachable_pub, missing_debug_implementations)]
 
+mod back;
 mod broker;
 mod claim;
 mod conn;
@@ -83,6 +84,7 @@ mod publish;
 pub mod pubsub;
 mod rejoin;
 mod results;
+mod settle;
 mod setup;
 pub mod stream;
 mod tls;
@@ -109,3 +111,16 @@ pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
 pub use stream::RedisStream;
 pub use transport::RedisSource;
+/// The typed calls of the scripts that put entries back onto a queue, for the Lua tests of
+/// `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use {
+    back::Dest,
+    delayed::{Later, MoveDue, Moved, ScheduleLater},
+    list::settle::{SettleKeys, SettleList},
+    operate::dead::{Purge, Requeue, Taken},
+    settle::Op,
+    stream::settle::SettleStream,
+    unique::{Batch as UniqueBatch, PublishUnique},
+};

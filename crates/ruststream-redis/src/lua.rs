@@ -1,5 +1,5 @@
 //! Composing the scripts from their `.lua` files: a script's own file, with the shared Lua it
-//! uses (`guard.lua`, `frame.lua`, `list/levels.lua`, the claim's parts in `claim/`,
+//! uses (`guard.lua`, `frame.lua`, `stream/bound.lua`, `back.lua`, the claim's parts in `claim/`,
 //! `delayed/schedule_retry.lua`) put after
 //! its first line when that line is a `#!lua` shebang (Redis reads a script's flags from its
 //! first line only), and [`Call`], the one shape of every script's typed call.
@@ -56,6 +56,14 @@ pub(crate) fn int(n: usize) -> Value {
     Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
+/// A reply's signed integer (0 for anything else).
+pub(crate) fn reply_i64(v: &Value) -> i64 {
+    match v {
+        Value::Integer(n) => *n,
+        _ => 0,
+    }
+}
+
 /// A reply's integer (0 for anything else, or a negative).
 pub(crate) fn reply_u64(v: &Value) -> u64 {
     match v {
@@ -71,9 +79,9 @@ pub(crate) const GUARD: &str = include_str!("guard.lua");
 /// (`bound_error(spec)`, `bound(key, spec)`).
 pub(crate) const BOUND: &str = include_str!("stream/bound.lua");
 
-/// The Lua of the scripts that put entries onto a list with priority levels (`levels_of`,
-/// `level_of`, `push_onto`, `push_level`, `level_checks`); needs `frame.lua` before it.
-pub(crate) const LEVELS: &str = include_str!("list/levels.lua");
+/// The one way onto a queue (`list_dest`, `dest_of`, `dest_checks`, `dest_item`, `level_of`,
+/// `put_back`; see `crate::back::Dest`); needs `frame.lua` and [`BOUND`] before it.
+pub(crate) const BACK: &str = include_str!("back.lua");
 
 /// A script of `main` with `libs` put in front of its body (after its shebang, if any).
 pub(crate) fn script(main: &str, libs: &[&str]) -> Script {

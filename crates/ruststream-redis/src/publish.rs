@@ -23,13 +23,15 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 use futures::future::{BoxFuture, try_join_all};
-use ruststream_core::{Due, Error, OutMessage, PublishBackend, Result};
+use ruststream_core::{Error, OutMessage, PublishBackend, Result};
 
+use crate::back::Dest;
 use crate::conn::Connections;
 use crate::error::PubSubError;
 use crate::frame::{encode_parts, new_id};
+use crate::lua::Call;
 use crate::policy::{PublishPolicy, Routes};
-use crate::unique::{self, Target};
+use crate::unique::{self, PublishUnique};
 use crate::{delayed, list, pubsub, stream};
 
 /// The publish backend of a [`RedisBroker`](crate::RedisBroker).
@@ -61,10 +63,8 @@ struct Group {
     policy: PublishPolicy,
     /// List values or channel messages to send now.
     now: Vec<Value>,
-    /// `schedule.lua` arguments of delayed messages.
-    later: Vec<Value>,
-    /// The unique keys of the delayed messages with a window, in order.
-    later_unique: Vec<String>,
+    /// Delayed messages.
+    later: Vec<delayed::Later>,
     /// Stream entries' fields.
     entries: Vec<Vec<Value>>,
     /// Messages due now with a unique window.
@@ -131,7 +131,6 @@ pub(crate) async fn publish(
                     policy,
                     now: Vec::new(),
                     later: Vec::new(),
-                    later_unique: Vec::new(),
                     entries: Vec::new(),
                     unique: unique::Batch::default(),
                 });
@@ -144,7 +143,7 @@ pub(crate) async fn publish(
     // was lost recognises its own windows.
     let token = if groups
         .iter()
-        .any(|g| !g.unique.is_empty() || !g.later_unique.is_empty())
+        .any(|g| !g.unique.is_empty() || g.later.iter().any(|l| l.unique.is_some()))
     {
         new_id()
     } else {
@@ -164,29 +163,21 @@ fn add(g: &mut Group, keys: &crate::keys::KeySpace, m: OutMessage) {
     let unique = m.unique_for.map(|w| (unique::key(keys, &g.base, &id), w));
     if let Some(due) = m.due {
         // Waits in the delayed set as a frame; the mover turns it into its destination's form.
-        let (kind, ms) = due_arg(due);
-        g.later.extend([
-            Value::from_static_str(kind),
-            Value::Integer(ms),
-            Value::from(id.as_str()),
-            Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)),
-            Value::Integer(unique.as_ref().map_or(0, |(_, w)| unique::window_ms(*w))),
-        ]);
-        g.later_unique.extend(unique.map(|(k, _)| k));
+        g.later.push(delayed::Later {
+            due,
+            frame: encode_parts(&id, 1, &m.headers, &m.payload),
+            id,
+            unique,
+        });
         return;
     }
     if let Some((key, window)) = unique {
-        match g.policy {
-            PublishPolicy::Stream(_) => {
-                g.unique
-                    .entry(key, window, stream::fields(&id, 1, &m.headers, m.payload));
-            }
-            PublishPolicy::List(_) | PublishPolicy::PubSub(_) => g.unique.frame(
-                key,
-                window,
-                Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)),
-            ),
-        }
+        // A stream gets the frame's fields from `back.lua`.
+        g.unique.frame(
+            key,
+            window,
+            Value::Bytes(encode_parts(&id, 1, &m.headers, &m.payload)),
+        );
         return;
     }
     match g.policy {
@@ -226,17 +217,6 @@ fn durable_lead(g: &mut Group, conns: &Connections) -> Vec<crate::durable::Write
     }
 }
 
-fn due_arg(due: Due) -> (&'static str, i64) {
-    match due {
-        Due::In(d) => ("in", i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        Due::At(t) => (
-            "at",
-            t.duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        ),
-    }
-}
-
 /// Sends one group; returns how many of its messages were enqueued.
 async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result<usize> {
     let client = pool.next();
@@ -264,23 +244,40 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
     }
     if !g.unique.is_empty() {
         // Pub/Sub has no unique messages: `publish` refused them.
-        let target = match g.policy {
-            PublishPolicy::Stream(p) => Some(Target::Stream {
+        let dest = match g.policy {
+            PublishPolicy::Stream(p) => Some(Dest::Stream {
+                key: g.key.clone(),
                 bound: p.script_arg(),
             }),
-            PublishPolicy::List(p) => Some(Target::List {
+            // The levels up to the messages' own: `back.lua` puts each onto the level its
+            // header names, and announces a level above 0 that was empty.
+            PublishPolicy::List(p) => Some(Dest::List {
+                levels: std::iter::once(g.base.clone())
+                    .chain((1..=p.level).map(|i| conns.keys.level(&g.base, i)))
+                    .collect(),
                 ttl_ms: p.ttl.map_or(0, list::ttl_ms),
-                level: p.level > 0,
             }),
             PublishPolicy::PubSub(_) => None,
         };
-        if let Some(target) = target {
-            enqueued += g.unique.send(client, &g.key, token, target).await?;
+        if let Some(dest) = dest {
+            let call = PublishUnique {
+                dest: &dest,
+                token,
+                batch: &g.unique,
+            };
+            enqueued += call.call(client).await?;
         }
     }
     if !g.later.is_empty() {
         let delayed = conns.keys.delayed(&g.key);
-        enqueued += delayed::schedule(client, &delayed, token, g.later, g.later_unique).await?;
+        enqueued += delayed::ScheduleLater {
+            set: &delayed.set,
+            payloads: &delayed.payloads,
+            token,
+            entries: &g.later,
+        }
+        .call(client)
+        .await?;
     }
     if let (false, Some(p)) = (g.entries.is_empty(), g.policy.stream()) {
         let now_ms = conns.memory.clock_ms();

@@ -42,7 +42,8 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
         &[
             lua::GUARD,
             crate::frame::LUA,
-            lua::LEVELS,
+            lua::BOUND,
+            lua::BACK,
             gates,
             paused,
             rate,

@@ -8,8 +8,8 @@
 //!   waiting keeps its first schedule; a new earliest entry `PUBLISH`es on the delayed set's name
 //!   to wake the readers of the destination.
 //! - `move_due.lua` (before each read, unless scheduling is off): `ZRANGEBYSCORE`, `HMGET`,
-//!   `RPUSH` (list; onto each entry's priority level, when it has levels) or `XADD` (stream,
-//!   then `XTRIM` when its route bounds it), `HDEL`, `ZREM`, at most the move batch a call.
+//!   then through `back.lua` `RPUSH` (list; onto each entry's priority level, when it has
+//!   levels) or `XADD` (stream, then `XTRIM` when its route bounds it), `HDEL`, `ZREM`, at most the move batch a call.
 //!   Any number of readers may move at once: the script is atomic, so nothing is delivered twice
 //!   and no lock is taken.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
@@ -31,18 +31,18 @@
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::Result;
+use ruststream_core::{Due, Result};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::back::Dest;
 use crate::conn::Connections;
-use crate::error::core;
 use crate::keys::Delayed;
-use crate::lua;
+use crate::lua::{self, Call};
 use crate::options::{Schedule, SourceOptions};
-use crate::policy::StreamPublish;
 
 /// The shortest blocking wait sent to Redis.
 const MIN_WAIT: Duration = Duration::from_millis(5);
@@ -59,7 +59,7 @@ pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
 static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("move_due.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::LEVELS],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
     )
 });
 
@@ -95,50 +95,114 @@ impl DueClock {
     }
 }
 
-/// What a destination's delayed entries move into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Destination {
-    List,
-    /// A stream, trimmed after the move as its publish policy says.
-    Stream(StreamPublish),
+/// One call of `move_due.lua`: moves up to `most` due entries of a delayed set onto `dest`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoveDue<'a> {
+    /// The delayed set.
+    pub set: &'a str,
+    /// The delayed payload hash.
+    pub payloads: &'a str,
+    /// The dead-letter list, for entries that cannot be moved (`None`: they are dropped).
+    pub dead: Option<&'a str>,
+    /// Where the entries go.
+    pub dest: &'a Dest,
+    /// Most entries to move.
+    pub most: u32,
+}
+
+/// What a `move_due.lua` call did, on the server's clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Entries moved.
+    pub moved: i64,
+    /// The server's now, in ms since the epoch.
+    pub now_ms: i64,
+    /// When the next entry is due, in ms since the epoch (-1: none waits).
+    pub next_due_ms: i64,
+    /// Entries that could not be moved and went to the dead letters.
+    pub dead: i64,
+    /// How late each moved entry was, in ms.
+    pub lateness_ms: Vec<i64>,
+}
+
+impl Call for MoveDue<'_> {
+    type Reply = Moved;
+
+    fn script(&self) -> &'static Script {
+        &MOVE_DUE
+    }
+
+    /// KEYS and ARGV: see `move_due.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let stand_in = self.dest.key().unwrap_or(self.set);
+        let mut keys = vec![
+            self.set.to_owned(),
+            self.payloads.to_owned(),
+            self.dead.unwrap_or(stand_in).to_owned(),
+        ];
+        let mut args = vec![Value::from(self.most)];
+        self.dest.push(&mut keys, &mut args);
+        (keys, args)
+    }
+
+    fn parse(&self, reply: Value) -> Moved {
+        let Value::Array(items) = reply else {
+            return Moved {
+                next_due_ms: -1,
+                ..Moved::default()
+            };
+        };
+        let int = |v: &Value| match v {
+            Value::Integer(n) => *n,
+            _ => 0,
+        };
+        let at = |i: usize, or: i64| items.get(i).map_or(or, int);
+        Moved {
+            moved: at(0, 0),
+            now_ms: at(1, 0),
+            next_due_ms: at(2, -1),
+            dead: at(3, 0),
+            lateness_ms: items.iter().skip(4).map(int).collect(),
+        }
+    }
 }
 
 /// Moves one subscription's due entries from its delayed set into its queue.
 pub(crate) struct Mover {
-    /// Delayed set, payload hash, destination: `move_due.lua`'s KEYS.
-    keys: Vec<String>,
-    dest: Destination,
+    set: String,
+    payloads: String,
+    dead: Option<String>,
+    dest: Dest,
+    /// The destination's key, for logs and metrics.
+    queue: String,
     clock: Arc<DueClock>,
     lateness: metrics::Histogram,
     schedule: Schedule,
 }
 
 impl Mover {
-    /// The mover of the full key `queue` whose delayed set is `delayed` and dead-letter list
-    /// `dead`, subscribed to its wake-ups.
+    /// The mover onto `dest` whose delayed set is `delayed` and dead-letter list `dead`,
+    /// subscribed to its wake-ups.
     async fn open(
         conns: &Connections,
-        queue: &str,
         delayed: &Delayed,
         dead: Option<&str>,
-        dest: Destination,
+        dest: Dest,
         schedule: Schedule,
     ) -> Result<Self> {
+        let queue = dest.key().unwrap_or_default().to_owned();
         Ok(Self {
-            keys: vec![
-                delayed.set.clone(),
-                delayed.payloads.clone(),
-                queue.to_owned(),
-                // Without a dead-letter list the destination stands in; nothing is pushed there.
-                dead.unwrap_or(queue).to_owned(),
-            ],
+            set: delayed.set.clone(),
+            payloads: delayed.payloads.clone(),
+            dead: dead.map(str::to_owned),
             dest,
             clock: Arc::new(DueClock {
                 next: Mutex::new(Instant::now()),
                 wake: conns.notifier(&delayed.set).await?,
             }),
-            lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => queue.to_owned()),
+            lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => queue.clone()),
             schedule,
+            queue,
         })
     }
 
@@ -148,25 +212,17 @@ impl Mover {
     pub(crate) async fn open_if(
         conns: &Connections,
         options: &SourceOptions,
-        queue: &str,
         delayed: &Delayed,
         dead: Option<&str>,
-        dest: Destination,
+        dest: Dest,
     ) -> Result<Option<Self>> {
         if !(conns.settings.scheduling && options.scheduling) {
             return Ok(None);
         }
         let schedule = conns.settings.schedule.with(options);
-        Self::open(conns, queue, delayed, dead, dest, schedule)
+        Self::open(conns, delayed, dead, dest, schedule)
             .await
             .map(Some)
-    }
-
-    /// Moves due entries of a list with priority levels onto each one's level: `levels` are
-    /// the full keys of levels 1 … n-1.
-    pub(crate) fn with_levels(mut self, levels: &[String]) -> Self {
-        self.keys.extend_from_slice(levels);
-        self
     }
 
     /// The clock a settler moves earlier when it schedules a retry.
@@ -190,7 +246,7 @@ impl Mover {
         let next = match self.move_batch(client).await {
             Ok(next) => next,
             Err(e) => {
-                tracing::warn!(queue = %self.keys[2], error = %e,
+                tracing::warn!(queue = %self.queue, error = %e,
                     "delayed entries not moved; trying again later");
                 Instant::now() + self.schedule.interval
             }
@@ -204,31 +260,23 @@ impl Mover {
 
     /// One `move_due.lua` call; returns when the next entry may be due.
     async fn move_batch(&self, client: &Client) -> Result<Instant> {
-        let (dest, bound) = match self.dest {
-            Destination::List => ("list", String::new()),
-            Destination::Stream(p) => ("stream", p.script_arg()),
-        };
-        let r: Vec<i64> = MOVE_DUE
-            .evalsha_with_reload(
-                client,
-                self.keys.clone(),
-                vec![
-                    Value::from(self.schedule.batch),
-                    Value::from_static_str(dest),
-                    Value::from(bound),
-                ],
-            )
-            .await
-            .map_err(core)?;
-        let at = |i: usize, or: i64| r.get(i).copied().unwrap_or(or);
-        let (moved, now, due, dead) = (at(0, 0), at(1, 0), at(2, -1), at(3, 0));
+        let m = MoveDue {
+            set: &self.set,
+            payloads: &self.payloads,
+            dead: self.dead.as_deref(),
+            dest: &self.dest,
+            most: self.schedule.batch,
+        }
+        .call(client)
+        .await?;
+        let (moved, now, due, dead) = (m.moved, m.now_ms, m.next_due_ms, m.dead);
         if dead > 0 {
-            tracing::warn!(queue = %self.keys[2], dead, dead_letters = %self.keys[3],
+            tracing::warn!(queue = %self.queue, dead, dead_letters = ?self.dead,
                 "due entries that cannot be moved went to the dead-letter list (reason too-many-headers)");
         }
-        for late in r.iter().skip(4) {
+        for late in m.lateness_ms {
             #[allow(clippy::cast_precision_loss)]
-            self.lateness.record(*late as f64 / 1000.0);
+            self.lateness.record(late as f64 / 1000.0);
         }
         let poll = self.schedule.interval;
         Ok(if moved + dead >= i64::from(self.schedule.batch) {
@@ -242,27 +290,75 @@ impl Mover {
     }
 }
 
-/// Schedules entries in the delayed set `delayed` with `schedule.lua` for the publish `token`;
-/// `groups` are its groups of five (`in`|`at`, ms, id, frame, unique window ms or 0), `unique`
-/// the unique keys of those with a window, in order. Returns how many were scheduled.
-pub(crate) async fn schedule(
-    client: &Client,
-    delayed: &Delayed,
-    token: &str,
-    groups: Vec<Value>,
-    unique: Vec<String>,
-) -> Result<usize> {
-    let mut keys = Vec::with_capacity(unique.len() + 2);
-    keys.extend([delayed.set.clone(), delayed.payloads.clone()]);
-    keys.extend(unique);
-    let mut args = Vec::with_capacity(groups.len() + 1);
-    args.push(Value::from(token));
-    args.extend(groups);
-    let added: i64 = SCHEDULE
-        .evalsha_with_reload(client, keys, args)
-        .await
-        .map_err(core)?;
-    Ok(usize::try_from(added).unwrap_or(0))
+/// One delayed message as `schedule.lua` takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Later {
+    /// When it is due.
+    pub due: Due,
+    /// Its message id, its field in the payload hash.
+    pub id: String,
+    /// Its frame.
+    pub frame: Bytes,
+    /// Its unique key and window (`.unique_for(..)`), if it has one.
+    pub unique: Option<(String, Duration)>,
+}
+
+/// One call of `schedule.lua`: schedules `entries` in a delayed set for the publish `token`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleLater<'a> {
+    /// The delayed set.
+    pub set: &'a str,
+    /// Its payload hash.
+    pub payloads: &'a str,
+    /// The publish's token: a publish sent again finds its own unique windows.
+    pub token: &'a str,
+    /// The messages.
+    pub entries: &'a [Later],
+}
+
+impl Call for ScheduleLater<'_> {
+    /// How many were scheduled (ids already waiting and duplicates within a window do not
+    /// count).
+    type Reply = usize;
+
+    fn script(&self) -> &'static Script {
+        &SCHEDULE
+    }
+
+    /// KEYS and ARGV: see `schedule.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut keys = vec![self.set.to_owned(), self.payloads.to_owned()];
+        keys.extend(
+            self.entries
+                .iter()
+                .filter_map(|e| e.unique.as_ref().map(|(k, _)| k.clone())),
+        );
+        let mut args = Vec::with_capacity(1 + self.entries.len() * 5);
+        args.push(Value::from(self.token));
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        for e in self.entries {
+            let (kind, at) = match e.due {
+                Due::In(d) => ("in", ms(d)),
+                Due::At(t) => ("at", t.duration_since(std::time::UNIX_EPOCH).map_or(0, ms)),
+            };
+            args.extend([
+                Value::from_static_str(kind),
+                Value::Integer(at),
+                Value::from(e.id.as_str()),
+                Value::Bytes(e.frame.clone()),
+                Value::Integer(
+                    e.unique
+                        .as_ref()
+                        .map_or(0, |(_, w)| crate::unique::window_ms(*w)),
+                ),
+            ]);
+        }
+        (keys, args)
+    }
+
+    fn parse(&self, reply: Value) -> usize {
+        usize::try_from(lua::reply_u64(&reply)).unwrap_or(0)
+    }
 }
 
 /// How long a blocking read may wait: `block`, cut short by the next due entry of `mover`.

@@ -1,7 +1,8 @@
 #!lua
 -- SCHEDULE: schedules entries in a delayed set; an id already waiting keeps its first schedule,
 -- and an entry published with a unique window (`.unique_for(..)`) is scheduled only when no
--- other publish holds its id's window (unique/claim.lua, prepended with guard.lua).
+-- other publish holds its id's window (unique/claim.lua, prepended with guard.lua). Called
+-- through `crate::delayed::ScheduleLater`.
 --
 -- KEYS: delayed set, delayed payload hash, then one unique key per entry with a window, in order.
 -- ARGV: the publish's token, then groups of five, `kind ms id value window`; kind `in` = ms from

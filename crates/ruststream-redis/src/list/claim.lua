@@ -4,7 +4,7 @@
 -- own), the gates that hold the claim back (claim/gates.lua: paused, rate limit, ...), and what
 -- it records (nothing for a simple list; the processing list; with recovery, the recovery set).
 -- Runs under maxmemory (allow-oom): it moves entries, so a full Redis can still drain its
--- queues. Prepended with guard.lua, frame.lua, list/levels.lua, claim/gates.lua, the gates'
+-- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, claim/gates.lua, the gates'
 -- parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
 --
 -- KEYS: the levels, lowest first (level 0 is the queue; ARGV[8] of them), the processing list
@@ -14,8 +14,8 @@
 --       most claims to recover, number of levels, then the gates (claim/gates.lua).
 --
 -- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
--- and its entry goes from the processing list back to the queue with its attempt raised by one,
--- onto its own level (its `rs.priority` header). Then every claim is recorded in the set as
+-- and its entry goes from the processing list back to the queue with its attempt raised by one
+-- (back.lua: onto its own level, behind what waits). Then every claim is recorded in the set as
 -- `<reader id>:<seq>.<run>:<value>` scored by the server's clock, so two claims of identical
 -- bytes are two members. `<run>` is the server's TIME (seconds.microseconds) of this run: a
 -- client sends a call again when its reply was lost (fred does, on a new connection), and the
@@ -48,13 +48,11 @@ if zset then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   out[2] = t[1] .. '.' .. t[2]
   local most = tonumber(ARGV[7])
+  local swept = {}
   if redis.call('EXISTS', zset) == 0 then
     local orphans = redis.call('RPOP', processing, most)
     if orphans then
-      for _, v in ipairs(orphans) do
-        push_level(levels, bump(v), false)
-        out[1] = out[1] + 1
-      end
+      for _, v in ipairs(orphans) do swept[#swept + 1] = bump(v) end
     end
   end
   local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
@@ -64,10 +62,10 @@ if zset then
     local p = string.find(m, ':', 1, true)
     local q = p and string.find(m, ':', p + 1, true)
     if q and redis.call('LREM', processing, '-1', string.sub(m, q + 1)) > 0 then
-      push_level(levels, bump(string.sub(m, q + 1)), false)
-      out[1] = out[1] + 1
+      swept[#swept + 1] = bump(string.sub(m, q + 1))
     end
   end
+  out[1] = put_back(list_dest(levels), swept, false)
 end
 if want < 1 then return out end
 

@@ -7,7 +7,7 @@
 //! simple and reliable lists), so many readers in many processes agree without any state of their own: the
 //! priority is strict, and lower levels wait while a higher one has entries. Every script that
 //! puts an entry back (the recovery sweep, a retry, a due delayed entry) puts it onto the level
-//! its header names (`levels.lua`).
+//! its header names (`back.lua`, the one way back to a queue).
 //!
 //! Waiting: a reader blocks on level 0 (`BLMOVE K K`, which takes nothing), and a level above 0 announces its first entry with a `PUBLISH` on its own key's name
 //! (the publisher, after an `LPUSH` that found it empty, and the scripts likewise), which each

@@ -18,7 +18,7 @@ mod lease;
 mod levels;
 mod publish;
 mod receive;
-mod settle;
+pub(crate) mod settle;
 mod source;
 
 use std::time::Duration;

@@ -29,10 +29,11 @@ use super::lease::Leases;
 use super::levels::Wakes;
 use super::settle::ReliableSettle;
 use super::{ListKeys, Mode, RedisList};
+use crate::back::Dest;
 use crate::claim::{self, Claim, Claimed, Record};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
-use crate::delayed::{Destination, Mover, interrupted, read_wait};
+use crate::delayed::{Mover, interrupted, read_wait};
 use crate::limit::Limiter;
 use crate::lua::Call;
 use crate::memory::BlockingRead;
@@ -59,16 +60,16 @@ pub(super) async fn open(
             list.options.block,
         )
         .await?;
+    let mut levels = vec![keys.queue.clone()];
+    levels.extend(keys.levels.iter().cloned());
     let mover = Mover::open_if(
         conns,
         &list.options,
-        &keys.queue,
         &keys.delayed,
         keys.dead.as_deref(),
-        Destination::List,
+        Dest::list(levels),
     )
-    .await?
-    .map(|m| m.with_levels(&keys.levels));
+    .await?;
     let gate = watch_source(conns, list, &pool, &stop).await?;
     let pause = gate.as_ref().map(Gate::hold);
     let rate = list

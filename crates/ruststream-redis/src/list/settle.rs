@@ -1,5 +1,5 @@
-//! Settling a reliable list: one `settle.lua` call per batch (ack `LREM`, retry `LPUSH` onto the
-//! entry's priority level, retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
+//! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack `LREM`, retry
+//! `LPUSH` onto the entry's priority level (`back.lua`), retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
 //! with recovery, each only while the claim's member is still in the recovery set, which it
 //! leaves with `ZREM`).
 //!
@@ -17,24 +17,89 @@ use ruststream_core::{Result, Settlement};
 
 use super::ListKeys;
 use super::lease::Leases;
+use crate::back::Dest;
 use crate::dead::{discarded, logged};
-use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
-use crate::error::core;
-use crate::lua;
+use crate::delayed::DueClock;
+use crate::lua::{self, Call};
+use crate::settle::Op;
 use crate::transport::{Settle, Token};
 
-static SETTLE: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("settle.lua"),
-        &[lua::GUARD, SCHEDULE_RETRY, crate::frame::LUA, lua::LEVELS],
-    )
-});
+static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("settle.lua"), &crate::settle::PARTS));
+
+/// The keys a list's settle writes besides its queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleKeys {
+    /// The processing list.
+    pub processing: String,
+    /// The dead-letter list (the processing list stands in without one: nothing is pushed).
+    pub dead: String,
+    /// The delayed set.
+    pub delayed: String,
+    /// The delayed payload hash.
+    pub payloads: String,
+    /// The recovery set (with recovery) or the settle-token set (without).
+    pub record: String,
+}
+
+/// One call of `list/settle.lua`: settles claims of one list, retries going back onto `dest`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleList<'a> {
+    /// The keys it writes besides the queue.
+    pub keys: &'a SettleKeys,
+    /// The queue (its levels), where a retry goes back.
+    pub dest: &'a Dest,
+    /// Without recovery, the settle's token (a settle sent twice runs once); `None` with.
+    pub token: Option<String>,
+    /// Per claim: its value in the processing list, its member in the recovery set (with
+    /// recovery), and what to do with it.
+    pub entries: Vec<(Bytes, Option<Bytes>, Op)>,
+}
+
+impl Call for SettleList<'_> {
+    /// How many claims were still owned (-1: the token was settled already).
+    type Reply = i64;
+
+    fn script(&self) -> &'static Script {
+        &SETTLE
+    }
+
+    /// KEYS and ARGV: see `list/settle.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let k = self.keys;
+        let mut keys = vec![
+            k.processing.clone(),
+            k.dead.clone(),
+            k.delayed.clone(),
+            k.payloads.clone(),
+            k.record.clone(),
+        ];
+        let mut args = Vec::with_capacity(4 + self.entries.len() * 5);
+        args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
+        self.dest.push(&mut keys, &mut args);
+        for (claimed, member, op) in &self.entries {
+            args.push(Value::Bytes(claimed.clone()));
+            args.push(
+                member
+                    .clone()
+                    .map_or_else(|| Value::from_static_str(""), Value::Bytes),
+            );
+            op.push(&mut args);
+        }
+        (keys, args)
+    }
+
+    fn parse(&self, reply: Value) -> i64 {
+        lua::reply_i64(&reply)
+    }
+}
 
 /// Settles the entries of one reliable list.
 pub(super) struct ReliableSettle {
     pool: Pool,
-    /// `settle.lua`'s KEYS.
-    keys: Vec<String>,
+    keys: SettleKeys,
+    /// The queue's levels, where retries go back.
+    dest: Dest,
     /// Without recovery, the reader's id: a settle's token is `<reader id>:<its first claim>`,
     /// the same when the settle is sent again, and no other settle's.
     token_prefix: Option<String>,
@@ -54,19 +119,23 @@ impl ReliableSettle {
         leases: Arc<Leases>,
     ) -> Self {
         let processing = keys.processing.clone().unwrap_or_default();
-        let mut script_keys = vec![
-            keys.queue.clone(),
-            processing,
-            // Without a dead-letter list the script never writes this key: the queue stands in.
-            keys.dead.clone().unwrap_or_else(|| keys.queue.clone()),
-            keys.delayed.set.clone(),
-            keys.delayed.payloads.clone(),
-        ];
-        script_keys.extend(keys.recovery.clone().or_else(|| keys.settle_tokens.clone()));
-        script_keys.extend(keys.levels.iter().cloned());
+        let mut levels = vec![keys.queue.clone()];
+        levels.extend(keys.levels.iter().cloned());
         Self {
             pool,
-            keys: script_keys,
+            keys: SettleKeys {
+                // Without a dead-letter list the script never writes this key.
+                dead: keys.dead.clone().unwrap_or_else(|| processing.clone()),
+                processing,
+                delayed: keys.delayed.set.clone(),
+                payloads: keys.delayed.payloads.clone(),
+                record: keys
+                    .recovery
+                    .clone()
+                    .or_else(|| keys.settle_tokens.clone())
+                    .unwrap_or_default(),
+            },
+            dest: Dest::list(levels),
             token_prefix: keys.recovery.is_none().then(|| reader_id.to_owned()),
             has_dead: keys.dead.is_some(),
             clock,
@@ -75,54 +144,55 @@ impl ReliableSettle {
     }
 
     async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
-        let mut args = Vec::with_capacity(batch.len() * 5 + 1);
         let token = match (
             &self.token_prefix,
             batch.iter().filter_map(|(t, _)| t.claim).min(),
         ) {
-            (Some(prefix), Some(first)) => Value::from(format!("{prefix}:{first}")),
-            _ => Value::from_static_str(""),
+            (Some(prefix), Some(first)) => Some(format!("{prefix}:{first}")),
+            _ => None,
         };
-        args.push(token);
         let mut earliest: Option<Duration> = None;
-        for (t, s) in batch {
-            let (op, new, arg) = match s {
-                Settlement::Ack => ("a", Bytes::new(), Value::from_static_str("")),
-                Settlement::Dead { reason } if !self.has_dead => {
-                    discarded(t, reason);
-                    ("a", Bytes::new(), Value::from_static_str(""))
-                }
-                Settlement::Dead { reason } => {
-                    ("x", t.dead_frame(reason), Value::from_static_str(""))
-                }
-                Settlement::Retry { delay: None } => {
-                    ("r", t.retry_frame(), Value::from_static_str(""))
-                }
-                Settlement::Retry { delay: Some(d) } => {
-                    earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                    ("d", t.retry_frame(), retry_arg(*d, &t.frame.id))
-                }
-            };
-            args.extend([
-                Value::from_static_str(op),
-                Value::Bytes(t.raw.clone()),
-                Value::Bytes(new),
-                arg,
-                t.member
-                    .clone()
-                    .map_or_else(|| Value::from_static_str(""), Value::Bytes),
-            ]);
-        }
-        let settled: Result<i64, _> = SETTLE
-            .evalsha_with_reload(self.pool.next(), self.keys.clone(), args)
-            .await;
+        let entries = batch
+            .iter()
+            .map(|(t, s)| {
+                let op = match s {
+                    Settlement::Ack => Op::Ack,
+                    Settlement::Dead { reason } if !self.has_dead => {
+                        discarded(t, reason);
+                        Op::Ack
+                    }
+                    Settlement::Dead { reason } => Op::Dead {
+                        frame: t.dead_frame(reason),
+                    },
+                    Settlement::Retry { delay: None } => Op::Retry {
+                        frame: t.retry_frame(),
+                    },
+                    Settlement::Retry { delay: Some(d) } => {
+                        earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
+                        Op::Later {
+                            frame: t.retry_frame(),
+                            after: *d,
+                            id: t.frame.id.clone(),
+                        }
+                    }
+                };
+                (t.raw.clone(), t.member.clone(), op)
+            })
+            .collect();
+        let call = SettleList {
+            keys: &self.keys,
+            dest: &self.dest,
+            token,
+            entries,
+        };
+        let settled = call.call(self.pool.next()).await;
         // Sent: the claims are no longer this worker's to keep alive, whatever came of it (a
         // settle that keeps failing leaves them to the sweep).
         self.leases
             .release(batch.iter().filter_map(|(t, _)| t.claim));
-        settled.map_err(core)?;
+        settled?;
         if self.has_dead {
-            logged(batch, &self.keys[2]);
+            logged(batch, &self.keys.dead);
         }
         if let (Some(clock), Some(d)) = (&self.clock, earliest) {
             clock.retry_in(d);
@@ -137,7 +207,7 @@ impl Settle for ReliableSettle {
     }
 
     fn unsettled(&self) -> String {
-        let processing = &self.keys[1];
+        let processing = &self.keys.processing;
         if self.token_prefix.is_none() {
             format!("in `{processing}` and come back after min_idle")
         } else {

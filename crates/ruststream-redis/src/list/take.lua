@@ -57,7 +57,7 @@ local function take_filtered(key, n, out, accept)
   return took, refused, wait or 0
 end
 
--- Takes up to `n` entries from `levels` (lowest first, as levels.lua's levels_of), the highest
+-- Takes up to `n` entries from `levels` (lowest first, as back.lua's list_dest has them), the highest
 -- non-empty level first; `accept` is the gates' entry filter or nil. Returns the entries (oldest
 -- of each level first), how many the filter refused, and its shortest wait (ms).
 local function take_levels(levels, n, accept)

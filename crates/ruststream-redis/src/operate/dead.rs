@@ -13,20 +13,103 @@ use ruststream_core::{Error, Headers, Result};
 use serde::Serialize;
 
 use super::{BATCH, Operator, Select, in_batches};
+use crate::back::Dest;
 use crate::error::core;
 use crate::frame::{Frame, REASON_HEADER};
 use crate::keys::SourceKeys;
-use crate::lua;
+use crate::lua::{self, Call};
 
 static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("requeue.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::LEVELS],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
     )
 });
 
 static PURGE: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("purge.lua"), &[lua::GUARD]));
+
+/// Which dead letters one requeue or purge call takes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Taken {
+    /// The oldest `n` (a requeue takes at most 1,000 a call).
+    Oldest(usize),
+    /// The one with exactly these bytes, if it is still there.
+    Value(Bytes),
+}
+
+impl Taken {
+    fn push(&self, args: &mut Vec<Value>) {
+        match self {
+            Self::Oldest(n) => args.extend([Value::from_static_str("oldest"), lua::int(*n)]),
+            Self::Value(v) => {
+                args.extend([Value::from_static_str("values"), Value::Bytes(v.clone())])
+            }
+        }
+    }
+}
+
+/// One call of `requeue.lua`: moves dead letters of `dead` back onto `dest`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Requeue<'a> {
+    /// The dead-letter list.
+    pub dead: &'a str,
+    /// Their queue.
+    pub dest: &'a Dest,
+    /// Which.
+    pub take: Taken,
+}
+
+impl Call for Requeue<'_> {
+    /// How many were moved.
+    type Reply = i64;
+
+    fn script(&self) -> &'static Script {
+        &REQUEUE
+    }
+
+    /// KEYS and ARGV: see `requeue.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut keys = vec![self.dead.to_owned()];
+        let mut args = Vec::with_capacity(5);
+        self.dest.push(&mut keys, &mut args);
+        self.take.push(&mut args);
+        (keys, args)
+    }
+
+    fn parse(&self, reply: Value) -> i64 {
+        lua::reply_i64(&reply)
+    }
+}
+
+/// One call of `purge.lua`: deletes dead letters of `dead`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Purge<'a> {
+    /// The dead-letter list.
+    pub dead: &'a str,
+    /// Which.
+    pub take: Taken,
+}
+
+impl Call for Purge<'_> {
+    /// How many were deleted.
+    type Reply = i64;
+
+    fn script(&self) -> &'static Script {
+        &PURGE
+    }
+
+    /// KEYS and ARGV: see `purge.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut args = Vec::with_capacity(2);
+        self.take.push(&mut args);
+        (vec![self.dead.to_owned()], args)
+    }
+
+    fn parse(&self, reply: Value) -> i64 {
+        lua::reply_i64(&reply)
+    }
+}
 
 /// One dead letter, decoded.
 #[derive(Debug, Clone, Serialize)]
@@ -121,64 +204,68 @@ impl Operator {
             .and_then(|p| p.stream())
             .unwrap_or_default()
             .script_arg();
-        let (kind, dest, channel) = match q.transport {
-            "list" => ("list", q.queue.clone(), String::new()),
-            "stream" => ("stream", q.queue.clone(), String::new()),
+        let dest = match q.transport {
+            "list" => {
+                // A list's priority levels: each dead letter goes back onto its own.
+                let mut levels = vec![q.queue.clone()];
+                levels.extend(q.levels.iter().cloned());
+                Dest::list(levels)
+            }
+            "stream" => Dest::Stream {
+                key: q.queue.clone(),
+                bound,
+            },
             _ if q.mode == "pattern" => {
                 return Err(Error::config(format!(
                     "`{name}` is a pattern subscription: its dead letters came from many channels and RustStream does not know which; publish them again by hand"
                 )));
             }
-            // The channel is a key of the script: the cluster routes and checks its slot.
-            _ if q.mode == "sharded" => ("sharded", q.queue.clone(), q.queue.clone()),
-            _ => ("pubsub", dead.clone(), q.queue.clone()),
+            _ if q.mode == "sharded" => Dest::Sharded {
+                channel: q.queue.clone(),
+            },
+            _ => Dest::PubSub {
+                channel: q.queue.clone(),
+            },
         };
-        let mut keys = vec![dead.clone(), dest];
-        // A list's priority levels: each dead letter goes back onto its own.
-        keys.extend(q.levels.iter().cloned());
-        let head = vec![Value::from(kind), Value::from(channel), Value::from(bound)];
-        self.apply(&REQUEUE, &dead, keys, head, select).await
+        self.apply(&dead, select, |take| Requeue {
+            dead: &dead,
+            dest: &dest,
+            take,
+        })
+        .await
     }
 
     /// Deletes dead letters of the subscription `name`. Returns how many.
     pub async fn purge(&self, name: &str, select: &Select) -> Result<usize> {
         let dead = dead_key(self.queue(name)?)?;
-        self.apply(&PURGE, &dead, vec![dead.clone()], Vec::new(), select)
+        self.apply(&dead, select, |take| Purge { dead: &dead, take })
             .await
     }
 
-    /// Runs `script` on the entries `select` names: by value for one id, in batches of the
-    /// oldest for all (never more than the list held when it started, so dead letters that
-    /// arrive meanwhile are left alone).
-    async fn apply(
+    /// Runs the call `make` builds on the entries `select` names: by value for one id, in
+    /// batches of the oldest for all (never more than the list held when it started, so dead
+    /// letters that arrive meanwhile are left alone).
+    async fn apply<C: Call<Reply = i64> + Sync>(
         &self,
-        script: &Script,
         dead: &str,
-        keys: Vec<String>,
-        head: Vec<Value>,
         select: &Select,
+        make: impl Fn(Taken) -> C,
     ) -> Result<usize> {
         let client = self.conns.pool()?.next().clone();
-        let run = |tail: Vec<Value>| {
-            let mut args = head.clone();
-            args.extend(tail);
-            script.evalsha_with_reload::<i64, _, _>(&client, keys.clone(), args)
-        };
         match select {
             Select::Id(id) => {
                 let Some((raw, _)) = find(&client, dead, id).await? else {
                     return Ok(0);
                 };
-                let n = run(vec![Value::from("values"), Value::Bytes(raw)])
-                    .await
-                    .map_err(core)?;
+                let n = make(Taken::Value(raw)).call(&client).await?;
                 Ok(usize::try_from(n).unwrap_or(0))
             }
             Select::All { limit } => {
                 let len: usize = client.llen(dead).await.map_err(core)?;
                 in_batches(len, *limit, |take| {
-                    let call = run(vec![Value::from("oldest"), Value::from(take as i64)]);
-                    async move { Ok(usize::try_from(call.await.map_err(core)?).unwrap_or(0)) }
+                    let call = make(Taken::Oldest(take));
+                    let client = &client;
+                    async move { Ok(usize::try_from(call.call(client).await?).unwrap_or(0)) }
                 })
                 .await
             }

@@ -17,7 +17,7 @@
 //!
 //! [`RedisBroker::operator`]: crate::RedisBroker::operator
 
-mod dead;
+pub(crate) mod dead;
 mod delayed;
 mod inspect;
 mod periodic;

@@ -15,7 +15,7 @@
 mod publish;
 mod receive;
 mod recover;
-mod settle;
+pub(crate) mod settle;
 mod trim;
 
 use fred::prelude::*;

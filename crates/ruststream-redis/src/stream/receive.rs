@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use super::recover::{Group, Recovery};
 use super::settle::StreamSettle;
 use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD, RedisStream};
+use crate::back::Dest;
 use crate::claim::{self, StreamClaimed, StreamRead};
 use crate::conn::{Connections, ReadConn};
-use crate::delayed::{Destination, Mover, interrupted, read_wait};
+use crate::delayed::{Mover, interrupted, read_wait};
 use crate::frame::{Frame, FrameError, FramePart};
 use crate::limit::Limiter;
 use crate::lua::Call;
@@ -59,10 +60,12 @@ pub(super) async fn open(
     let mover = Mover::open_if(
         conns,
         &stream.options,
-        &keys.stream,
         &keys.delayed,
         keys.dead.as_deref(),
-        Destination::Stream(bound),
+        Dest::Stream {
+            key: keys.stream.clone(),
+            bound: bound.script_arg(),
+        },
     )
     .await?;
     let gate = watch_source(conns, stream, &pool, &stop).await?;

@@ -1,51 +1,63 @@
 #!lua flags=allow-oom
 -- SETTLE_STREAM: settles a batch of stream entries of one consumer group. Runs under maxmemory
--- (allow-oom). Every argument is checked before the first write. Prepended with guard.lua and
--- delayed/schedule_retry.lua and stream/bound.lua.
+-- (allow-oom). Every argument is checked before the first write. Prepended with guard.lua,
+-- delayed/schedule_retry.lua, frame.lua, stream/bound.lua and back.lua. Called through
+-- `crate::stream::settle::SettleStream`.
 --
--- KEYS: stream, dead-letter list, delayed set, delayed payload hash.
--- ARGV: group, the stream's bound (see bound.lua), then per entry `op entry_id n v1..vn`:
---   a  ack: XACK (n = 0)
---   r  retry now: XACK, then XADD stream * v1..vn (the new entry's field/value pairs); after
---      the last XADD the stream is trimmed to its bound
---   d  retry later: XACK, then schedule frame v2 after v1 = `delay_ms:id` (n = 2)
---   x  dead: XACK, then LPUSH dead v1 (n = 1)
+-- KEYS: dead-letter list, delayed set, delayed payload hash, then the destination's key
+--       (back.lua: the stream itself).
+-- ARGV: group, the destination (back.lua: the stream and its bound), then groups of four,
+--       `entry_id op new arg` (`crate::settle::Op` writes the last three):
+--   a  ack: XACK
+--   r  retry now: XACK, then put the frame `new` back (back.lua: an XADD of its fields; after
+--      the last one the stream is trimmed to its bound)
+--   d  retry later: XACK, then schedule the frame `new` after arg = `delay_ms:id`
+--   x  dead: XACK, then LPUSH dead new
 -- Follow-up writes happen only when XACK found the entry pending. Returns how many were found.
-local bound_bad = bound_error(ARGV[2] or '')
-if bound_bad then return redis.error_reply(bound_bad) end
-local i = 3
-while i <= #ARGV do
-  local op, n = ARGV[i], tonumber(ARGV[i + 2])
-  if not n or n < 0 or n > MAX_UNPACK - 3 or i + 2 + n > #ARGV
-    or not ((op == 'a' and n == 0) or op == 'r' or (op == 'x' and n == 1)
-      or (op == 'd' and n == 2 and string.match(ARGV[i + 3], '^%d+:'))) then
-    return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
-  end
-  i = i + 3 + n
+local dest, derr = dest_of(4, 2)
+if not dest then return redis.error_reply(derr) end
+if dest.kind ~= 'stream' then
+  return redis.error_reply('RSARGS settle.lua: the destination must be the stream')
 end
-local checks = {{KEYS[1], 'stream'}, {KEYS[3], 'zset'}, {KEYS[4], 'hash'}}
+local stream = dest.keys[1]
+local first = dest.arg_end
+if (#ARGV - first + 1) % 4 ~= 0 then
+  return redis.error_reply('RSARGS settle.lua takes a group, a destination and groups of four arguments, got ' .. #ARGV)
+end
 -- Without a dead-letter list the stream stands in for it, and nothing is pushed there.
-if KEYS[2] ~= KEYS[1] then checks[#checks + 1] = {KEYS[2], 'list'} end
+local checks = dest_checks(dest, {{KEYS[2], 'zset'}, {KEYS[3], 'hash'}})
+if KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
-local found = 0
-local added = false
-i = 3
-while i <= #ARGV do
-  local op = ARGV[i]
-  local n = tonumber(ARGV[i + 2])
-  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i + 1]) > 0 then
-    found = found + 1
-    if op == 'r' then
-      redis.call('XADD', KEYS[1], '*', unpack(ARGV, i + 3, i + 2 + n))
-      added = true
-    elseif op == 'x' then
-      redis.call('LPUSH', KEYS[2], ARGV[i + 3])
-    elseif op == 'd' then
-      schedule_retry(KEYS[3], KEYS[4], ARGV[i + 3], ARGV[i + 4])
+local items = {}
+for i = first, #ARGV, 4 do
+  local op = ARGV[i + 1]
+  local ok = op == 'a' or op == 'x' or op == 'r' or (op == 'd' and string.match(ARGV[i + 3], '^%d+:'))
+  if ok and op == 'r' then
+    local why
+    items[i], why = dest_item(dest, ARGV[i + 2])
+    if not items[i] then
+      return redis.error_reply('RSBADENTRY settle.lua: a retry at argument ' .. i .. ' cannot go back: ' .. why)
     end
   end
-  i = i + 3 + n
+  if not ok then
+    return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
+  end
 end
-if added then bound(KEYS[1], ARGV[2]) end
+local found = 0
+local retried = {}
+for i = first, #ARGV, 4 do
+  local op = ARGV[i + 1]
+  if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then
+    found = found + 1
+    if op == 'r' then
+      retried[#retried + 1] = items[i]
+    elseif op == 'x' then
+      redis.call('LPUSH', KEYS[1], ARGV[i + 2])
+    elseif op == 'd' then
+      schedule_retry(KEYS[2], KEYS[3], ARGV[i + 3], ARGV[i + 2])
+    end
+  end
+end
+put_back(dest, retried, false)
 return found

@@ -1,11 +1,13 @@
 //! Settling a stream subscription, one round trip per batch: plain acks are one
 //! `XACK key group id..` (cheaper than the script on both sides); retries and dead letters go
-//! through `settle.lua` (`XACK`, then `XADD` and an `XTRIM` when the stream's route bounds it,
+//! through `settle.lua` ([`SettleStream`]: `XACK`, then `XADD` and an `XTRIM` when the stream's
+//! route bounds it (`back.lua`),
 //! the delayed set, or `LPUSH` to the dead letters), sent at the same time.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use futures::future::BoxFuture;
@@ -13,31 +15,79 @@ use ruststream_core::{Result, Settlement};
 
 use super::StreamKeys;
 use super::recover::Held;
+use crate::back::Dest;
 use crate::dead::{discarded, logged};
-use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
+use crate::delayed::DueClock;
 use crate::error::core;
-use crate::lua;
+use crate::lua::{self, Call};
+use crate::settle::Op;
 use crate::transport::{Settle, Token};
 
 /// Most field/value items a retried entry may have: `settle.lua` hands them to one `XADD` with
-/// `unpack`, which Lua bounds (see `guard.lua`'s `MAX_UNPACK`).
+/// `unpack`, which Lua bounds (see `guard.lua`'s `MAX_UNPACK`; `back.lua` refuses more).
 const MAX_XADD_FIELDS: usize = 7800;
 
-static SETTLE: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("settle.lua"),
-        &[lua::GUARD, SCHEDULE_RETRY, lua::BOUND],
-    )
-});
+static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("settle.lua"), &crate::settle::PARTS));
+
+/// One call of `stream/settle.lua`: settles entries of one consumer group (not plain acks:
+/// those are one `XACK`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SettleStream<'a> {
+    /// The stream and its bound, where a retry goes back.
+    pub dest: &'a Dest,
+    /// The consumer group.
+    pub group: &'a str,
+    /// The dead-letter list (the stream stands in without one: nothing is pushed).
+    pub dead: &'a str,
+    /// The delayed set.
+    pub delayed: &'a str,
+    /// The delayed payload hash.
+    pub payloads: &'a str,
+    /// Per entry: its id, and what to do with it.
+    pub entries: Vec<(Bytes, Op)>,
+}
+
+impl Call for SettleStream<'_> {
+    /// How many entries were still pending.
+    type Reply = i64;
+
+    fn script(&self) -> &'static Script {
+        &SETTLE
+    }
+
+    /// KEYS and ARGV: see `stream/settle.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut keys = vec![
+            self.dead.to_owned(),
+            self.delayed.to_owned(),
+            self.payloads.to_owned(),
+        ];
+        let mut args = Vec::with_capacity(4 + self.entries.len() * 4);
+        args.push(Value::from(self.group));
+        self.dest.push(&mut keys, &mut args);
+        for (id, op) in &self.entries {
+            args.push(Value::Bytes(id.clone()));
+            op.push(&mut args);
+        }
+        (keys, args)
+    }
+
+    fn parse(&self, reply: Value) -> i64 {
+        lua::reply_i64(&reply)
+    }
+}
 
 /// Settles the entries of one stream subscription.
 pub(super) struct StreamSettle {
     pool: Pool,
-    /// `settle.lua`'s KEYS.
-    keys: Vec<String>,
+    /// The stream and its bound (`bound.lua`), where retries go back.
+    dest: Dest,
+    stream: String,
+    dead: String,
+    delayed: String,
+    payloads: String,
     group: String,
-    /// The stream's bound (`bound.lua`), applied after retries are re-added.
-    bound: String,
     has_dead: bool,
     /// The reader's due clock, so a delayed retry is not slept through.
     clock: Option<Arc<DueClock>>,
@@ -56,16 +106,16 @@ impl StreamSettle {
     ) -> Self {
         Self {
             pool,
-            keys: vec![
-                keys.stream.clone(),
-                // Without a dead-letter list the script never writes this key: the stream
-                // stands in.
-                keys.dead.clone().unwrap_or_else(|| keys.stream.clone()),
-                keys.delayed.set.clone(),
-                keys.delayed.payloads.clone(),
-            ],
+            dest: Dest::Stream {
+                key: keys.stream.clone(),
+                bound,
+            },
+            stream: keys.stream.clone(),
+            // Without a dead-letter list the script never writes this key: the stream stands in.
+            dead: keys.dead.clone().unwrap_or_else(|| keys.stream.clone()),
+            delayed: keys.delayed.set.clone(),
+            payloads: keys.delayed.payloads.clone(),
             group,
-            bound,
             has_dead: keys.dead.is_some(),
             clock,
             held,
@@ -74,73 +124,78 @@ impl StreamSettle {
 
     async fn settle(&self, batch: &[(Token, Settlement)]) -> Result<()> {
         let client = self.pool.next();
-        let mut args: Vec<Value> = vec![self.group.as_str().into(), self.bound.as_str().into()];
-        let mut acks: Vec<Value> = vec![self.keys[0].as_str().into(), self.group.as_str().into()];
+        let mut entries = Vec::new();
+        let mut acks: Vec<Value> = vec![self.stream.as_str().into(), self.group.as_str().into()];
         let mut earliest: Option<Duration> = None;
         for (t, s) in batch {
-            let id = Value::Bytes(t.raw.clone());
-            let retry = match s {
-                Settlement::Retry { delay: None } => Some(retry_fields(t)),
+            let unfit = match s {
+                Settlement::Retry { delay: None } => unfit(t),
                 _ => None,
             };
-            let dead = match (s, &retry) {
-                (_, Some(Err(reason))) => Some(reason.as_str()),
+            let dead = match (s, &unfit) {
+                (_, Some(reason)) => Some(reason.as_str()),
                 (Settlement::Dead { reason }, _) => Some(reason.as_str()),
                 _ => None,
             };
-            if let Some(reason) = dead {
-                if self.has_dead {
-                    let frame = Value::Bytes(t.dead_frame(reason));
-                    args.extend([Value::from_static_str("x"), id, Value::Integer(1), frame]);
-                } else {
+            let op = match (s, dead) {
+                (_, Some(reason)) if self.has_dead => Op::Dead {
+                    frame: t.dead_frame(reason),
+                },
+                (_, Some(reason)) => {
                     discarded(t, reason);
-                    acks.push(id);
+                    acks.push(Value::Bytes(t.raw.clone()));
+                    continue;
                 }
-                continue;
-            }
-            match (s, retry) {
-                (Settlement::Retry { delay: Some(d) }, _) => {
+                (Settlement::Retry { delay: Some(d) }, None) => {
                     earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                    args.extend([
-                        Value::from_static_str("d"),
-                        id,
-                        Value::Integer(2),
-                        retry_arg(*d, &t.frame.id),
-                        Value::Bytes(t.retry_frame()),
-                    ]);
+                    Op::Later {
+                        frame: t.retry_frame(),
+                        after: *d,
+                        id: t.frame.id.clone(),
+                    }
                 }
-                (_, Some(Ok(fields))) => {
-                    let n = Value::Integer(i64::try_from(fields.len()).unwrap_or(0));
-                    args.extend([Value::from_static_str("r"), id, n]);
-                    args.extend(fields);
+                (Settlement::Retry { delay: None }, None) => Op::Retry {
+                    frame: t.retry_frame(),
+                },
+                _ => {
+                    acks.push(Value::Bytes(t.raw.clone()));
+                    continue;
                 }
-                _ => acks.push(id),
-            }
+            };
+            entries.push((t.raw.clone(), op));
         }
+        let call = SettleStream {
+            dest: &self.dest,
+            group: &self.group,
+            dead: &self.dead,
+            delayed: &self.delayed,
+            payloads: &self.payloads,
+            entries,
+        };
         let script = async {
-            if args.len() == 2 {
+            if call.entries.is_empty() {
                 return Ok(());
             }
-            let _: i64 = SETTLE
-                .evalsha_with_reload(client, self.keys.clone(), args)
-                .await?;
-            Ok(())
+            call.call(client).await.map(drop)
         };
         let xack = async {
             if acks.len() == 2 {
                 return Ok(());
             }
-            let _: i64 = client.custom(fred::cmd!("XACK"), acks).await?;
-            Ok::<(), fred::error::Error>(())
+            let _: i64 = client
+                .custom(fred::cmd!("XACK"), acks)
+                .await
+                .map_err(core)?;
+            Ok(())
         };
         let (script, xack) = tokio::join!(script, xack);
         // Sent: the entries are no longer this consumer's to keep alive, whatever came of it.
         if let Some(held) = &self.held {
             held.release(batch.iter().map(|(t, _)| &t.raw));
         }
-        script.and(xack).map_err(core)?;
+        script.and(xack)?;
         if self.has_dead {
-            logged(batch, &self.keys[1]);
+            logged(batch, &self.dead);
         }
         if let (Some(clock), Some(d)) = (&self.clock, earliest) {
             clock.retry_in(d);
@@ -149,25 +204,19 @@ impl StreamSettle {
     }
 }
 
-/// The fields of the entry a retry re-adds, or why it cannot be re-added.
-fn retry_fields(t: &Token) -> std::result::Result<Vec<Value>, String> {
-    let f = &t.frame;
-    let fields = super::fields(
-        &f.id,
-        f.attempt.saturating_add(1),
-        &f.headers,
-        f.payload.clone(),
-    );
-    if fields.len() > MAX_XADD_FIELDS {
-        // A script cannot pass that many values to one XADD.
-        let reason = format!(
-            "too-many-headers: {} stream fields, more than one XADD can take ({MAX_XADD_FIELDS})",
-            fields.len()
-        );
-        tracing::warn!(message_id = %f.id, %reason, "retry not possible: to the dead-letter list");
-        return Err(reason);
+/// Why the entry a retry re-adds cannot be re-added, if it cannot: its frame becomes a stream
+/// entry of `rs.id`, `rs.attempt`, its headers and `payload` (`frame.lua`'s `frame_fields`), and
+/// a script cannot pass that many values to one XADD.
+fn unfit(t: &Token) -> Option<String> {
+    let fields = 6 + 2 * t.frame.headers.len();
+    if fields <= MAX_XADD_FIELDS {
+        return None;
     }
-    Ok(fields)
+    let reason = format!(
+        "too-many-headers: {fields} stream fields, more than one XADD can take ({MAX_XADD_FIELDS})"
+    );
+    tracing::warn!(message_id = %t.frame.id, %reason, "retry not possible: to the dead-letter list");
+    Some(reason)
 }
 
 impl Settle for StreamSettle {
@@ -176,7 +225,7 @@ impl Settle for StreamSettle {
     }
 
     fn unsettled(&self) -> String {
-        let (stream, group) = (&self.keys[0], &self.group);
+        let (stream, group) = (&self.stream, &self.group);
         if self.held.is_some() {
             format!("pending in group `{group}` of `{stream}` and come back after min_idle")
         } else {

@@ -453,8 +453,8 @@ async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
     for _ in 0..2 {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
     }
-    // settle.lua of a reliable list: six keys, the queue first.
-    let settle_call = script_call(6, &env.key(Q));
+    // settle.lua of a reliable list: six keys, the processing list first.
+    let settle_call = script_call(6, &env.key(&k(".processing")));
     proxy.cut_after(&settle_call);
     let cut = proxy.clone();
     let rec = Rec::deciding(move |_, attempt, i| match (attempt, i) {

@@ -1,0 +1,121 @@
+-- BACK: the one way onto a queue for the scripts that put entries there: a retry
+-- (list/settle.lua, stream/settle.lua), the recovery sweep (list/claim.lua), the delayed mover
+-- (delayed/move_due.lua), the operator's requeue (operate/requeue.lua) and a unique publish
+-- (unique/publish.lua). It alone knows a destination's shape: a list's priority levels (each
+-- frame onto the level its `rs.priority` header names; a level above 0 that was empty announces
+-- its first entry with a PUBLISH on its own name, since readers wait on level 0), a list's ttl,
+-- a stream's fields (one XADD each, from the frame) and bound, a channel. A partition is a queue
+-- of its own: the caller names the partition's keys. Prepended after guard.lua, frame.lua and
+-- stream/bound.lua.
+--
+-- In a caller's ARGV a destination is `kind, number of its keys, spec`, and its keys follow one
+-- another in KEYS (the Rust side builds both: `crate::back::Dest`):
+--   list     keys: its levels, lowest first (the queue alone without levels); spec: the list's
+--            ttl in ms, set after a put ('0': none)
+--   stream   keys: the stream; spec: its bound (bound.lua: '', maxlen:<n>, minage:<ms>)
+--   sharded  keys: the channel (SPUBLISH obeys its slot as a key's); spec: ''
+--   pubsub   keys: none; spec: the channel
+-- A caller reads the destination (dest_of), checks its keys with the rest (dest_checks) and
+-- turns every value into an item (dest_item) before its first write, then puts the items
+-- (put_back).
+
+-- The list destination of `levels` (lowest first) with a ttl of `ttl` ms (0: none).
+local function list_dest(levels, ttl)
+  return {kind = 'list', keys = levels, spec = tostring(ttl or 0), ttl = tonumber(ttl) or 0}
+end
+
+-- The destination read from KEYS[key_at] and ARGV[arg_at] on; its `key_end` and `arg_end` are
+-- the KEYS and ARGV indexes after it. nil and an error message when malformed.
+local function dest_of(key_at, arg_at)
+  local kind, nk, spec = ARGV[arg_at], tonumber(ARGV[arg_at + 1]), ARGV[arg_at + 2]
+  if not nk or not spec or key_at + nk - 1 > #KEYS then
+    return nil, 'RSARGS destination at argument ' .. arg_at .. ': short of keys or arguments'
+  end
+  local keys = {}
+  for i = 0, nk - 1 do keys[#keys + 1] = KEYS[key_at + i] end
+  local d
+  if kind == 'list' and nk >= 1 and tonumber(spec) then
+    d = list_dest(keys, spec)
+  elseif kind == 'stream' and nk == 1 then
+    local e = bound_error(spec)
+    if e then return nil, e end
+    d = {kind = kind, keys = keys, spec = spec}
+  elseif (kind == 'sharded' and nk == 1) or (kind == 'pubsub' and nk == 0 and spec ~= '') then
+    d = {kind = kind, keys = keys, spec = spec}
+  else
+    return nil, 'RSARGS destination at argument ' .. arg_at .. ': malformed ' .. tostring(kind)
+  end
+  d.key_end, d.arg_end = key_at + nk, arg_at + 3
+  return d
+end
+
+-- `checks` with the {key, type} pairs of `d`'s keys (see guard.lua's wrong_types).
+local function dest_checks(d, checks)
+  if d.kind == 'list' or d.kind == 'stream' then
+    for _, k in ipairs(d.keys) do checks[#checks + 1] = {k, d.kind} end
+  end
+  return checks
+end
+
+-- What the frame `v` is on `d`, for put_back: the frame itself, or a stream entry's fields;
+-- nil and why when it cannot go there (a stream entry takes one XADD, and Lua's unpack bounds
+-- its fields).
+local function dest_item(d, v)
+  if d.kind ~= 'stream' then return v end
+  local fields = frame_fields(v)
+  if #fields > MAX_UNPACK - 2 then
+    return nil, 'too-many-headers: ' .. #fields .. ' stream fields, more than one XADD can take'
+  end
+  return fields
+end
+
+-- The index into `levels` (1 = level 0) of the frame `v`: its `rs.priority` header; a value
+-- without one is level 0, and a level past the highest is the highest.
+local function level_of(v, levels)
+  if #levels < 2 then return 1 end
+  local layout = frame_layout(v)
+  if not layout then return 1 end
+  for _, h in ipairs(layout.headers) do
+    if string.sub(v, h[1], h[2]) == 'rs.priority' then
+      local l = tonumber(string.sub(v, h[3], h[4]))
+      if not l or l < 1 then return 1 end
+      return math.min(math.floor(l), #levels - 1) + 1
+    end
+  end
+  return 1
+end
+
+-- Puts `items` (from dest_item) onto `d`, in their order: onto a list at the consuming end
+-- (RPUSH: handled next, the last item first) when `next`, else behind what waits (LPUSH); onto a
+-- stream with an XADD each, then one trim to its bound; onto a channel with a PUBLISH (SPUBLISH)
+-- each. Returns how many were put.
+local function put_back(d, items, next)
+  if #items == 0 then return 0 end
+  if d.kind == 'list' then
+    local by = {}
+    for l = 1, #d.keys do by[l] = {} end
+    for _, v in ipairs(items) do
+      local l = level_of(v, d.keys)
+      by[l][#by[l] + 1] = v
+    end
+    local cmd = next and 'RPUSH' or 'LPUSH'
+    for l, vals in ipairs(by) do
+      if #vals > 0 then
+        local len = 0
+        for i = 1, #vals, 1000 do
+          len = redis.call(cmd, d.keys[l], unpack(vals, i, math.min(i + 999, #vals)))
+        end
+        if l > 1 and len == #vals then redis.call('PUBLISH', d.keys[l], '') end
+        if d.ttl > 0 then redis.call('PEXPIRE', d.keys[l], d.ttl) end
+      end
+    end
+  elseif d.kind == 'stream' then
+    for _, fields in ipairs(items) do redis.call('XADD', d.keys[1], '*', unpack(fields)) end
+    bound(d.keys[1], d.spec)
+  elseif d.kind == 'sharded' then
+    for _, v in ipairs(items) do redis.call('SPUBLISH', d.keys[1], v) end
+  else
+    for _, v in ipairs(items) do redis.call('PUBLISH', d.spec, v) end
+  end
+  return #items
+end

@@ -1,0 +1,111 @@
+//! The way back to a queue: [`Dest`], a destination as `back.lua` takes it, the one Lua part
+//! through which every script that puts an entry onto a queue does it (a retry, the recovery
+//! sweep, the delayed mover, the operator's requeue, a unique publish). The destination's shape
+//! (a list's levels and ttl, a stream's bound, a channel) is written here and in `back.lua`
+//! only.
+//!
+//! Sends no command: the scripts that take a [`Dest`] send `LPUSH`/`RPUSH` (+ `PUBLISH` on a
+//! level's first entry, `PEXPIRE` with a ttl), `XADD` + `XTRIM`, `PUBLISH` or `SPUBLISH`.
+
+use fred::prelude::*;
+
+use crate::lua;
+
+/// Where a script puts entries: one queue, as `back.lua`'s `dest_of` reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dest {
+    /// A list: its levels' full keys, lowest first (the queue alone without levels), and its
+    /// ttl in ms, set after a put (0: none).
+    List {
+        /// The levels, lowest first.
+        levels: Vec<String>,
+        /// The list's ttl in ms (0: none).
+        ttl_ms: i64,
+    },
+    /// A stream, trimmed to `bound` (`stream/bound.lua`'s spec, `""`: none) after a put.
+    Stream {
+        /// The stream's full key.
+        key: String,
+        /// Its bound.
+        bound: String,
+    },
+    /// A sharded Pub/Sub channel (`SPUBLISH`; in the cluster its slot is a key's).
+    Sharded {
+        /// The channel's full name.
+        channel: String,
+    },
+    /// A plain Pub/Sub channel (`PUBLISH`, any node).
+    PubSub {
+        /// The channel's full name.
+        channel: String,
+    },
+}
+
+impl Dest {
+    /// A list without a ttl: its levels, lowest first.
+    pub fn list(levels: Vec<String>) -> Self {
+        Self::List { levels, ttl_ms: 0 }
+    }
+
+    /// The destination's first key (a list's level 0), if it has one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Self::List { levels, .. } => levels.first().map(String::as_str),
+            Self::Stream { key, .. } => Some(key),
+            Self::Sharded { channel } => Some(channel),
+            Self::PubSub { .. } => None,
+        }
+    }
+
+    /// Appends the destination's keys to `keys` and `kind, number of keys, spec` to `args`.
+    pub(crate) fn push(&self, keys: &mut Vec<String>, args: &mut Vec<Value>) {
+        let (kind, spec): (&'static str, Value) = match self {
+            Self::List { levels, ttl_ms } => {
+                keys.extend(levels.iter().cloned());
+                ("list", Value::from(ttl_ms.to_string()))
+            }
+            Self::Stream { key, bound } => {
+                keys.push(key.clone());
+                ("stream", Value::from(bound.as_str()))
+            }
+            Self::Sharded { channel } => {
+                keys.push(channel.clone());
+                ("sharded", Value::from_static_str(""))
+            }
+            Self::PubSub { channel } => ("pubsub", Value::from(channel.as_str())),
+        };
+        let n = match self {
+            Self::List { levels, .. } => levels.len(),
+            Self::PubSub { .. } => 0,
+            Self::Stream { .. } | Self::Sharded { .. } => 1,
+        };
+        args.extend([Value::from_static_str(kind), lua::int(n), spec]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destination_writes_its_keys_and_three_arguments() {
+        let (mut keys, mut args) = (Vec::new(), Vec::new());
+        Dest::list(vec!["q".into(), "q.p1".into()]).push(&mut keys, &mut args);
+        Dest::PubSub {
+            channel: "c".into(),
+        }
+        .push(&mut keys, &mut args);
+        assert_eq!(keys, ["q", "q.p1"]);
+        assert_eq!(
+            args,
+            [
+                Value::from("list"),
+                Value::Integer(2),
+                Value::from("0"),
+                Value::from("pubsub"),
+                Value::Integer(0),
+                Value::from("c"),
+            ]
+        );
+    }
+}
