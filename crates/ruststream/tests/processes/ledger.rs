@@ -53,8 +53,8 @@
 //! had not settled, and after the restart, claims whose leases aged past `min_idle` during the
 //! outage and were swept from their live workers, are where duplicates come from.
 //!
-//! Size: `RUSTSTREAM_LEDGER_N` messages, 2,000 by default (about 15 s a test; the two run side by
-//! side, which keeps CI's 2 cores well under 2 minutes); the full run is
+//! Size: `RUSTSTREAM_LEDGER_N` messages, 2,000 by default (about 15 s a test; on CI's 2 cores
+//! they run two at a time, the four in about 35 s); the full run is
 //! `RUSTSTREAM_LEDGER_N=20000` (about 105 s a test, with more kills and cuts). The seed is
 //! printed; `RUSTSTREAM_LEDGER_SEED=<seed>` replays its outcomes and fault plan (timing still
 //! varies). The workers' logs and ledgers are removed after a passing run unless
