@@ -6,7 +6,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, checks, keys; creating the group | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept) |
-//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait |
+//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait; `XGROUP CREATE` again after its connection came back |
 //! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |
 //! | `publish.rs` | publishing | `XADD key [MAXLEN ~ n \| MINID ~ id] * ..`, pipelined |
 //! | `bound.lua` | a route's bound, for the scripts that re-add entries | `XTRIM key MAXLEN ~ n` or `MINID ~ <TIME - age>` |
@@ -336,33 +336,9 @@ impl Transport for RedisStream {
     fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let key = conns.keys.key(&self.key);
-            let group = self.group_name();
             let client = conns.pool()?.next().clone();
-            let r: Result<Value, _> = client
-                .custom(
-                    fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
-                    vec!["CREATE", key.as_str(), group, "0", "MKSTREAM"],
-                )
-                .await;
-            match r {
-                Ok(_) => Ok(()),
-                Err(e) if crate::error::kind_of(&e) == ErrorKind::GroupExists => Ok(()),
-                // At maxmemory Redis refuses XGROUP CREATE before looking, even for a group that
-                // exists; an existing group is all the consumer needs to drain the stream.
-                Err(e)
-                    if crate::error::kind_of(&e) == ErrorKind::OutOfMemory
-                        && has_group(&client, &key, group).await =>
-                {
-                    Ok(())
-                }
-                Err(e) => {
-                    let message = format!(
-                        "cannot create consumer group `{group}` on stream `{key}`: {}",
-                        crate::error::redact(e.details())
-                    );
-                    Err(crate::error::core_as(e, message))
-                }
-            }
+            create_group(&client, &key, self.group_name()).await?;
+            Ok(())
         })
     }
 
@@ -372,6 +348,36 @@ impl Transport for RedisStream {
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))
+    }
+}
+
+/// Creates the consumer group `group` of the stream `key` (and the stream) if missing, reading
+/// from the stream's start: `XGROUP CREATE key group 0 MKSTREAM`. Whether it was missing.
+pub(super) async fn create_group(client: &Client, key: &str, group: &str) -> Result<bool> {
+    let r: Result<Value, _> = client
+        .custom(
+            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            vec!["CREATE", key, group, "0", "MKSTREAM"],
+        )
+        .await;
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) if crate::error::kind_of(&e) == ErrorKind::GroupExists => Ok(false),
+        // At maxmemory Redis refuses XGROUP CREATE before looking, even for a group that
+        // exists; an existing group is all the consumer needs to drain the stream.
+        Err(e)
+            if crate::error::kind_of(&e) == ErrorKind::OutOfMemory
+                && has_group(client, key, group).await =>
+        {
+            Ok(false)
+        }
+        Err(e) => {
+            let message = format!(
+                "cannot create consumer group `{group}` on stream `{key}`: {}",
+                crate::error::redact(e.details())
+            );
+            Err(crate::error::core_as(e, message))
+        }
     }
 }
 

@@ -4,8 +4,16 @@
 //! in. When it read nothing, the reader waits: for the limit, as long as the script says; for
 //! new entries, with `XREAD BLOCK ms STREAMS key <last id>`, which delivers nothing to the
 //! group, then reads once more. Paused, it returns nothing and its pause gate waits.
+//!
+//! When its connection comes back (fred reconnected it, or it was replaced after a failed read),
+//! the reader creates its group again before it next reads (`XGROUP CREATE key group 0
+//! MKSTREAM`, an existing group kept): what came back may be a server that lost the group (a
+//! restart without persistence, a failover to a replica that missed it), and every read would
+//! fail with `NOGROUP` until the process restarted. A group created again reads from the
+//! stream's start, as at startup: what the stream still holds is delivered again (at least once).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -76,6 +84,9 @@ pub(super) async fn open(
         .zip(keys.rate.clone())
         .map(|(r, key)| r.limiter(key));
     let gates = claim::gates(pause.as_ref(), rate.as_ref());
+    let regroup = Arc::new(AtomicBool::new(false));
+    let mark = regroup.clone();
+    conn.on_reconnect(move || mark.store(true, Ordering::Release));
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
@@ -118,6 +129,7 @@ pub(super) async fn open(
         rate,
         pause,
         gates,
+        regroup,
         settler: RedisSettler::new(settler),
     });
     Ok(receiver.gated(gate))
@@ -137,6 +149,8 @@ struct StreamReceiver {
     pause: Option<Hold>,
     /// The read's gates: the pause, then the rate limit.
     gates: Vec<claim::Gate>,
+    /// Set when the connection came back: create the group again before the next read.
+    regroup: Arc<AtomicBool>,
     settler: RedisSettler,
 }
 
@@ -149,6 +163,7 @@ impl StreamReceiver {
         if let Some(m) = &self.mover {
             m.move_due(self.conn.client()).await;
         }
+        self.regroup().await?;
         if let Some(r) = &mut self.recovery {
             let claimed = r.claim(self.conn.client(), &self.group, max).await?;
             if !claimed.is_empty() {
@@ -200,10 +215,30 @@ impl StreamReceiver {
         Ok(self.deliver(entries(again.reply)))
     }
 
+    /// Creates the group again if the connection came back since the last time (see the
+    /// module docs); before the group's entries are claimed or read.
+    async fn regroup(&self) -> Result<()> {
+        if !self.regroup.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let g = &self.group;
+        match super::create_group(self.conn.client(), &g.key, &g.group).await {
+            Ok(true) => tracing::warn!(stream = %g.key, group = %g.group,
+                "the consumer group was missing when the connection came back; created it again, reading from the stream's start"),
+            Ok(false) => {}
+            Err(e) => {
+                self.regroup.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// One `read.lua` call: what it read, what the gates held back (counted), and the stream's
     /// last id when it read nothing though the gates let it; a pause closes the pause gate.
     async fn read(&self, max: usize) -> Result<StreamClaimed> {
         let g = &self.group;
+        self.regroup().await?;
         let read = StreamRead {
             stream: &g.key,
             group: &g.group,

@@ -1,8 +1,10 @@
 //! The ledger run: many messages, random outcomes, random faults, and an account of every message
-//! at the end. One test per transport: `ledger_reliable_list` and `ledger_stream`; and
+//! at the end. One test per transport: `ledger_reliable_list` and `ledger_stream`;
 //! `ledger_priorities_rate_limit`, the reliable list with three priority levels (each chunk
 //! published onto one, in turn) behind a rate limit of 1,000 a second (issue 21: the claim's
-//! gates over its levels).
+//! gates over its levels); and `ledger_batch_handler`, the reliable list read by a batch handler
+//! ([`BATCH`] a batch, each item settled as its own pick says; see [`Recorder`]'s
+//! `HandleBatch`).
 //!
 //! - **Server.** A redis-server of the test's own ([`OwnRedis`]: `--appendonly yes --appendfsync
 //!   always`, so a restart keeps everything acknowledged), no key prefix.
@@ -51,8 +53,8 @@
 //! had not settled, and after the restart, claims whose leases aged past `min_idle` during the
 //! outage and were swept from their live workers, are where duplicates come from.
 //!
-//! Size: `RUSTSTREAM_LEDGER_N` messages, 2,000 by default (about 15 s a test; the two run side by
-//! side, which keeps CI's 2 cores well under 2 minutes); the full run is
+//! Size: `RUSTSTREAM_LEDGER_N` messages, 2,000 by default (about 15 s a test; on CI's 2 cores
+//! they run two at a time, the four in about 35 s); the full run is
 //! `RUSTSTREAM_LEDGER_N=20000` (about 105 s a test, with more kills and cuts). The seed is
 //! printed; `RUSTSTREAM_LEDGER_SEED=<seed>` replays its outcomes and fault plan (timing still
 //! varies). The workers' logs and ledgers are removed after a passing run unless
@@ -85,6 +87,7 @@ use harness::stand::OwnRedis;
 use harness::{bounded, unique, wait_until};
 use ruststream::prelude::*;
 use ruststream::redis::frame::Frame;
+use ruststream::{BatchContext, BatchOutcome, HandleBatch};
 
 /// The queue (list or stream).
 const QUEUE: &str = "{ledger}";
@@ -106,6 +109,8 @@ const RATE: u32 = 200;
 const CHUNK: u32 = 20;
 /// `N` unless `RUSTSTREAM_LEDGER_N` says.
 const DEFAULT_N: u32 = 2000;
+/// Items a batch of the `Batch` transport (whose handlers take three batches at once).
+const BATCH: usize = 10;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -119,6 +124,8 @@ enum Transport {
     Stream,
     /// The reliable list with priority levels and a rate limit.
     Levels,
+    /// The reliable list read by a batch handler.
+    Batch,
 }
 
 impl Transport {
@@ -127,6 +134,7 @@ impl Transport {
             Self::List => "list",
             Self::Stream => "stream",
             Self::Levels => "levels",
+            Self::Batch => "batch",
         }
     }
 
@@ -135,6 +143,7 @@ impl Transport {
             "list" => Self::List,
             "stream" => Self::Stream,
             "levels" => Self::Levels,
+            "batch" => Self::Batch,
             other => panic!("unknown transport {other:?}"),
         }
     }
@@ -153,6 +162,11 @@ async fn ledger_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_priorities_rate_limit() {
     ledger_run(Transport::Levels).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_batch_handler() {
+    ledger_run(Transport::Batch).await;
 }
 
 /// The levels of the `Levels` queue.
@@ -248,6 +262,11 @@ fn ledger_worker_process() {
             .block(block);
         let sub = match transport {
             Transport::List => subscriber(list, handler).build::<Job>(),
+            // Room for three batches at once: a batch takes as long as its slowest item (one
+            // in ten holds its batch for SLOW), so with one it would fall behind the publisher.
+            Transport::Batch => subscriber(list.concurrency(3 * BATCH), handler)
+                .batch(BATCH)
+                .build::<Job>(),
             Transport::Levels => subscriber(
                 list.priorities(LEVELS)
                     .rate_limit(1000, Duration::from_secs(1)),
@@ -317,6 +336,51 @@ impl Handle<Job> for Recorder {
             }
             self.record('A', n, attempt);
             Ok(())
+        }
+    }
+}
+
+/// The batch handler: each item's outcome and work time are its own [`pick`], as one message's
+/// would be; the batch works as long as its longest item, sleeps [`SLOW`] more when any item is
+/// slow (acking those), and panics when its first item's pick is a panic (every item then comes
+/// back), the other items picking a panic being retried.
+impl HandleBatch<Job> for Recorder {
+    fn handle_batch(
+        &self,
+        jobs: &[Job],
+        ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send {
+        let picks: Vec<(u32, u32, Pick, Duration)> = jobs
+            .iter()
+            .zip(ctx.infos())
+            .map(|(job, info)| {
+                let (pick, work) = pick(self.seed, job.n, info.attempt);
+                self.record('S', job.n, info.attempt);
+                (job.n, info.attempt, pick, work)
+            })
+            .collect();
+        async move {
+            let work = picks.iter().map(|p| p.3).max().unwrap_or_default();
+            tokio::time::sleep(work).await;
+            if let Some(&(n, attempt, Pick::Panic, _)) = picks.first() {
+                panic!("ledger: the batch of job {n} panics on attempt {attempt}");
+            }
+            if picks.iter().any(|p| p.2 == Pick::Slow) {
+                tokio::time::sleep(SLOW).await;
+            }
+            let each = picks
+                .into_iter()
+                .map(|(n, attempt, pick, _)| match pick {
+                    Pick::Ack | Pick::Slow => {
+                        self.record('A', n, attempt);
+                        HandlerOutcome::ack()
+                    }
+                    Pick::Retry | Pick::Panic => HandlerOutcome::retry(),
+                    Pick::RetryAfter(d) => HandlerOutcome::retry_after(d),
+                    Pick::Drop => HandlerOutcome::drop(),
+                })
+                .collect();
+            BatchOutcome::each(each)
         }
     }
 }
@@ -454,7 +518,7 @@ fn fields(v: Value) -> HashMap<String, Value> {
 /// Every claimed entry: the processing list's values, or the group's pending entry ids.
 async fn claimed(r: &Client, transport: Transport) -> Option<HashSet<Bytes>> {
     match transport {
-        Transport::List | Transport::Levels => {
+        Transport::List | Transport::Levels | Transport::Batch => {
             let values: Vec<Bytes> = q(r.lrange(key(".processing"), 0, -1)).await?;
             Some(values.into_iter().collect())
         }
@@ -493,7 +557,7 @@ async fn pending(r: &Client, consumer: Option<&str>) -> Option<Vec<(Bytes, Strin
 /// payloads are gone (stream: nothing pending, nothing unread, no delayed set). `None`: unknown.
 async fn drained(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
-        Transport::List | Transport::Levels => {
+        Transport::List | Transport::Levels | Transport::Batch => {
             let keys = [
                 "",
                 ".p1",
@@ -660,10 +724,10 @@ fn fault_plan(rng: &mut fastrand::Rng, n: u32) -> Vec<Fault> {
 fn needle(transport: Transport, fault: Fault, rng: &mut fastrand::Rng) -> Vec<u8> {
     let bulk = |s: &str| format!("${}\r\n{s}", s.len());
     let text = match (transport, fault) {
-        (Transport::List | Transport::Levels, Fault::CutSettle) => {
+        (Transport::List | Transport::Levels | Transport::Batch, Fault::CutSettle) => {
             format!("{QUEUE}.processing\r\n{}", bulk(&key(".dead")))
         }
-        (Transport::List | Transport::Levels, _) => {
+        (Transport::List | Transport::Levels | Transport::Batch, _) => {
             format!("{QUEUE}.processing\r\n{}", bulk(&key(".claims")))
         }
         (Transport::Stream, Fault::CutSettle) if rng.bool() => "\r\nXACK\r\n".to_owned(),
@@ -844,7 +908,7 @@ impl Run {
     /// handler, so not in any ledger); stream, its consumer's pending entries.
     async fn held_by(&self, pid: u32, ledger: &Path) -> usize {
         match self.transport {
-            Transport::List | Transport::Levels => {
+            Transport::List | Transport::Levels | Transport::Batch => {
                 let started: HashSet<(u32, u32)> = read_ledger(ledger)
                     .into_iter()
                     .filter(|(kind, _, _)| *kind == b'S')
@@ -888,7 +952,7 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// group has not read. `None`: unknown (the server may be down).
 async fn queued(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
-        Transport::List => q(r.llen::<i64, _>(key(""))).await.map(|n| n > 0),
+        Transport::List | Transport::Batch => q(r.llen::<i64, _>(key(""))).await.map(|n| n > 0),
         Transport::Levels => {
             let mut n = 0;
             for level in ["", ".p1", ".p2"] {

@@ -2,6 +2,11 @@
 //! reads through a proxy that either closes every connection (`cut_all`) or silences them
 //! without closing anything (`stall_all`: a frozen peer, a network that drops everything), while
 //! its blocking read waits on Redis; the next message must still be handled within a bound.
+//!
+//! Two outages in a row: a stream reader whose connection went silent gets a new one (the old
+//! is replaced), and the replaced one is then cut; its consumer group, deleted during each
+//! outage, is created again when the connection comes back (a replacement counts as a
+//! reconnect), before the reader reads with it.
 
 use std::time::Duration;
 
@@ -9,7 +14,8 @@ use ruststream::prelude::*;
 
 use super::common::*;
 use crate::harness::proxy::Proxy;
-use crate::harness::{Env, on, start, stop, wait_until};
+use crate::harness::{Env, logs, on, start, stop, wait_until};
+use ruststream::RunningApp;
 
 on!(
     [standalone]
@@ -21,6 +27,7 @@ on!(
     a_reliable_list_reader_resumes_after_its_connection_goes_silent,
     a_simple_list_reader_resumes_after_its_connection_goes_silent,
     a_pubsub_subscriber_resumes_after_its_connection_goes_silent,
+    a_stream_reader_rejoins_after_two_outages_in_a_row,
 );
 
 /// How often each test breaks a worker's connections mid-read.
@@ -103,8 +110,9 @@ async fn break_while_reading(
     assert_eq!(rec.distinct(), ROUNDS as usize, "{:?}", rec.seen());
 }
 
-async fn stream_reader(env: &Env, fault: Fault, key: &str) {
-    let proxy = Proxy::start(env.url().expect("standalone")).await;
+/// A worker reading the stream `key` (group `g`) through `proxy`, recording into the returned
+/// [`Rec`]; and a publisher to the stream that goes through no proxy.
+async fn stream_worker(env: &Env, proxy: &Proxy, key: &str) -> (RunningApp, Rec, RedisBroker) {
     let rec = Rec::acking();
     let r = rec.clone();
     // An entry a silenced read delivered (its reply never came) is pending on this consumer:
@@ -114,7 +122,7 @@ async fn stream_reader(env: &Env, fault: Fault, key: &str) {
         .block(BLOCK)
         .min_idle(MIN_IDLE);
     let app = start(app_on(
-        via(&proxy, env).route(key, stream::Publish::new()),
+        via(proxy, env).route(key, stream::Publish::new()),
         Duration::from_millis(100),
         |b| {
             b.include(subscriber(source, r).build());
@@ -123,6 +131,12 @@ async fn stream_reader(env: &Env, fault: Fault, key: &str) {
     .await;
     let publisher = env.broker_with(|b| b.route(key, stream::Publish::new()));
     publisher.connect().await.unwrap();
+    (app, rec, publisher)
+}
+
+async fn stream_reader(env: &Env, fault: Fault, key: &str) {
+    let proxy = Proxy::start(env.url().expect("standalone")).await;
+    let (app, rec, publisher) = stream_worker(env, &proxy, key).await;
     // The stream's blocking read is `XREAD BLOCK` from the last id (`read.lua` claims).
     break_while_reading(&proxy, fault, ("XREAD", false), &rec, async |i| {
         publisher
@@ -233,4 +247,71 @@ async fn a_simple_list_reader_resumes_after_its_connection_goes_silent(env: &Env
 // Before: a subscriber whose connection went silent waited for messages for ever.
 async fn a_pubsub_subscriber_resumes_after_its_connection_goes_silent(env: &Env) {
     pubsub_subscriber(env, Fault::Stall, "live-stall-c").await;
+}
+
+/// `XGROUP DESTROY key group` on the server (not through the proxy): the group must have existed.
+async fn destroy_group(env: &Env, key: &str, group: &str) {
+    let destroyed = env
+        .cmd(
+            "XGROUP",
+            vec!["DESTROY".into(), env.key(key).into(), group.into()],
+        )
+        .await
+        .expect("XGROUP DESTROY");
+    assert_eq!(destroyed.as_i64(), Some(1), "the group {group} existed");
+}
+
+// Before: a reader whose connection was replaced (it went silent) or came back read with a
+// group Redis no longer had (a restart without persistence, a failover to a replica that
+// missed it, an operator's `XGROUP DESTROY`): `NOGROUP` on every read, for ever, until the
+// process restarted.
+async fn a_stream_reader_rejoins_after_two_outages_in_a_row(env: &Env) {
+    logs::capture();
+    let key = "{live-twice}";
+    let proxy = Proxy::start(env.url().expect("standalone")).await;
+    // The reader's connections, as its logs name them.
+    let target = proxy.url();
+    let (app, rec, publisher) = stream_worker(env, &proxy, key).await;
+    let send = async |n: u32| {
+        publisher
+            .publisher()
+            .message(&Job { n })
+            .to(key)
+            .publish()
+            .await
+            .unwrap();
+    };
+    send(0).await;
+    wait_until("job 0 handled", RESUME, async || rec.distinct() == 1).await;
+    let replaced = || logs::lines_with(&["reading connection replaced", &target]).len();
+    let needle = b"\r\nXREAD\r\n";
+    // The first outage leaves the reader on a new connection; the second cuts that one.
+    for (i, fault) in [(1, Fault::Stall), (2, Fault::Cut)] {
+        let reads = proxy.sent_count(needle);
+        wait_until(
+            &format!("an XREAD in flight and nothing pending before outage {i}"),
+            RESUME,
+            async || proxy.sent_count(needle) > reads && env.pending(key, "g").await == 0,
+        )
+        .await;
+        // Gone when the connection goes: the read in flight (`XREAD`) does not use the group,
+        // so only a read after the outage could find it missing.
+        destroy_group(env, key, "g").await;
+        fault.apply(&proxy);
+        send(i).await;
+        wait_until(
+            &format!("job {i}, published after outage {i}, handled"),
+            RESUME,
+            async || rec.seen().iter().any(|s| s.n == i),
+        )
+        .await;
+        if i == 1 {
+            assert!(replaced() >= 1, "the silent connection was replaced");
+        }
+    }
+    assert_eq!(rec.distinct(), 3, "{:?}", rec.seen());
+    // The group came back before any read needed it: no read found it missing.
+    let missing = logs::lines_with(&["NOGROUP", &env.key(key)]);
+    assert!(missing.is_empty(), "reads without the group: {missing:?}");
+    stop(app).await;
 }
