@@ -44,7 +44,7 @@ impl Probe {
                 if conns.memory.is_attached() {
                     return false;
                 }
-                if !crate::policy::PublishPolicy::any_durable(&conns.routes) {
+                if !conns.routes.any_durable() {
                     crate::setup::warn_persistence(client, &conns.target()).await;
                 }
                 takes_waitaof(client).await

@@ -82,6 +82,7 @@ mod policy;
 mod publish;
 pub mod pubsub;
 mod rejoin;
+mod reply;
 mod results;
 mod setup;
 pub mod stream;

@@ -15,8 +15,8 @@ use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
-use super::ListKeys;
 use super::lease::Leases;
+use super::source::ListKeys;
 use crate::dead::{discarded, logged};
 use crate::delayed::{DueClock, SCHEDULE_RETRY, retry_arg};
 use crate::error::core;
