@@ -24,33 +24,27 @@ use std::collections::HashMap;
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use ruststream_core::{Durability, Error, Result};
-use tokio::sync::OnceCell;
 
 use crate::conn::Connections;
 use crate::error::core;
 
-/// Whether this broker's server takes `WAITAOF`, found out on the first durable publish.
-#[derive(Debug, Default)]
-pub(crate) struct Probe(OnceCell<bool>);
-
-impl Probe {
-    /// Whether to send `WAITAOF`; the first call also warns of a server without persistence,
-    /// unless a durable route had it checked at connect (`crate::setup`).
-    async fn waitaof(&self, client: &Client, conns: &Connections) -> bool {
-        *self
-            .0
-            .get_or_init(|| async {
-                // The in-memory model has no AOF, nor `CONFIG`.
-                if conns.memory.is_attached() {
-                    return false;
-                }
-                if !crate::policy::PublishPolicy::any_durable(&conns.routes) {
-                    crate::setup::warn_persistence(client, &conns.target()).await;
-                }
-                takes_waitaof(client).await
-            })
-            .await
-    }
+/// Whether to send `WAITAOF` to the server of `conns`, found out on the first durable publish
+/// (and kept in `conns`); the first call also warns of a server without persistence, unless a
+/// durable route had it checked at connect (`crate::setup`).
+async fn waitaof(client: &Client, conns: &Connections) -> bool {
+    *conns
+        .waitaof
+        .get_or_init(|| async {
+            // The in-memory model has no AOF, nor `CONFIG`.
+            if conns.memory.is_attached() {
+                return false;
+            }
+            if !conns.routes.any_durable() {
+                crate::setup::warn_persistence(client, &conns.target()).await;
+            }
+            takes_waitaof(client).await
+        })
+        .await
 }
 
 /// Redis 7.2 or later with `appendonly yes`: `WAITAOF 1 ..` fails on a server without AOF.
@@ -102,7 +96,7 @@ pub(crate) async fn confirm(
     (wrote, writes): (bool, Vec<Write>),
     before: &HashMap<fred::types::config::Server, i64>,
 ) -> Result<()> {
-    let waitaof = conns.durable.waitaof(client, conns).await;
+    let waitaof = waitaof(client, conns).await;
     let slot = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
     let timeout = d.timeout_ms().to_string();
     let replicas = d.replicas().to_string();

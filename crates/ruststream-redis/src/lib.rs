@@ -83,6 +83,7 @@ mod policy;
 mod publish;
 pub mod pubsub;
 mod rejoin;
+mod reply;
 mod results;
 mod settle;
 mod setup;

@@ -23,7 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::core;
 
-/// How often a reader looks at its pause key when no `PUBLISH` told it to.
+/// How often a reader looks at its pause key when no `PUBLISH` told it to: the longest a pause
+/// or resume takes to reach a reader that missed its wake-up. Public (as
+/// `operate::PAUSE_POLL`) for the integration tests outside this crate, whose negative
+/// observations (nothing claimed while paused) wait this long.
 pub const POLL: Duration = Duration::from_secs(2);
 
 /// Pause key → the watch of whether it is set: one watcher per key per broker, however many

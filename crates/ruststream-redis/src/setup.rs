@@ -13,7 +13,6 @@ use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 
 use crate::conn::Connections;
-use crate::policy::PublishPolicy;
 
 /// Warns of what is wrong with the server `conns` connected to (persistence only when a route
 /// asks for durability); nothing on the in-memory model.
@@ -22,7 +21,7 @@ pub(crate) async fn at_connect(conns: &Connections) {
         return;
     }
     let Ok(pool) = conns.pool() else { return };
-    let durable = PublishPolicy::any_durable(&conns.routes);
+    let durable = conns.routes.any_durable();
     warn(pool.next(), &conns.target(), durable).await;
 }
 

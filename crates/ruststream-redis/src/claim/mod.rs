@@ -347,7 +347,7 @@ fn int(v: Option<&Value>) -> u64 {
 }
 
 fn bytes(v: Value) -> Option<Bytes> {
-    crate::transport::value_bytes(v)
+    crate::reply::value_bytes(v)
 }
 
 fn text(v: Value) -> Option<String> {

@@ -60,8 +60,9 @@ pub(crate) struct Connections {
     /// Each destination's publish policy: publishes, and the scripts that re-add to a stream,
     /// follow it.
     pub(crate) routes: Arc<Routes>,
-    /// Whether the server takes `WAITAOF`, for durable publishes.
-    pub(crate) durable: crate::durable::Probe,
+    /// Whether the server takes `WAITAOF`, found out on the first durable publish
+    /// (`crate::durable`).
+    pub(crate) waitaof: tokio::sync::OnceCell<bool>,
 }
 
 impl Connections {
@@ -77,7 +78,7 @@ impl Connections {
             pauses: crate::pause::Pauses::default(),
             memory: MemorySlot::default(),
             routes: Arc::default(),
-            durable: crate::durable::Probe::default(),
+            waitaof: tokio::sync::OnceCell::new(),
         }
     }
 

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::Leases;
 use super::levels::Wakes;
 use super::settle::ReliableSettle;
-use super::{ListKeys, Mode, RedisList};
+use super::source::{ListKeys, Mode, RedisList};
 use crate::back::Dest;
 use crate::claim::{self, Claim, Claimed, Record};
 use crate::conn::{Connections, ReadConn};

@@ -15,8 +15,8 @@ use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
-use super::ListKeys;
 use super::lease::Leases;
+use super::source::ListKeys;
 use crate::back::Dest;
 use crate::dead::{discarded, logged};
 use crate::delayed::DueClock;

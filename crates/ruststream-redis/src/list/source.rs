@@ -1,194 +1,335 @@
-//! A list subscription as the broker sees it ([`Transport`]): its keys, the checks made at
-//! startup, its description for the AsyncAPI document, and opening its receiver. Sends no
-//! command itself (`receive.rs` reads).
+//! [`RedisList`], a work queue on a Redis list, and its builder: its [`Mode`], recovery options,
+//! partitions, priority levels and rate limit; [`ListKeys`], the full names of its keys and the
+//! checks of its recovery options. Sends no command.
 
-use fred::prelude::*;
-use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Retries};
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
+use std::time::Duration;
 
-use super::*;
-use crate::conn::Connections;
-use crate::keys::{DeadLetter, KeySpace, SourceKeys};
-use crate::options::SourceOptions;
-use crate::policy::PublishPolicy;
-use crate::transport::{RedisReceiver, Transport};
+use ruststream_core::{Error, Result};
 
-impl Transport for RedisList {
-    fn key(&self) -> &str {
+use super::levels;
+use crate::keys::{Delayed, KeySpace};
+use crate::limit::RateLimit;
+use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
+
+/// How entries leave the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Popped (`claim.lua`, recording nothing): the entry is gone before the handler runs; at
+    /// most once.
+    Simple,
+    /// Claimed into a processing list, removed when settled; at least once.
+    Reliable,
+}
+
+/// A work queue on a Redis list.
+///
+/// ```
+/// use std::time::Duration;
+/// use ruststream_redis::RedisList;
+///
+/// let simple = RedisList::new("cache.warmups");
+/// let reliable = RedisList::new("{thumbnails}")
+///     .reliable()
+///     .concurrency(16)
+///     .block(Duration::from_secs(2));
+/// assert_eq!(reliable.processing_key(), "{thumbnails}.processing");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct RedisList {
+    pub(super) key: String,
+    pub(super) mode: Mode,
+    pub(super) processing: Option<String>,
+    pub(super) recovery_zset: Option<String>,
+    pub(super) min_idle: Option<Duration>,
+    pub(super) recovery_ttl: Option<Duration>,
+    pub(super) no_recovery: bool,
+    pub(super) partitions: Option<u16>,
+    pub(super) rate: Option<RateLimit>,
+    pub(super) priorities: Option<u8>,
+    pub(super) options: SourceOptions,
+}
+
+source_setters!(queue: RedisList);
+
+impl RedisList {
+    /// A simple queue on `key`: popped, at most once.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            mode: Mode::Simple,
+            processing: None,
+            recovery_zset: None,
+            min_idle: None,
+            recovery_ttl: None,
+            no_recovery: false,
+            partitions: None,
+            rate: None,
+            priorities: None,
+            options: SourceOptions::default(),
+        }
+    }
+
+    /// Takes at most `n` messages per `per` from the queue, across every worker of every
+    /// instance (a [`RateLimit`]: a burst of `n`, then one every `per / n`). The limiter lives
+    /// in Redis (`<key>.rate`) and is checked by the script that takes the messages, on the
+    /// server's clock; messages over the limit stay in the queue, untouched, and the reader
+    /// waits until the next may pass. Needs `n` >= 1 and `per` > 0; a partitioned queue cannot
+    /// be limited as a whole (its partitions are in different slots).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisList;
+    /// let emails = RedisList::new("{emails}").reliable().rate_limit(100, Duration::from_secs(1));
+    /// assert_eq!(emails.rate().map(|r| r.n()), Some(100));
+    /// ```
+    pub fn rate_limit(mut self, n: u32, per: Duration) -> Self {
+        self.rate = Some(RateLimit::new(n, per));
+        self
+    }
+
+    /// Takes at most `n` messages per `per` for each value of the header `header` (a message
+    /// without it counts under the empty value), across every worker of every instance. A read
+    /// looks at up to 1,000 entries from the consuming end: a key over its limit leaves its
+    /// entries in place, in order, while other keys' entries are taken past them; a reader held
+    /// back by one key reads again within 100 ms, for other keys' new entries. The limiter is a
+    /// sorted set `<key>.rate.keys`, one member per key with a pass in the last `per`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisList;
+    /// let exports = RedisList::new("{exports}")
+    ///     .reliable()
+    ///     .rate_limit_by("customer", 10, Duration::from_secs(60));
+    /// assert_eq!(exports.rate().and_then(|r| r.header()), Some("customer"));
+    /// ```
+    pub fn rate_limit_by(mut self, header: impl Into<String>, n: u32, per: Duration) -> Self {
+        self.rate = Some(RateLimit::by(header, n, per));
+        self
+    }
+
+    /// The rate limit, if any.
+    pub fn rate(&self) -> Option<&RateLimit> {
+        self.rate.as_ref()
+    }
+
+    /// Spreads the queue over `n` lists `{key:0}` … `{key:n-1}`, each in a hash slot of its
+    /// own, so on a cluster one queue is not bounded by one Redis core. Every partition is a
+    /// whole queue (its own processing list, recovery set, delayed set and dead-letter list);
+    /// publishers spread messages over them, round robin or by
+    /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) (one key's messages
+    /// stay in order), and every reader claims from all of them. Name the key without a hash
+    /// tag; the keys of the partitions cannot be named by hand. How readers share their permits
+    /// between partitions is in `docs/decisions.md`, "Partitions are whole queues".
+    ///
+    /// ```
+    /// use ruststream_redis::RedisList;
+    /// let jobs = RedisList::new("jobs").reliable().partitions(4);
+    /// assert_eq!(jobs.partition_keys(), ["{jobs:0}", "{jobs:1}", "{jobs:2}", "{jobs:3}"]);
+    /// ```
+    pub fn partitions(mut self, n: u16) -> Self {
+        self.partitions = Some(n);
+        self
+    }
+
+    /// Gives the queue `n` priority levels, `0` (the lowest, where a publish without a
+    /// priority and a raw `LPUSH key` land) to `n - 1` (the highest), `n` from 2 to
+    /// [`MAX_PRIORITIES`](super::MAX_PRIORITIES); a message is published onto one with
+    /// [`priority(i)`](ruststream_core::PublishBuilder::priority). Level 0 is the key itself,
+    /// level `i` the list `<key>.p<i>` in its slot. Readers, simple or reliable, always take
+    /// from the highest non-empty level first, in one script run: the priority is strict, so
+    /// lower levels wait (starve) for as long as a higher one has entries. Claims, leases,
+    /// settling and recovery are the same as without levels; an entry swept back from a dead
+    /// worker, a retry and a delayed message all go onto their own level (the `rs.priority`
+    /// header, which handlers see). With [`partitions`](Self::partitions) every partition has
+    /// the levels. Why readers wake for a higher level at once while they wait on level 0:
+    /// `docs/decisions.md`, "Priority levels (issue 15)".
+    ///
+    /// ```no_run
+    /// # use ruststream_core::{MessageType, Publisher, Result};
+    /// # async fn run(publisher: Publisher, job: &impl MessageType) -> Result<()> {
+    /// use ruststream_redis::RedisList;
+    /// let jobs = RedisList::new("{jobs}").reliable().priorities(3);
+    /// assert_eq!(jobs.level_keys(), ["{jobs}", "{jobs}.p1", "{jobs}.p2"]);
+    /// // ... subscribe a handler to `jobs`, then publish onto its highest level:
+    /// publisher.message(job).to("{jobs}").priority(2).publish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn priorities(mut self, n: u8) -> Self {
+        self.priorities = Some(n);
+        self
+    }
+
+    /// The keys of its priority levels, lowest first (without the broker's prefix, as on a
+    /// standalone server; just the key without [`priorities`](Self::priorities)).
+    pub fn level_keys(&self) -> Vec<String> {
+        let mut keys = vec![self.key.clone()];
+        keys.extend(levels::keys(
+            &KeySpace::default(),
+            &self.key,
+            self.priorities,
+        ));
+        keys
+    }
+
+    /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
+    pub fn partition_keys(&self) -> Vec<String> {
+        crate::partition::keys(&self.key, self.partitions)
+    }
+
+    /// Claims entries into a processing list instead of popping them: at least once. Crash
+    /// recovery is on: every claim is recorded in a recovery set (`<key>.claims` unless
+    /// [`recovery_zset`](Self::recovery_zset) names one), kept alive while its worker lives, and
+    /// a dead worker's claims come back to the queue after [`min_idle`](Self::min_idle)
+    /// ([`DEFAULT_MIN_IDLE`] by default). [`no_recovery`](Self::no_recovery) turns it off.
+    pub fn reliable(mut self) -> Self {
+        self.mode = Mode::Reliable;
+        self
+    }
+
+    /// Names the processing list (default `<key>.processing`).
+    pub fn processing(mut self, key: impl Into<String>) -> Self {
+        self.processing = Some(key.into());
+        self
+    }
+
+    /// Records each claim in this sorted set (default `<key>.claims`), scored by claim time, for
+    /// crash recovery. Naming the set needs [`min_idle`](Self::min_idle) too.
+    pub fn recovery_zset(mut self, key: impl Into<String>) -> Self {
+        self.recovery_zset = Some(key.into());
+        self
+    }
+
+    /// No crash recovery: a claim is not recorded, and the entries of a worker that dies
+    /// between claim and settle stay in the processing list until moved back by hand. The app
+    /// says at startup how many entries sit there.
+    pub fn no_recovery(mut self) -> Self {
+        self.no_recovery = true;
+        self
+    }
+
+    /// How long a dead worker's claims take to come back to the queue (default
+    /// [`DEFAULT_MIN_IDLE`]). A live worker keeps its claims alive however long its handlers
+    /// run (see the module docs), so this need not outlast the slowest handler; a shorter one
+    /// brings a crashed worker's work back sooner, at the price of more frequent renewals.
+    pub fn min_idle(mut self, idle: Duration) -> Self {
+        self.min_idle = Some(idle);
+        self
+    }
+
+    /// Lets an abandoned recovery set expire; must be longer than `min_idle`.
+    pub fn recovery_ttl(mut self, ttl: Duration) -> Self {
+        self.recovery_ttl = Some(ttl);
+        self
+    }
+
+    /// The queue's key.
+    pub fn key(&self) -> &str {
         &self.key
     }
 
-    fn options(&self) -> &SourceOptions {
-        &self.options
+    /// The processing list's key (without the broker's prefix).
+    pub fn processing_key(&self) -> String {
+        self.processing
+            .clone()
+            .unwrap_or_else(|| format!("{}.processing", self.key))
     }
 
-    fn describe(&self) -> ChannelDoc {
-        let mut bindings = json!({
-            "mode": match self.mode { Mode::Simple => "simple", Mode::Reliable => "reliable" },
-        });
-        if let Some(n) = self.partitions {
-            bindings["partitions"] = json!(n);
-        }
-        if let Some(r) = &self.rate {
-            bindings["rateLimit"] = r.describe();
-        }
-        if let Some(n) = self.priorities {
-            bindings["priorities"] = json!(n);
-        }
-        if self.mode == Mode::Reliable {
-            bindings["processing"] = json!(self.processing_key());
-        }
-        if self.mode == Mode::Reliable && !self.no_recovery {
-            let zset = self
-                .recovery_zset
-                .clone()
-                .unwrap_or_else(|| format!("{}.claims", self.key));
-            bindings["recoveryZset"] = json!(zset);
-        }
-        ChannelDoc {
-            address: self.key.clone(),
-            transport: "list",
-            bindings,
-        }
+    /// The delivery mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
-    fn source_keys(&self, space: &KeySpace) -> SourceKeys {
-        let keys = self.keys(space);
-        let mode = match (self.mode, self.no_recovery) {
-            (Mode::Simple, _) => "simple",
-            (Mode::Reliable, false) => "reliable",
-            (Mode::Reliable, true) => "reliable, no recovery",
-        };
-        SourceKeys {
-            name: self.key.clone(),
-            transport: "list",
-            mode: mode.to_owned(),
-            paused: Some(space.paused(&keys.queue)),
-            levels: keys.levels,
-            queue: keys.queue,
-            processing: keys.processing,
-            min_idle_ms: keys
-                .recovery
-                .is_some()
-                .then(|| u64::try_from(self.idle().as_millis()).unwrap_or(u64::MAX)),
-            recovery: keys.recovery,
-            settle_tokens: keys.settle_tokens,
-            group: None,
-            delayed: Some(keys.delayed.set),
-            delayed_payloads: Some(keys.delayed.payloads),
-            dead: keys.dead,
-            concurrency: self.options.core.concurrency,
-            partition_of: None,
+    /// The full names of every key this subscription uses.
+    pub(super) fn keys(&self, space: &KeySpace) -> ListKeys {
+        let queue = space.key(&self.key);
+        let reliable = self.mode == Mode::Reliable;
+        ListKeys {
+            delayed: space.delayed(&queue),
+            processing: reliable.then(|| space.processing(&self.key, self.processing.as_deref())),
+            recovery: (reliable && !self.no_recovery).then(|| match &self.recovery_zset {
+                Some(z) => space.key(z),
+                None => space.derived(&queue, ".claims"),
+            }),
+            settle_tokens: (reliable && self.no_recovery)
+                .then(|| space.derived(&queue, ".settles")),
+            dead: space.dead(&self.key, &self.options.dead_letter),
+            rate: self.rate.as_ref().map(|r| r.key(space, &queue)),
+            levels: levels::keys(space, &queue, self.priorities),
+            queue,
         }
     }
 
-    fn partitions(&self) -> Vec<Box<dyn Transport>> {
-        crate::partition::transports(&self.key, self.partitions, |key| Self {
-            key,
-            partitions: None,
-            // The limit holds over the whole queue: the partitions' reader reserves from it.
-            rate: None,
-            ..self.clone()
-        })
+    /// How long a dead worker's claims take to come back.
+    pub(super) fn idle(&self) -> Duration {
+        self.min_idle.unwrap_or(DEFAULT_MIN_IDLE)
     }
 
-    fn limiter(&self, space: &KeySpace) -> Option<crate::limit::Limiter> {
-        self.partitions?;
-        let rate = self.rate.as_ref()?;
-        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
-    }
-
-    /// A partitioned list's publishers spread messages over its partitions; one with priority
-    /// levels lets them publish onto its levels.
-    fn route(&self) -> Option<PublishPolicy> {
-        if self.partitions.is_none() && self.priorities.is_none() {
-            return None;
-        }
-        Some(PublishPolicy::List(Publish {
-            partitions: self.partitions,
-            priorities: self.priorities,
-            ..Publish::new()
-        }))
-    }
-
-    /// A simple list popped the entry before its handler ran: a retry settles nothing.
-    fn retries(&self) -> Retries {
-        match self.mode {
-            Mode::Simple => Retries::Ignored,
-            Mode::Reliable => Retries::Redeliver,
-        }
-    }
-
-    fn validate(&self, space: &KeySpace) -> Result<()> {
+    /// A named recovery set needs `min_idle`, its ttl must outlive `min_idle`, and none of them
+    /// go with `no_recovery`.
+    pub(super) fn check_recovery(&self) -> Result<()> {
         let key = &self.key;
-        if key.is_empty() {
-            return Err(Error::config("a RedisList has an empty key: name the list"));
-        }
-        if let Some(rate) = &self.rate {
-            rate.validate(&format!("list `{key}`"))?;
-            if self.partitions.is_some() && rate.header().is_some() {
-                return Err(Error::config(format!(
-                    "list `{key}`: a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another); use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions"
-                )));
-            }
-        }
-        levels::check(&format!("list `{key}`"), self.priorities)?;
-        if let Some(n) = self.partitions {
-            let named = [
-                ("processing", self.processing.is_some()),
-                ("recovery_zset", self.recovery_zset.is_some()),
-                (
-                    "dead_letter",
-                    matches!(self.options.dead_letter, DeadLetter::Named(_)),
-                ),
-            ];
-            let named: Vec<&str> = named.iter().filter(|n| n.1).map(|n| n.0).collect();
-            crate::partition::validate(&format!("list `{key}`"), key, n, &named)?;
-            return self.partitions().iter().try_for_each(|p| p.validate(space));
-        }
-        self.options.validate(&format!("list `{key}`"))?;
-        if self.mode == Mode::Simple && self.processing.is_some() {
+        let recovery_options =
+            self.recovery_zset.is_some() || self.min_idle.is_some() || self.recovery_ttl.is_some();
+        if self.no_recovery && recovery_options {
             return Err(Error::config(format!(
-                "list `{key}`: processing needs a reliable list; add `.reliable()`"
+                "list `{key}`: no_recovery turns crash recovery off, so recovery_zset, min_idle and recovery_ttl do not apply: remove one or the other"
             )));
         }
-        self.check_recovery()?;
-        if self.mode == Mode::Reliable && self.processing_key() == *key {
+        if self.mode == Mode::Simple && (recovery_options || self.no_recovery) {
             return Err(Error::config(format!(
-                "list `{key}`: the processing list must differ from the queue"
+                "list `{key}`: recovery options need a reliable list; add `.reliable()`"
             )));
         }
-        space.check_same_slot(key, &self.keys(space).used_together())
+        if let (Some(z), None) = (&self.recovery_zset, self.min_idle) {
+            return Err(Error::config(format!(
+                "list `{key}`: recovery_zset `{z}` needs min_idle: add `.min_idle(Duration::from_secs(60))`, how long a dead worker's claims take to come back"
+            )));
+        }
+        let idle = self.idle();
+        if idle.is_zero() {
+            return Err(Error::config(format!(
+                "list `{key}`: min_idle must be longer than zero, or every claim is recovered at once"
+            )));
+        }
+        match self.recovery_ttl {
+            Some(ttl) if ttl <= idle => Err(Error::config(format!(
+                "list `{key}`: recovery_ttl ({ttl:?}) must be longer than min_idle ({idle:?}), or the set expires under live claims"
+            ))),
+            _ => Ok(()),
+        }
     }
+}
 
-    /// A reliable list without recovery says how many entries sit in its processing list
-    /// (`LLEN`): nobody can tell which of them belong to a worker that died.
-    fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            let keys = self.keys(&conns.keys);
-            if let (Some(processing), None) = (&keys.processing, &keys.recovery) {
-                let held: i64 = conns
-                    .pool()?
-                    .next()
-                    .llen(processing)
-                    .await
-                    .map_err(crate::error::core)?;
-                if held > 0 {
-                    tracing::warn!(queue = %keys.queue, %processing, entries = held,
-                        "this reliable list runs without crash recovery (no_recovery): entries in its processing list stay there if their worker died; move them back by hand (LMOVE) once no worker holds them");
-                }
-            }
-            Ok(())
-        })
-    }
+/// The full names of a list subscription's keys, built once when it opens.
+#[derive(Debug, Clone)]
+pub(super) struct ListKeys {
+    pub(super) queue: String,
+    /// Reliable lists only.
+    pub(super) processing: Option<String>,
+    /// With crash recovery only.
+    pub(super) recovery: Option<String>,
+    /// Reliable lists without crash recovery: the settle tokens already used.
+    pub(super) settle_tokens: Option<String>,
+    pub(super) dead: Option<String>,
+    pub(super) delayed: Delayed,
+    /// With a rate limit: the limiter's key.
+    pub(super) rate: Option<String>,
+    /// Priority levels 1 … n-1 (level 0 is the queue); empty without levels.
+    pub(super) levels: Vec<String>,
+}
 
-    fn open<'a>(
-        &'a self,
-        conns: &'a Connections,
-        stop: CancellationToken,
-    ) -> BoxFuture<'a, Result<RedisReceiver>> {
-        Box::pin(receive::open(self, conns, stop))
+impl ListKeys {
+    /// The keys one script uses together, which must share a slot on a cluster.
+    pub(super) fn used_together(&self) -> Vec<String> {
+        let mut keys = vec![self.queue.clone()];
+        keys.extend(self.processing.clone());
+        keys.extend([self.delayed.set.clone(), self.delayed.payloads.clone()]);
+        keys.extend(self.dead.clone());
+        keys.extend(self.recovery.clone());
+        keys.extend(self.settle_tokens.clone());
+        keys.extend(self.rate.clone());
+        keys.extend(self.levels.iter().cloned());
+        keys
     }
 }

@@ -1,6 +1,9 @@
 //! Unit tests of the list source's options, checks and key names.
 
+use std::time::Duration;
+
 use super::*;
+use crate::keys::KeySpace;
 use crate::policy::PublishPolicy;
 use crate::transport::Transport;
 

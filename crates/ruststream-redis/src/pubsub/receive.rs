@@ -18,12 +18,18 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{FRED_BUFFER, Kind, RedisChannel, keepalive, shard};
+use super::source::{Kind, RedisChannel};
+use super::{keepalive, shard};
 use crate::conn::Connections;
 use crate::dead::PushDeadLetters;
 use crate::gauges;
 use crate::memory::MemoryFeed;
-use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, value_bytes};
+use crate::reply::value_bytes;
+use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery};
+
+/// The capacity of fred's broadcast channel of a subscription's connection: messages that
+/// arrive while the task moving them to the subscription's buffer is not scheduled.
+pub const FRED_BUFFER: usize = 4096;
 
 /// The receiver of one Pub/Sub subscription.
 struct ChannelReceiver {

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use fred::prelude::*;
 use ruststream_core::{Headers, Result};
 
-use super::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
+use super::entries::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
 use crate::error::core;
 use crate::policy::StreamPublish;
 

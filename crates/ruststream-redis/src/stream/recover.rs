@@ -27,10 +27,11 @@ use fred::prelude::*;
 use ruststream_core::Result;
 use tokio::time::Instant;
 
+use super::entries::entry_list;
 use crate::error::core;
 use crate::frame::{Frame, FrameError};
 use crate::rejoin::Rejoin;
-use crate::transport::value_bytes;
+use crate::reply::value_bytes;
 
 /// Most entries one sweep claims.
 const SWEEP_BATCH: usize = 128;
@@ -243,7 +244,7 @@ async fn xclaim(
         .await
         .map_err(core)?;
     let counts: std::collections::HashMap<Bytes, u64> = entries.into_iter().collect();
-    Ok(super::receive::entry_list(reply)
+    Ok(entry_list(reply)
         .into_iter()
         .map(|(id, (mut frame, error))| {
             let before = counts.get(&id).copied().unwrap_or(1);

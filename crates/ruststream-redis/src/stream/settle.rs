@@ -13,8 +13,8 @@ use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::{Result, Settlement};
 
-use super::StreamKeys;
 use super::recover::Held;
+use super::source::StreamKeys;
 use crate::back::Dest;
 use crate::dead::{discarded, logged};
 use crate::delayed::DueClock;

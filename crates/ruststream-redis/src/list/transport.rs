@@ -1,0 +1,196 @@
+//! A list subscription as the broker sees it ([`Transport`]): its keys, the checks made at
+//! startup, its description for the AsyncAPI document, and opening its receiver (`receive.rs`
+//! reads). At start, `LLEN processing` of a reliable list without recovery, to warn of the
+//! entries a dead worker left there.
+
+use fred::prelude::*;
+use futures::future::BoxFuture;
+use ruststream_core::{ChannelDoc, Error, Result, Retries};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::source::{Mode, RedisList};
+use super::{Publish, levels, receive};
+use crate::conn::Connections;
+use crate::keys::{DeadLetter, KeySpace, SourceKeys};
+use crate::options::SourceOptions;
+use crate::policy::PublishPolicy;
+use crate::transport::{RedisReceiver, Transport};
+
+impl Transport for RedisList {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn options(&self) -> &SourceOptions {
+        &self.options
+    }
+
+    fn describe(&self) -> ChannelDoc {
+        let mut bindings = json!({
+            "mode": match self.mode { Mode::Simple => "simple", Mode::Reliable => "reliable" },
+        });
+        if let Some(n) = self.partitions {
+            bindings["partitions"] = json!(n);
+        }
+        if let Some(r) = &self.rate {
+            bindings["rateLimit"] = r.describe();
+        }
+        if let Some(n) = self.priorities {
+            bindings["priorities"] = json!(n);
+        }
+        if self.mode == Mode::Reliable {
+            bindings["processing"] = json!(self.processing_key());
+        }
+        if self.mode == Mode::Reliable && !self.no_recovery {
+            let zset = self
+                .recovery_zset
+                .clone()
+                .unwrap_or_else(|| format!("{}.claims", self.key));
+            bindings["recoveryZset"] = json!(zset);
+        }
+        ChannelDoc {
+            address: self.key.clone(),
+            transport: "list",
+            bindings,
+        }
+    }
+
+    fn source_keys(&self, space: &KeySpace) -> SourceKeys {
+        let keys = self.keys(space);
+        let mode = match (self.mode, self.no_recovery) {
+            (Mode::Simple, _) => "simple",
+            (Mode::Reliable, false) => "reliable",
+            (Mode::Reliable, true) => "reliable, no recovery",
+        };
+        SourceKeys {
+            name: self.key.clone(),
+            transport: "list",
+            mode: mode.to_owned(),
+            paused: Some(space.paused(&keys.queue)),
+            levels: keys.levels,
+            queue: keys.queue,
+            processing: keys.processing,
+            min_idle_ms: keys
+                .recovery
+                .is_some()
+                .then(|| u64::try_from(self.idle().as_millis()).unwrap_or(u64::MAX)),
+            recovery: keys.recovery,
+            settle_tokens: keys.settle_tokens,
+            group: None,
+            delayed: Some(keys.delayed.set),
+            delayed_payloads: Some(keys.delayed.payloads),
+            dead: keys.dead,
+            concurrency: self.options.core.concurrency,
+            partition_of: None,
+        }
+    }
+
+    fn partitions(&self) -> Vec<Box<dyn Transport>> {
+        crate::partition::transports(&self.key, self.partitions, |key| Self {
+            key,
+            partitions: None,
+            // The limit holds over the whole queue: the partitions' reader reserves from it.
+            rate: None,
+            ..self.clone()
+        })
+    }
+
+    fn limiter(&self, space: &KeySpace) -> Option<crate::limit::Limiter> {
+        self.partitions?;
+        let rate = self.rate.as_ref()?;
+        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
+    }
+
+    /// A partitioned list's publishers spread messages over its partitions; one with priority
+    /// levels lets them publish onto its levels.
+    fn route(&self) -> Option<PublishPolicy> {
+        if self.partitions.is_none() && self.priorities.is_none() {
+            return None;
+        }
+        Some(PublishPolicy::List(Publish {
+            partitions: self.partitions,
+            priorities: self.priorities,
+            ..Publish::new()
+        }))
+    }
+
+    /// A simple list popped the entry before its handler ran: a retry settles nothing.
+    fn retries(&self) -> Retries {
+        match self.mode {
+            Mode::Simple => Retries::Ignored,
+            Mode::Reliable => Retries::Redeliver,
+        }
+    }
+
+    fn validate(&self, space: &KeySpace) -> Result<()> {
+        let key = &self.key;
+        if key.is_empty() {
+            return Err(Error::config("a RedisList has an empty key: name the list"));
+        }
+        if let Some(rate) = &self.rate {
+            rate.validate(&format!("list `{key}`"))?;
+            if self.partitions.is_some() && rate.header().is_some() {
+                return Err(Error::config(format!(
+                    "list `{key}`: a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another); use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions"
+                )));
+            }
+        }
+        levels::check(&format!("list `{key}`"), self.priorities)?;
+        if let Some(n) = self.partitions {
+            let named = [
+                ("processing", self.processing.is_some()),
+                ("recovery_zset", self.recovery_zset.is_some()),
+                (
+                    "dead_letter",
+                    matches!(self.options.dead_letter, DeadLetter::Named(_)),
+                ),
+            ];
+            let named: Vec<&str> = named.iter().filter(|n| n.1).map(|n| n.0).collect();
+            crate::partition::validate(&format!("list `{key}`"), key, n, &named)?;
+            return self.partitions().iter().try_for_each(|p| p.validate(space));
+        }
+        self.options.validate(&format!("list `{key}`"))?;
+        if self.mode == Mode::Simple && self.processing.is_some() {
+            return Err(Error::config(format!(
+                "list `{key}`: processing needs a reliable list; add `.reliable()`"
+            )));
+        }
+        self.check_recovery()?;
+        if self.mode == Mode::Reliable && self.processing_key() == *key {
+            return Err(Error::config(format!(
+                "list `{key}`: the processing list must differ from the queue"
+            )));
+        }
+        space.check_same_slot(key, &self.keys(space).used_together())
+    }
+
+    /// A reliable list without recovery says how many entries sit in its processing list
+    /// (`LLEN`): nobody can tell which of them belong to a worker that died.
+    fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let keys = self.keys(&conns.keys);
+            if let (Some(processing), None) = (&keys.processing, &keys.recovery) {
+                let held: i64 = conns
+                    .pool()?
+                    .next()
+                    .llen(processing)
+                    .await
+                    .map_err(crate::error::core)?;
+                if held > 0 {
+                    tracing::warn!(queue = %keys.queue, %processing, entries = held,
+                        "this reliable list runs without crash recovery (no_recovery): entries in its processing list stay there if their worker died; move them back by hand (LMOVE) once no worker holds them");
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        conns: &'a Connections,
+        stop: CancellationToken,
+    ) -> BoxFuture<'a, Result<RedisReceiver>> {
+        Box::pin(receive::open(self, conns, stop))
+    }
+}

@@ -1,0 +1,102 @@
+//! A stream entry as the transport reads it: the reserved fields, and the replies of
+//! `XREADGROUP` (through `read.lua`) and `XCLAIM` read into `(entry id, frame)`, with the first
+//! part that is not UTF-8. Sends no command.
+
+use bytes::Bytes;
+use fred::prelude::*;
+use ruststream_core::Headers;
+
+use crate::frame::{Frame, FrameError, FramePart};
+use crate::reply::value_bytes;
+
+/// The field that holds an entry's payload.
+pub const PAYLOAD_FIELD: &str = "payload";
+/// The field that holds the message id set by a RustStream publisher.
+pub const ID_FIELD: &str = "rs.id";
+/// The field that holds the delivery attempt of a retried entry.
+pub const ATTEMPT_FIELD: &str = "rs.attempt";
+
+/// One entry read: its id and frame (with the first unreadable part, if any).
+type StreamEntry = (Bytes, (Frame, Option<FrameError>));
+
+/// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`.
+pub(super) fn entries(reply: Value) -> Vec<StreamEntry> {
+    let streams: Vec<Value> = match reply {
+        Value::Array(items) => items
+            .into_iter()
+            .filter_map(|s| match s {
+                Value::Array(mut kv) if kv.len() == 2 => kv.pop(),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(map) => map.inner().into_values().collect(),
+        _ => Vec::new(),
+    };
+    streams.into_iter().flat_map(entry_list).collect()
+}
+
+/// Reads a list of entries (`[[id, [field, value, ..]], ..]`, as `XRANGE` and `XCLAIM` reply)
+/// into `(entry id, frame)`, in one pass, with no intermediate field vectors.
+pub(super) fn entry_list(entries: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
+    let Value::Array(entries) = entries else {
+        return Vec::new();
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(parts) = entry else {
+            continue;
+        };
+        let mut parts = parts.into_iter();
+        let Some(id) = parts.next().and_then(value_bytes) else {
+            continue;
+        };
+        // An entry deleted while pending has no fields: it is still delivered, with an empty
+        // payload, so that it is settled (dead-lettered as undecodable) and not stuck.
+        let fields = match parts.next() {
+            Some(Value::Array(fields)) => fields,
+            _ => Vec::new(),
+        };
+        out.push((id, frame(fields)));
+    }
+    out
+}
+
+/// The frame of a stream entry's fields: `payload`, `rs.id`, `rs.attempt`, the rest headers.
+/// Text that is not UTF-8 is read lossily, and the first such part is returned with the frame.
+fn frame(fields: Vec<Value>) -> (Frame, Option<FrameError>) {
+    let mut frame = Frame {
+        id: String::new(),
+        attempt: 1,
+        headers: Headers::new(),
+        payload: Bytes::new(),
+    };
+    let mut error = None;
+    let mut text = |b: &[u8], part: FramePart| match std::str::from_utf8(b) {
+        Ok(s) => s.to_owned(),
+        Err(_) => {
+            error.get_or_insert(FrameError::NotUtf8(part));
+            String::from_utf8_lossy(b).into_owned()
+        }
+    };
+    let mut fields = fields.into_iter().filter_map(value_bytes);
+    let mut n = 0;
+    while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
+        match &k[..] {
+            f if f == PAYLOAD_FIELD.as_bytes() => frame.payload = v,
+            f if f == ID_FIELD.as_bytes() => frame.id = text(&v, FramePart::Id),
+            f if f == ATTEMPT_FIELD.as_bytes() => {
+                frame.attempt = std::str::from_utf8(&v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(1);
+            }
+            _ => {
+                n += 1;
+                let key = text(&k, FramePart::HeaderKey(n));
+                let value = text(&v, FramePart::HeaderValue(key.clone()));
+                frame.headers.insert(key, value);
+            }
+        }
+    }
+    (frame, error)
+}

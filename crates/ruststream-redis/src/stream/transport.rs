@@ -1,0 +1,240 @@
+//! A stream subscription as the broker sees it ([`Transport`]): its keys, the checks made at
+//! startup, its description for the AsyncAPI document, creating its consumer group
+//! (`XGROUP CREATE key group 0 MKSTREAM`, an existing group is kept; at `maxmemory`,
+//! `XINFO GROUPS key` to see that it exists), and opening its receiver (`receive.rs`).
+
+use fred::prelude::*;
+use fred::types::ClusterHash;
+use futures::future::BoxFuture;
+use ruststream_core::{ChannelDoc, Error, ErrorKind, Result};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::receive;
+use super::source::RedisStream;
+use crate::conn::Connections;
+use crate::keys::{KeySpace, SourceKeys};
+use crate::options::SourceOptions;
+use crate::policy::PublishPolicy;
+use crate::transport::{RedisReceiver, Transport};
+
+impl Transport for RedisStream {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn options(&self) -> &SourceOptions {
+        &self.options
+    }
+
+    fn describe(&self) -> ChannelDoc {
+        ChannelDoc {
+            address: self.key.clone(),
+            transport: "stream",
+            bindings: {
+                let mut b = json!({ "group": self.group_name() });
+                if let Some(n) = self.partitions {
+                    b["partitions"] = json!(n);
+                }
+                if let Some(r) = &self.rate {
+                    b["rateLimit"] = r.describe();
+                }
+                b
+            },
+        }
+    }
+
+    fn source_keys(&self, space: &KeySpace) -> SourceKeys {
+        let keys = self.keys(space);
+        SourceKeys {
+            name: self.key.clone(),
+            transport: "stream",
+            mode: format!("group {}", self.group_name()),
+            paused: Some(space.paused(&keys.stream)),
+            queue: keys.stream,
+            processing: None,
+            recovery: None,
+            settle_tokens: None,
+            min_idle_ms: (!self.no_recovery).then(|| {
+                let idle = self.min_idle.unwrap_or(crate::options::DEFAULT_MIN_IDLE);
+                u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
+            }),
+            group: Some(self.group_name().to_owned()),
+            delayed: Some(keys.delayed.set),
+            delayed_payloads: Some(keys.delayed.payloads),
+            dead: keys.dead,
+            concurrency: self.options.core.concurrency,
+            partition_of: None,
+            levels: Vec::new(),
+        }
+    }
+
+    fn validate(&self, space: &KeySpace) -> Result<()> {
+        let key = &self.key;
+        if self.group.as_deref().is_none_or(str::is_empty) {
+            return Err(Error::config(format!(
+                "stream `{key}` has no consumer group: add `.group(\"name\")`"
+            )));
+        }
+        self.options.validate(&format!("stream `{key}`"))?;
+        if self.no_recovery && self.min_idle.is_some() {
+            return Err(Error::config(format!(
+                "stream `{key}`: no_recovery turns crash recovery off, so min_idle does not apply: remove one or the other"
+            )));
+        }
+        if self.trim_acked.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config(format!(
+                "stream `{key}`: trim_acked needs a period longer than zero (e.g. 10 s): it runs a script each period"
+            )));
+        }
+        if self.min_idle.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config(format!(
+                "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
+            )));
+        }
+        if let Some(rate) = &self.rate {
+            rate.validate(&format!("stream `{key}`"))?;
+        }
+        if let Some(n) = self.partitions {
+            let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
+            let named: &[&str] = if named { &["dead_letter"] } else { &[] };
+            crate::partition::validate(&format!("stream `{key}`"), key, n, named)?;
+            return self.partitions().iter().try_for_each(|p| p.validate(space));
+        }
+        space.check_same_slot(key, &self.keys(space).used_together())
+    }
+
+    fn route(&self) -> Option<PublishPolicy> {
+        let publish = crate::policy::StreamPublish::new();
+        Some(PublishPolicy::Stream(match self.partitions {
+            Some(n) => publish.partitions(n),
+            None => publish,
+        }))
+    }
+
+    fn partitions(&self) -> Vec<Box<dyn Transport>> {
+        crate::partition::transports(&self.key, self.partitions, |key| Self {
+            key,
+            partitions: None,
+            partition_of: Some(self.key.clone()),
+            // The limit holds over the whole stream: the partitions' reader reserves from it.
+            rate: None,
+            ..self.clone()
+        })
+    }
+
+    fn limiter(&self, space: &KeySpace) -> Option<crate::limit::Limiter> {
+        self.partitions?;
+        let rate = self.rate.as_ref()?;
+        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
+    }
+
+    /// Creates the consumer group (and the stream) if missing.
+    fn prepare<'a>(&'a self, conns: &'a Connections) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let key = conns.keys.key(&self.key);
+            let client = conns.pool()?.next().clone();
+            create_group(&client, &key, self.group_name()).await?;
+            Ok(())
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        conns: &'a Connections,
+        stop: CancellationToken,
+    ) -> BoxFuture<'a, Result<RedisReceiver>> {
+        Box::pin(receive::open(self, conns, stop))
+    }
+}
+
+/// Creates the consumer group `group` of the stream `key` (and the stream) if missing, reading
+/// from the stream's start: `XGROUP CREATE key group 0 MKSTREAM`. Whether it was missing.
+pub(super) async fn create_group(client: &Client, key: &str, group: &str) -> Result<bool> {
+    let r: Result<Value, _> = client
+        .custom(
+            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            vec!["CREATE", key, group, "0", "MKSTREAM"],
+        )
+        .await;
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) if crate::error::kind_of(&e) == ErrorKind::GroupExists => Ok(false),
+        // At maxmemory Redis refuses XGROUP CREATE before looking, even for a group that
+        // exists; an existing group is all the consumer needs to drain the stream.
+        Err(e)
+            if crate::error::kind_of(&e) == ErrorKind::OutOfMemory
+                && has_group(client, key, group).await =>
+        {
+            Ok(false)
+        }
+        Err(e) => {
+            let message = format!(
+                "cannot create consumer group `{group}` on stream `{key}`: {}",
+                crate::error::redact(e.details())
+            );
+            Err(crate::error::core_as(e, message))
+        }
+    }
+}
+
+/// Whether the stream `key` has the consumer group `group` (`XINFO GROUPS`).
+async fn has_group(client: &Client, key: &str, group: &str) -> bool {
+    let groups: Result<Value, _> = client
+        .custom(
+            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            vec!["GROUPS", key],
+        )
+        .await;
+    let Ok(Value::Array(groups)) = groups else {
+        return false;
+    };
+    groups.into_iter().any(|g| {
+        pairs(g)
+            .iter()
+            .any(|(k, v)| k == "name" && v.as_str().as_deref() == Some(group))
+    })
+}
+
+/// The fields of one `XINFO` record (a flat array of names and values, or a map).
+pub(crate) fn pairs(record: Value) -> Vec<(String, Value)> {
+    match record {
+        Value::Array(fields) => {
+            let mut out = Vec::with_capacity(fields.len() / 2);
+            let mut it = fields.into_iter();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                out.push((k.as_string().unwrap_or_default(), v));
+            }
+            out
+        }
+        Value::Map(map) => map
+            .inner()
+            .into_iter()
+            .map(|(k, v)| (k.as_str().map(str::to_owned).unwrap_or_default(), v))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untagged_streams_keep_derived_keys_in_their_slot() {
+        let cluster = KeySpace::new(String::new(), true);
+        assert!(
+            RedisStream::new("uploads")
+                .group("g")
+                .validate(&cluster)
+                .is_ok()
+        );
+        let named = RedisStream::new("uploads").group("g").dead_letter("failed");
+        assert!(named.validate(&cluster).is_err());
+        let e = RedisStream::new("uploads")
+            .validate(&cluster)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no consumer group"), "{e}");
+    }
+}
