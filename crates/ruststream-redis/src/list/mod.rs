@@ -14,9 +14,9 @@
 //!
 //! A simple list's settle only pushes dead letters (see `crate::dead`).
 
-mod lease;
+pub(crate) mod lease;
 mod levels;
-mod publish;
+pub(crate) mod publish;
 mod receive;
 mod settle;
 mod source;

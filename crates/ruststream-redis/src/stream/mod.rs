@@ -16,7 +16,7 @@ mod publish;
 mod receive;
 mod recover;
 mod settle;
-mod trim;
+pub(crate) mod trim;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
