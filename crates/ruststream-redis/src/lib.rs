@@ -101,16 +101,39 @@ pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use limit::RateLimit;
 pub use list::RedisList;
+/// The list scripts' typed calls, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use list::{lease::Lease, publish::PushTtl};
 /// The one shape of every script's typed call, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use lua::Call;
+/// The operator's scripts' typed calls, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use operate::{
+    delayed::{ChangeDelayed, DelayedChange, DelayedPick},
+    inspect::OldestClaim,
+};
 pub use options::DEFAULT_MIN_IDLE;
 pub use options::DEFAULT_RESULT_TTL;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
+/// The periodic jobs' scripts' typed calls, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use periodic::{PeriodicFired, RegisterPeriodic};
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
+/// The job record's script's typed call, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use results::{JobKind, WriteJob};
 pub use stream::RedisStream;
+/// The stream trim's typed call, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use stream::trim::TrimAcked;
 pub use transport::RedisSource;
 /// The typed calls of the scripts that put entries back onto a queue, for the Lua tests of
 /// `ruststream-testing`.

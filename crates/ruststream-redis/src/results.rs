@@ -17,11 +17,65 @@ use futures::future::BoxFuture;
 use ruststream_core::{Error, JobRecord, JobStore, JobWrite, Result};
 
 use crate::error::core;
-use crate::lua;
+use crate::lua::{self, Call};
 use crate::publish::RedisPublisher;
 
 static JOB: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("job.lua"), &[lua::GUARD]));
+
+/// Which field of a job's record a write sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// The handler's latest progress (`progress`; the state becomes `running`).
+    Progress,
+    /// The handler's result (`result`; the state becomes `done`, final).
+    Result,
+    /// Why the job failed (`error`; the state becomes `failed`, final).
+    Failed,
+}
+
+/// One call of `job.lua`: one write to a job's record, and its expiry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteJob<'a> {
+    /// The job's hash (full name).
+    pub key: &'a str,
+    /// Which field it writes.
+    pub kind: JobKind,
+    /// The value (JSON, or the failure's reason).
+    pub value: &'a Bytes,
+    /// The record's ttl (whole milliseconds, at least one).
+    pub ttl: Duration,
+}
+
+impl Call for WriteJob<'_> {
+    /// Whether it wrote (`false`: the record was final already).
+    type Reply = bool;
+
+    fn script(&self) -> &'static Script {
+        &JOB
+    }
+
+    /// KEYS and ARGV: see `job.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let kind = match self.kind {
+            JobKind::Progress => "progress",
+            JobKind::Result => "result",
+            JobKind::Failed => "failed",
+        };
+        (
+            vec![self.key.to_owned()],
+            vec![
+                Value::from_static_str(kind),
+                Value::Bytes(self.value.clone()),
+                Value::Integer(crate::list::ttl_ms(self.ttl)),
+            ],
+        )
+    }
+
+    fn parse(&self, reply: Value) -> bool {
+        lua::reply_u64(&reply) == 1
+    }
+}
 
 /// The full key of job `id`'s record.
 fn job_key(prefix: &str, id: &str) -> String {
@@ -43,9 +97,9 @@ impl JobStore for RedisPublisher {
         Box::pin(async move {
             self.conns.connect().await?;
             let (kind, value) = match write {
-                JobWrite::Progress(json) => ("progress", Value::Bytes(json)),
-                JobWrite::Result(json) => ("result", Value::Bytes(json)),
-                JobWrite::Failed(reason) => ("failed", Value::from(reason)),
+                JobWrite::Progress(json) => (JobKind::Progress, json),
+                JobWrite::Result(json) => (JobKind::Result, json),
+                JobWrite::Failed(reason) => (JobKind::Failed, Bytes::from(reason)),
                 other => {
                     return Err(Error::broker(
                         ruststream_core::ErrorKind::Other,
@@ -53,17 +107,14 @@ impl JobStore for RedisPublisher {
                     ));
                 }
             };
-            let ttl = self.conns.settings.result_ttl;
-            let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
             let pool = self.conns.pool()?;
-            let _: i64 = JOB
-                .evalsha_with_reload(
-                    pool.next(),
-                    vec![job_key(self.conns.keys.prefix(), id)],
-                    vec![Value::from_static_str(kind), value, Value::Integer(ttl_ms)],
-                )
-                .await
-                .map_err(core)?;
+            let write = WriteJob {
+                key: &job_key(self.conns.keys.prefix(), id),
+                kind,
+                value: &value,
+                ttl: self.conns.settings.result_ttl,
+            };
+            write.call(pool.next()).await?;
             Ok(())
         })
     }

@@ -18,8 +18,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
+use ruststream_core::Result;
 
-use crate::lua;
+use crate::lua::{self, Call};
 use crate::rejoin::Rejoin;
 
 static LEASE: LazyLock<Script> =
@@ -27,6 +28,38 @@ static LEASE: LazyLock<Script> =
 
 /// Most members one `lease.lua` call carries.
 const LEASE_BATCH: usize = 2048;
+
+/// One call of `lease.lua`: moves the scores of claims still in a recovery set to now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease<'a> {
+    /// The recovery set (full name).
+    pub zset: &'a str,
+    /// The recovery set's ttl in ms (0 = none).
+    pub ttl_ms: u64,
+    /// The claims' members.
+    pub members: &'a [Bytes],
+}
+
+impl Call for Lease<'_> {
+    /// How many scores moved.
+    type Reply = u64;
+
+    fn script(&self) -> &'static Script {
+        &LEASE
+    }
+
+    /// KEYS and ARGV: see `lease.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut args = Vec::with_capacity(self.members.len() + 1);
+        args.push(Value::from(self.ttl_ms.to_string()));
+        args.extend(self.members.iter().cloned().map(Value::Bytes));
+        (vec![self.zset.to_owned()], args)
+    }
+
+    fn parse(&self, reply: Value) -> u64 {
+        lua::reply_u64(&reply)
+    }
+}
 
 /// The claims a reader holds: claim sequence number → recovery-set member.
 #[derive(Debug, Default)]
@@ -53,20 +86,15 @@ impl Leases {
     }
 
     /// Renews every held claim's lease in the recovery set `zset`, on `client`.
-    pub(super) async fn renew(
-        &self,
-        client: &Client,
-        zset: &str,
-        ttl_ms: u64,
-    ) -> Result<(), fred::error::Error> {
+    pub(super) async fn renew(&self, client: &Client, zset: &str, ttl_ms: u64) -> Result<()> {
         let members: Vec<Bytes> = self.held().values().cloned().collect();
         for chunk in members.chunks(LEASE_BATCH) {
-            let mut args = Vec::with_capacity(chunk.len() + 1);
-            args.push(Value::from(ttl_ms.to_string()));
-            args.extend(chunk.iter().cloned().map(Value::Bytes));
-            let _moved: i64 = LEASE
-                .evalsha_with_reload(client, vec![zset.to_owned()], args)
-                .await?;
+            let lease = Lease {
+                zset,
+                ttl_ms,
+                members: chunk,
+            };
+            lease.call(client).await?;
         }
         Ok(())
     }
@@ -88,7 +116,7 @@ impl Leases {
                 let Some(held) = leases.upgrade() else { break };
                 if let Err(e) = held.renew(pool.next(), &zset, ttl_ms).await {
                     rejoin.mark();
-                    tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
+                    tracing::warn!(recovery_set = %zset, error = %e,
                         "claims not renewed; they may be recovered by another worker if this goes on past min_idle");
                 }
             }

@@ -16,9 +16,9 @@
 //!
 //! A simple list's settle only pushes dead letters (see `crate::dead`).
 
-mod lease;
+pub(crate) mod lease;
 mod levels;
-mod publish;
+pub(crate) mod publish;
 mod receive;
 pub(crate) mod settle;
 mod source;

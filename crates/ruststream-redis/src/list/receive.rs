@@ -384,7 +384,7 @@ impl ReliableList {
                 .await
         {
             rejoin.mark();
-            tracing::warn!(recovery_set = %zset, error = %crate::error::redact(e.details()),
+            tracing::warn!(recovery_set = %zset, error = %e,
                 "claims not renewed after the reconnect; not sweeping until they are");
             return false;
         }

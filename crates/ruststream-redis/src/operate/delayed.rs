@@ -13,10 +13,74 @@ use super::{Operator, Select, in_batches};
 use crate::error::core;
 use crate::frame::Frame;
 use crate::keys::SourceKeys;
-use crate::lua;
+use crate::lua::{self, Call};
 
 static CHANGE: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("delayed.lua"), &[lua::GUARD]));
+
+/// What an operator's change does to delayed entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayedChange {
+    /// The entries become due now (readers move them to the queue at once).
+    Promote,
+    /// The entries leave the delayed set and their payloads the hash.
+    Cancel,
+}
+
+/// Which delayed entries a change applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayedPick<'a> {
+    /// The earliest this many (at most 1,000; a promote takes those not yet due).
+    Earliest(usize),
+    /// The entries with these message ids.
+    Ids(&'a [&'a str]),
+}
+
+/// One call of `operate/delayed.lua`: promotes or cancels delayed entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeDelayed<'a> {
+    /// The delayed set (full name).
+    pub set: &'a str,
+    /// The delayed payload hash (full name).
+    pub payloads: &'a str,
+    /// What the change does.
+    pub change: DelayedChange,
+    /// Which entries it applies to.
+    pub pick: DelayedPick<'a>,
+}
+
+impl Call for ChangeDelayed<'_> {
+    /// How many entries were changed.
+    type Reply = usize;
+
+    fn script(&self) -> &'static Script {
+        &CHANGE
+    }
+
+    /// KEYS and ARGV: see `operate/delayed.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let change = match self.change {
+            DelayedChange::Promote => "promote",
+            DelayedChange::Cancel => "cancel",
+        };
+        let mut args = vec![Value::from_static_str(change)];
+        match self.pick {
+            DelayedPick::Earliest(n) => {
+                args.push(Value::from_static_str("earliest"));
+                args.push(lua::int(n));
+            }
+            DelayedPick::Ids(ids) => {
+                args.push(Value::from_static_str("ids"));
+                args.extend(ids.iter().map(|id| Value::from(*id)));
+            }
+        }
+        (vec![self.set.to_owned(), self.payloads.to_owned()], args)
+    }
+
+    fn parse(&self, reply: Value) -> usize {
+        usize::try_from(lua::reply_u64(&reply)).unwrap_or(0)
+    }
+}
 
 /// One delayed entry.
 #[derive(Debug, Clone, Serialize)]
@@ -82,41 +146,39 @@ impl Operator {
     /// Makes delayed entries of the subscription `name` due now; readers move them to the
     /// queue at once. Returns how many.
     pub async fn promote(&self, name: &str, select: &Select) -> Result<usize> {
-        self.change_delayed(name, "promote", select).await
+        self.change_delayed(name, DelayedChange::Promote, select)
+            .await
     }
 
     /// Removes delayed entries of the subscription `name` (they are never delivered). Returns
     /// how many.
     pub async fn cancel(&self, name: &str, select: &Select) -> Result<usize> {
-        self.change_delayed(name, "cancel", select).await
+        self.change_delayed(name, DelayedChange::Cancel, select)
+            .await
     }
 
     async fn change_delayed(
         &self,
         name: &str,
-        what: &'static str,
+        change: DelayedChange,
         select: &Select,
     ) -> Result<usize> {
         let (set, payloads) = delayed_keys(self.queue(name)?)?;
         let client = self.conns.pool()?.next().clone();
-        let keys = vec![set.clone(), payloads];
-        let run = |tail: Vec<Value>| {
-            let mut args = vec![Value::from_static_str(what)];
-            args.extend(tail);
-            CHANGE.evalsha_with_reload::<i64, _, _>(&client, keys.clone(), args)
+        let call = |pick| ChangeDelayed {
+            set: &set,
+            payloads: &payloads,
+            change,
+            pick,
         };
         match select {
-            Select::Id(id) => {
-                let n = run(vec![Value::from("ids"), Value::from(id.as_str())])
-                    .await
-                    .map_err(core)?;
-                Ok(usize::try_from(n).unwrap_or(0))
-            }
+            Select::Id(id) => call(DelayedPick::Ids(&[id.as_str()])).call(&client).await,
             Select::All { limit } => {
                 let len: usize = client.zcard(&set).await.map_err(core)?;
                 in_batches(len, *limit, |take| {
-                    let call = run(vec![Value::from("earliest"), Value::from(take as i64)]);
-                    async move { Ok(usize::try_from(call.await.map_err(core)?).unwrap_or(0)) }
+                    let call = call(DelayedPick::Earliest(take));
+                    let client = &client;
+                    async move { call.call(client).await }
                 })
                 .await
             }

@@ -15,13 +15,50 @@ use serde::Serialize;
 use super::Operator;
 use crate::error::core;
 use crate::keys::SourceKeys;
+use crate::lua::{self, Call};
 
 /// Most claims `inspect` reads to find the oldest (claims in flight are bounded by the workers'
 /// concurrency; this bounds the reply).
-pub const CLAIMS_READ: i64 = 10_000;
+pub const CLAIMS_READ: usize = 10_000;
 
 static OLDEST_CLAIM: LazyLock<Script> =
-    LazyLock::new(|| crate::lua::script(include_str!("oldest_claim.lua"), &[]));
+    LazyLock::new(|| lua::script(include_str!("oldest_claim.lua"), &[]));
+
+/// One call of `oldest_claim.lua`: when the oldest of the first `most` claims in a recovery set
+/// was made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OldestClaim<'a> {
+    /// The recovery set (full name).
+    pub zset: &'a str,
+    /// Most members to read.
+    pub most: usize,
+}
+
+impl Call for OldestClaim<'_> {
+    /// The members read, and the oldest claim's time in ms since the epoch (`None` when no
+    /// member names one).
+    type Reply = (u64, Option<i64>);
+
+    fn script(&self) -> &'static Script {
+        &OLDEST_CLAIM
+    }
+
+    /// KEYS and ARGV: see `oldest_claim.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        (vec![self.zset.to_owned()], vec![lua::int(self.most)])
+    }
+
+    fn parse(&self, reply: Value) -> (u64, Option<i64>) {
+        let Value::Array(items) = reply else {
+            return (0, None);
+        };
+        let oldest = match items.get(1) {
+            Some(Value::Integer(at)) if *at >= 0 => Some(*at),
+            _ => None,
+        };
+        (items.first().map_or(0, lua::reply_u64), oldest)
+    }
+}
 
 /// One subscription's state.
 #[derive(Debug, Clone, Serialize)]
@@ -151,11 +188,12 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
             if let Some(z) = &q.recovery {
                 let since = |at: i64| now.saturating_sub(at).max(0).unsigned_abs();
                 i.oldest_claim_idle_ms = first_score(client, z).await?.map(since);
-                let (_, oldest): (i64, i64) = OLDEST_CLAIM
-                    .evalsha_with_reload(client, vec![z.clone()], vec![CLAIMS_READ])
-                    .await
-                    .map_err(core)?;
-                i.oldest_claim_age_ms = (oldest >= 0).then(|| since(oldest));
+                let oldest = OldestClaim {
+                    zset: z,
+                    most: CLAIMS_READ,
+                };
+                let (_, oldest) = oldest.call(client).await?;
+                i.oldest_claim_age_ms = oldest.map(since);
             }
         }
     }

@@ -18,8 +18,8 @@
 //! [`RedisBroker::operator`]: crate::RedisBroker::operator
 
 pub(crate) mod dead;
-mod delayed;
-mod inspect;
+pub(crate) mod delayed;
+pub(crate) mod inspect;
 mod periodic;
 
 use std::sync::Arc;

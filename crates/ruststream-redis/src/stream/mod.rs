@@ -22,7 +22,7 @@ mod recover;
 pub(crate) mod settle;
 mod source;
 mod transport;
-mod trim;
+pub(crate) mod trim;
 
 pub use self::entries::{ATTEMPT_FIELD, ID_FIELD, PAYLOAD_FIELD};
 pub(crate) use self::publish::{add, fields, xadds};

@@ -15,11 +15,44 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::redact;
-use crate::lua;
+use crate::lua::{self, Call};
 
 static TRIM_ACKED: LazyLock<Script> =
     LazyLock::new(|| lua::script(include_str!("trim.lua"), &[lua::GUARD]));
+
+/// One call of `stream/trim.lua`: trims a stream to what its consumer groups still need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrimAcked<'a> {
+    /// The stream (full name).
+    pub stream: &'a str,
+}
+
+impl Call for TrimAcked<'_> {
+    /// The entries trimmed, and the threshold (the lowest id any group needs; empty when the
+    /// stream or its groups are absent).
+    type Reply = (u64, String);
+
+    fn script(&self) -> &'static Script {
+        &TRIM_ACKED
+    }
+
+    /// KEYS and ARGV: see `stream/trim.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        (vec![self.stream.to_owned()], Vec::new())
+    }
+
+    fn parse(&self, reply: Value) -> (u64, String) {
+        let Value::Array(items) = reply else {
+            return (0, String::new());
+        };
+        let threshold = items
+            .get(1)
+            .and_then(Value::as_str)
+            .map(|t| t.into_owned())
+            .unwrap_or_default();
+        (items.first().map_or(0, lua::reply_u64), threshold)
+    }
+}
 
 /// Runs `trim.lua` on the full key `stream` every `every` until `stop`, counting what it drops
 /// in `ruststream_trimmed_total{queue}`. A failure is logged and tried again next period.
@@ -31,17 +64,14 @@ pub(super) fn spawn(pool: Pool, stream: String, every: Duration, stop: Cancellat
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(every) => {}
             }
-            let r: Result<(u64, String), _> = TRIM_ACKED
-                .evalsha_with_reload(pool.next(), vec![stream.clone()], Vec::<Value>::new())
-                .await;
-            match r {
+            match (TrimAcked { stream: &stream }).call(pool.next()).await {
                 Ok((n, threshold)) => {
                     trimmed.increment(n);
                     if n > 0 {
                         tracing::debug!(%stream, n, %threshold, "acknowledged entries trimmed");
                     }
                 }
-                Err(e) => tracing::warn!(%stream, error = %redact(e.details()),
+                Err(e) => tracing::warn!(%stream, error = %e,
                     "acknowledged entries not trimmed; trying again next period"),
             }
         }
