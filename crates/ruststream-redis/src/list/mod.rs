@@ -7,7 +7,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, its checks, its keys | none |
-//! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause, concurrency-cap and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
 //! | `levels.rs` | priority levels: their keys, a publish's level, the readers' wake-ups | `SUBSCRIBE`, `PUBLISH` |
@@ -69,6 +69,7 @@ pub struct RedisList {
     partitions: Option<u16>,
     rate: Option<RateLimit>,
     priorities: Option<u8>,
+    max_in_flight: Option<u32>,
     options: SourceOptions,
 }
 
@@ -88,6 +89,7 @@ impl RedisList {
             partitions: None,
             rate: None,
             priorities: None,
+            max_in_flight: None,
             options: SourceOptions::default(),
         }
     }
@@ -133,6 +135,28 @@ impl RedisList {
     /// The rate limit, if any.
     pub fn rate(&self) -> Option<&RateLimit> {
         self.rate.as_ref()
+    }
+
+    /// Handles at most `n` messages of the queue at once, across every worker of every
+    /// instance. The claim script counts the shared processing list (`LLEN <key>.processing`)
+    /// and takes at most `n` minus that; an ack, a retry, a dead letter and the recovery sweep
+    /// of a dead worker's claims free the cap by emptying the processing list. A reader held
+    /// back claims again after 20 ms, so the cap adds no key and no command to a settle. A
+    /// dead worker's claims hold the cap until they are swept (after
+    /// [`min_idle`](Self::min_idle)); with [`no_recovery`](Self::no_recovery), until moved back
+    /// by hand. Needs a reliable list (a simple list's pop records nothing in flight) without
+    /// partitions (each partition's processing list is in a slot of its own), and `n` >= 1.
+    /// See `crate::claim::cap`.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisList;
+    /// // Four renders at once in all, however many instances run, each with 16 permits.
+    /// let renders = RedisList::new("{renders}").reliable().concurrency(16).max_in_flight(4);
+    /// # let _ = renders;
+    /// ```
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.max_in_flight = Some(n);
+        self
     }
 
     /// Spreads the queue over `n` lists `{key:0}` … `{key:n-1}`, each in a hash slot of its

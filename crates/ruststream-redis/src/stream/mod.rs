@@ -6,7 +6,7 @@
 //! | file | what | Redis |
 //! |---|---|---|
 //! | `mod.rs` | the source's options, checks, keys; creating the group | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept) |
-//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait |
+//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause, concurrency-cap and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait |
 //! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |
 //! | `publish.rs` | publishing | `XADD key [MAXLEN ~ n \| MINID ~ id] * ..`, pipelined |
 //! | `bound.lua` | a route's bound, for the scripts that re-add entries | `XTRIM key MAXLEN ~ n` or `MINID ~ <TIME - age>` |
@@ -67,6 +67,7 @@ pub struct RedisStream {
     partition_of: Option<String>,
     trim_acked: Option<std::time::Duration>,
     rate: Option<RateLimit>,
+    max_in_flight: Option<u32>,
     options: SourceOptions,
 }
 
@@ -85,6 +86,7 @@ impl RedisStream {
             partition_of: None,
             trim_acked: None,
             rate: None,
+            max_in_flight: None,
             options: SourceOptions::default(),
         }
     }
@@ -114,6 +116,24 @@ impl RedisStream {
     /// The rate limit, if any.
     pub fn rate(&self) -> Option<&RateLimit> {
         self.rate.as_ref()
+    }
+
+    /// Handles at most `n` entries of the group at once, across every consumer of every
+    /// instance. The read script counts the group's pending entries (the `XPENDING key group`
+    /// summary) and reads at most `n` minus that; an ack, a retry and a dead letter free the
+    /// cap. A dead consumer's pending entries hold it until another consumer claims them back
+    /// (after [`min_idle`](Self::min_idle)) and settles them. A reader held back reads again
+    /// after 20 ms. Needs no partitions (each partition's pending entries are in a slot of its
+    /// own) and `n` >= 1. See `crate::claim::cap`.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisStream;
+    /// let uploads = RedisStream::new("uploads").group("thumbnailer").max_in_flight(8);
+    /// # let _ = uploads;
+    /// ```
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.max_in_flight = Some(n);
+        self
     }
 
     /// Spreads the stream over `n` streams `{key:0}` … `{key:n-1}`, each in a hash slot of its
@@ -242,6 +262,9 @@ impl Transport for RedisStream {
                 if let Some(r) = &self.rate {
                     b["rateLimit"] = r.describe();
                 }
+                if let Some(n) = self.max_in_flight {
+                    b["maxInFlight"] = json!(n);
+                }
                 b
             },
         }
@@ -298,6 +321,10 @@ impl Transport for RedisStream {
         if let Some(rate) = &self.rate {
             rate.validate(&format!("stream `{key}`"))?;
         }
+        let cannot = self.partitions.is_some().then_some(
+            "cannot span partitions (each partition's pending entries are in its own slot, and no one script sees them all): cap a stream without partitions, or lower each instance's `.concurrency(n)`",
+        );
+        crate::claim::cap::validate(&format!("stream `{key}`"), self.max_in_flight, cannot)?;
         if let Some(n) = self.partitions {
             let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
             let named: &[&str] = if named { &["dead_letter"] } else { &[] };
