@@ -11,6 +11,9 @@
 //!   [`pubsub::Publish`] (`PUBLISH`, `SPUBLISH`) for the other transports.
 //! - [`RateLimit`]: `.rate_limit(n, per)` on a list or stream (`.rate_limit_by(header, n, per)`
 //!   per key on a list), shared by every worker of every instance through a limiter in Redis.
+//! - `.max_in_flight(n)` on a reliable list or a stream group ([`RedisList::max_in_flight`],
+//!   [`RedisStream::max_in_flight`]): at most `n` of the queue's messages handled at once across
+//!   every instance, a gate of the claim that counts what the queue records in flight.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
 //! - Job progress and results (`Context::set_result`, `publish().await_result(..)`): one hash
 //!   per job with a ttl ([`RedisBroker::result_ttl`]), written by `job.lua` (`results.rs`).

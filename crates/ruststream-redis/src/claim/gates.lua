@@ -1,6 +1,7 @@
 -- GATES: what holds a claim back, read from the script's arguments. Prepended (after guard.lua)
 -- to the scripts that take entries (list/claim.lua, stream/read.lua), before the gates' own
--- parts (claim/paused.lua, limit.lua), which register themselves in `GATES`.
+-- parts (one per gate, as claim/mod.rs's GATE_PARTS lists them: claim/paused.lua, limit.lua,
+-- claim/cap.lua), which register themselves in `GATES`.
 --
 -- A gate is one Lua part plus its option. Its part adds `GATES.<name> = function(keys, args)`,
 -- returning a table with:

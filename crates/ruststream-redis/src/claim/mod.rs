@@ -1,14 +1,15 @@
 //! The claim pipeline: one script per transport decides what a claim takes, built from Lua
 //! parts: where entries come from (a list's levels, `list/take.lua`; a stream's group), the gates
-//! that hold it back (`gates.lua`, with one part per gate: `paused.lua`, `limit.lua`), and what
+//! that hold it back (`gates.lua`, with one part per gate: `paused.lua`, `limit.lua`, `cap.lua`), and what
 //! it records (a list's processing list and recovery set). This module holds the typed calls of
 //! those scripts: [`Claim`] (`list/claim.lua`, simple and reliable lists) and [`StreamRead`]
 //! (`stream/read.lua`), each building its script's KEYS and ARGV and parsing its reply, and
 //! [`Gate`], one gate's keys and arguments as its option builds them.
 //!
 //! A new gate is a Lua part that registers `GATES.<name>` (see `gates.lua`'s header), added to
-//! [`GATE_PARTS`], and a constructor of [`Gate`] next to its option: no claim script and no path
-//! that puts an entry back changes.
+//! [`GATE_PARTS`], a constructor of [`Gate`] next to its option, and its place in [`gates`]: no
+//! claim script and no path that puts an entry back changes. The concurrency cap (`cap.rs`,
+//! `cap.lua`) was added so.
 //!
 //! Commands: `EVALSHA` of `list/claim.lua` or `stream/read.lua` (`SCRIPT LOAD` on `NOSCRIPT`).
 
@@ -22,63 +23,79 @@ use crate::limit::{Held, Limiter};
 use crate::lua::{self, Call};
 use crate::pause::Hold;
 
+pub(crate) mod cap;
 mod reserve;
 pub(crate) use reserve::{Refund, Reserve};
 
-/// The gates' registry and pipeline (`gates_of`, `gates_admit`, ...), then each gate's part.
-pub(crate) const GATE_PARTS: [&str; 3] = [
-    include_str!("gates.lua"),
+/// The gates' registry and pipeline (`gates_of`, `gates_admit`, ...).
+const GATES: &str = include_str!("gates.lua");
+
+/// Each gate's part, registering its `GATES.<name>`, in the claim scripts after [`GATES`].
+const GATE_PARTS: [&str; 3] = [
     include_str!("paused.lua"),
     crate::limit::LUA,
+    include_str!("cap.lua"),
 ];
+
+/// A claim script of `main`: `before`, the gates, then `after` put in front of its body.
+fn with_gates(main: &str, before: &[&str], after: &[&str]) -> Script {
+    let mut libs = before.to_vec();
+    libs.push(GATES);
+    libs.extend(GATE_PARTS);
+    libs.extend(after);
+    lua::script(main, &libs)
+}
 
 /// The name of the pause gate, as a claim's reply names the gate that let nothing through.
 pub(crate) const PAUSED: &str = "paused";
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    let [gates, paused, rate] = GATE_PARTS;
-    lua::script(
+    with_gates(
         include_str!("../list/claim.lua"),
-        &[
-            lua::GUARD,
-            crate::frame::LUA,
-            lua::BOUND,
-            lua::BACK,
-            gates,
-            paused,
-            rate,
-            include_str!("../list/take.lua"),
-        ],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
+        &[include_str!("../list/take.lua")],
     )
 });
 
 static READ: LazyLock<Script> = LazyLock::new(|| {
-    let [gates, paused, rate] = GATE_PARTS;
-    lua::script(
+    with_gates(
         include_str!("../stream/read.lua"),
-        &[lua::GUARD, crate::frame::LUA, gates, paused, rate],
+        &[lua::GUARD, crate::frame::LUA],
+        &[],
     )
 });
 
 /// The gates of a reader's claims: the pause (if the source can be paused) first, so a paused
-/// claim charges no limit, then the rate limit.
-pub(crate) fn gates(pause: Option<&Hold>, rate: Option<&Limiter>) -> Vec<Gate> {
+/// claim charges no limit, then the concurrency cap, then the rate limit (charged only for what
+/// the gates before it let through).
+pub(crate) fn gates(pause: Option<&Hold>, cap: Option<Gate>, rate: Option<&Limiter>) -> Vec<Gate> {
     pause
         .map(|p| Gate::paused(p.key().to_owned()))
         .into_iter()
+        .chain(cap)
         .chain(rate.map(Limiter::gate))
         .collect()
 }
 
-/// What a reader does with a claim's verdict: a pause closes its pause gate (`pause`), else
-/// what the gates held back is counted under `queue`.
-pub(crate) fn report(paused: bool, held: Held, pause: Option<&Hold>, queue: &str) {
-    if paused {
-        if let Some(p) = pause {
-            p.closed();
+/// What a reader does with a claim's verdict: a pause closes its pause gate (`pause`); what the
+/// cap held back is counted in `ruststream_capped_total{queue}` (the cap let nothing through,
+/// or the reader has no rate limit), else in the rate limit's counter.
+pub(crate) fn report(
+    closed: Option<&str>,
+    held: Held,
+    pause: Option<&Hold>,
+    rate: bool,
+    queue: &str,
+) {
+    match closed {
+        Some(PAUSED) => {
+            if let Some(p) = pause {
+                p.closed();
+            }
         }
-    } else {
-        held.count(queue);
+        Some(cap::GATE) => cap::count(held, queue),
+        _ if !rate => cap::count(held, queue),
+        _ => held.count(queue),
     }
 }
 

@@ -17,8 +17,15 @@ use crate::limit::Limiter;
 use crate::lua::{self, Call};
 
 fn script(main: &str) -> Script {
-    let [gates, _, rate] = super::GATE_PARTS;
-    lua::script(main, &[lua::GUARD, crate::frame::LUA, gates, rate])
+    lua::script(
+        main,
+        &[
+            lua::GUARD,
+            crate::frame::LUA,
+            super::GATES,
+            crate::limit::LUA,
+        ],
+    )
 }
 
 static RESERVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("reserve.lua")));

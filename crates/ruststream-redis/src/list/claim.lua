@@ -76,7 +76,7 @@ local taken, refused, fwait = {}, 0, 0
 if n > 0 then taken, refused, fwait = take_levels(levels, n, gates_filter(gates)) end
 local cwait = gates_charge(gates, #taken)
 local held = refused
-if n < want then held = math.max(held, levels_len(levels, want) - #taken) end
+if n < want then held = math.max(held, levels_len(levels, want - #taken)) end
 if held > 0 then
   out[3] = held
   out[4] = math.max(wait, cwait, fwait)

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `source.rs` | [`RedisList`]: the source's options, its keys, the checks of its recovery options | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description, route; opening the receiver | `LLEN processing` at start, to warn of entries a reliable list without recovery left there |
-//! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause, concurrency-cap and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
 //! | `lease.rs` | a reliable list's claims kept alive while their handlers run | `lease.lua` |

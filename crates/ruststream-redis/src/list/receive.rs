@@ -1,6 +1,6 @@
 //! Reading a list subscription: one claim script for both modes, `claim.lua` (see
-//! `crate::claim`), behind the subscription's gates (the operator's pause, a rate limit) and
-//! from its priority levels, highest first.
+//! `crate::claim`), behind the subscription's gates (the operator's pause, a concurrency cap, a
+//! rate limit) and from its priority levels, highest first.
 //!
 //! - Simple: `claim.lua` pops up to `n` entries, recording nothing.
 //! - Reliable: `claim.lua` sweeps stale claims back first (with recovery), then claims up to `n`
@@ -8,9 +8,10 @@
 //! - When the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when
 //!   an entry arrives on level 0 (a level above announces its first entry on Pub/Sub, see
 //!   `levels.rs`), then `claim.lua` again.
-//! - Held back by a rate limit (see `crate::limit`), a reader waits (no command) until the
-//!   script says the next entry may pass, then claims again; held back by a pause, it returns
-//!   nothing and its pause gate (`crate::pause`) waits for the resume.
+//! - Held back by a rate limit (see `crate::limit`) or a concurrency cap (`crate::claim::cap`),
+//!   a reader waits (no command) until the script says the next entry may pass, then claims
+//!   again; held back by a pause, it returns nothing and its pause gate (`crate::pause`) waits
+//!   for the resume.
 //!
 //! Before each read the subscription's [`Mover`] moves due delayed entries into the queue.
 
@@ -77,7 +78,11 @@ pub(super) async fn open(
         .as_ref()
         .zip(keys.rate.clone())
         .map(|(r, key)| r.limiter(key));
-    let gates = claim::gates(pause.as_ref(), rate.as_ref());
+    let cap = list
+        .max_in_flight
+        .zip(keys.processing.clone())
+        .map(|(n, processing)| claim::Gate::cap_list(processing, n));
+    let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
     let mut levels = vec![keys.queue.clone()];
     levels.extend(keys.levels.iter().cloned());
     let reader = Reader {
@@ -167,7 +172,7 @@ struct Reader {
     rate: Option<Limiter>,
     /// Told when the claim found the subscription paused.
     pause: Option<Hold>,
-    /// The claim's gates: the pause, then the rate limit.
+    /// The claim's gates: the pause, the concurrency cap, then the rate limit.
     gates: Vec<claim::Gate>,
     /// The levels, lowest first: level 0 (the queue) alone without priority levels.
     levels: Vec<String>,
@@ -213,7 +218,8 @@ impl Reader {
         .call(self.conn.client())
         .await?;
         let queue = &self.levels[0];
-        claim::report(claimed.paused(), claimed.held, self.pause.as_ref(), queue);
+        let (closed, rate) = (claimed.closed.as_deref(), self.rate.is_some());
+        claim::report(closed, claimed.held, self.pause.as_ref(), rate, queue);
         if claimed.recovered > 0 {
             let recovered = claimed.recovered;
             metrics::counter!("ruststream_recovered_total", "queue" => self.levels[0].clone())

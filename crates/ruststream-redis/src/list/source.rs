@@ -47,6 +47,7 @@ pub struct RedisList {
     pub(super) partitions: Option<u16>,
     pub(super) rate: Option<RateLimit>,
     pub(super) priorities: Option<u8>,
+    pub(super) max_in_flight: Option<u32>,
     pub(super) options: SourceOptions,
 }
 
@@ -66,6 +67,7 @@ impl RedisList {
             partitions: None,
             rate: None,
             priorities: None,
+            max_in_flight: None,
             options: SourceOptions::default(),
         }
     }
@@ -111,6 +113,28 @@ impl RedisList {
     /// The rate limit, if any.
     pub fn rate(&self) -> Option<&RateLimit> {
         self.rate.as_ref()
+    }
+
+    /// Handles at most `n` messages of the queue at once, across every worker of every
+    /// instance. The claim script counts the shared processing list (`LLEN <key>.processing`)
+    /// and takes at most `n` minus that; an ack, a retry, a dead letter and the recovery sweep
+    /// of a dead worker's claims free the cap by emptying the processing list. A reader held
+    /// back claims again after 20 ms, so the cap adds no key and no command to a settle. A
+    /// dead worker's claims hold the cap until they are swept (after
+    /// [`min_idle`](Self::min_idle)); with [`no_recovery`](Self::no_recovery), until moved back
+    /// by hand. Needs a reliable list (a simple list's pop records nothing in flight) without
+    /// partitions (each partition's processing list is in a slot of its own), and `n` >= 1.
+    /// See `crate::claim::cap`.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisList;
+    /// // Four renders at once in all, however many instances run, each with 16 permits.
+    /// let renders = RedisList::new("{renders}").reliable().concurrency(16).max_in_flight(4);
+    /// # let _ = renders;
+    /// ```
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.max_in_flight = Some(n);
+        self
     }
 
     /// Spreads the queue over `n` lists `{key:0}` … `{key:n-1}`, each in a hash slot of its

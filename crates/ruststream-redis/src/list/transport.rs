@@ -39,6 +39,9 @@ impl Transport for RedisList {
         if let Some(n) = self.priorities {
             bindings["priorities"] = json!(n);
         }
+        if let Some(n) = self.max_in_flight {
+            bindings["maxInFlight"] = json!(n);
+        }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
         }
@@ -137,6 +140,16 @@ impl Transport for RedisList {
             }
         }
         levels::check(&format!("list `{key}`"), self.priorities)?;
+        let cannot = match (self.mode, self.partitions) {
+            (Mode::Simple, _) => Some(
+                "needs a reliable list (a pop records nothing in flight to count): add `.reliable()`",
+            ),
+            (_, Some(_)) => Some(
+                "cannot span partitions (each partition records its claims in its own slot, and no one script sees them all): cap a queue without partitions, or lower each instance's `.concurrency(n)`",
+            ),
+            _ => None,
+        };
+        crate::claim::cap::validate(&format!("list `{key}`"), self.max_in_flight, cannot)?;
         if let Some(n) = self.partitions {
             let named = [
                 ("processing", self.processing.is_some()),

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `source.rs` | [`RedisStream`]: the source's options and keys | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description; creating the group; opening the receiver | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept), `XINFO GROUPS key` |
-//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait; `XGROUP CREATE` again after its connection came back |
+//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause, concurrency-cap and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait; `XGROUP CREATE` again after its connection came back |
 //! | `recover.rs` | crash recovery: its own pending entries at start, sweeps of a dead consumer's, lease renewal | `XPENDING key group [IDLE ms] - + n [consumer]`, `XCLAIM key group consumer ms id.. [JUSTID]` |
 //! | `entries.rs` | the reserved fields; `XREADGROUP` and `XCLAIM` replies read into entries | none |
 //! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |

@@ -1,9 +1,9 @@
 //! Reading a stream subscription: `read.lua` (see `crate::claim`), `XREADGROUP GROUP g consumer
-//! COUNT n STREAMS key >` without `BLOCK` behind the claim's gates (the operator's pause, a rate
-//! limit), on the subscription's own connection, after its [`Mover`] moved due delayed entries
-//! in. When it read nothing, the reader waits: for the limit, as long as the script says; for
-//! new entries, with `XREAD BLOCK ms STREAMS key <last id>`, which delivers nothing to the
-//! group, then reads once more. Paused, it returns nothing and its pause gate waits.
+//! COUNT n STREAMS key >` without `BLOCK` behind the claim's gates (the operator's pause, a
+//! concurrency cap, a rate limit), on the subscription's own connection, after its [`Mover`]
+//! moved due delayed entries in. When it read nothing, the reader waits: for the limit or the
+//! cap, as long as the script says; for new entries, with `XREAD BLOCK ms STREAMS key <last
+//! id>`, which delivers nothing to the group, then reads once more. Paused, it returns nothing and its pause gate waits.
 //!
 //! When its connection comes back (fred reconnected it, or it was replaced after a failed read),
 //! the reader creates its group again before it next reads (`XGROUP CREATE key group 0
@@ -84,7 +84,10 @@ pub(super) async fn open(
         .as_ref()
         .zip(keys.rate.clone())
         .map(|(r, key)| r.limiter(key));
-    let gates = claim::gates(pause.as_ref(), rate.as_ref());
+    let cap = stream
+        .max_in_flight
+        .map(|n| claim::Gate::cap_group(keys.stream.clone(), &group, n));
+    let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
     let regroup = Arc::new(AtomicBool::new(false));
     let mark = regroup.clone();
     conn.on_reconnect(move || mark.store(true, Ordering::Release));
@@ -148,7 +151,7 @@ struct StreamReceiver {
     rate: Option<Limiter>,
     /// Told when the read found the subscription paused.
     pause: Option<Hold>,
-    /// The read's gates: the pause, then the rate limit.
+    /// The read's gates: the pause, the concurrency cap, then the rate limit.
     gates: Vec<claim::Gate>,
     /// Set when the connection came back: create the group again before the next read.
     regroup: Arc<AtomicBool>,
@@ -249,7 +252,8 @@ impl StreamReceiver {
         }
         .call(self.conn.client())
         .await?;
-        claim::report(read.paused(), read.held, self.pause.as_ref(), &g.key);
+        let (closed, rate) = (read.closed.as_deref(), self.rate.is_some());
+        claim::report(closed, read.held, self.pause.as_ref(), rate, &g.key);
         Ok(read)
     }
 

@@ -30,6 +30,7 @@ pub struct RedisStream {
     pub(super) partition_of: Option<String>,
     pub(super) trim_acked: Option<std::time::Duration>,
     pub(super) rate: Option<RateLimit>,
+    pub(super) max_in_flight: Option<u32>,
     pub(super) options: SourceOptions,
 }
 
@@ -48,6 +49,7 @@ impl RedisStream {
             partition_of: None,
             trim_acked: None,
             rate: None,
+            max_in_flight: None,
             options: SourceOptions::default(),
         }
     }
@@ -77,6 +79,24 @@ impl RedisStream {
     /// The rate limit, if any.
     pub fn rate(&self) -> Option<&RateLimit> {
         self.rate.as_ref()
+    }
+
+    /// Handles at most `n` entries of the group at once, across every consumer of every
+    /// instance. The read script counts the group's pending entries (the `XPENDING key group`
+    /// summary) and reads at most `n` minus that; an ack, a retry and a dead letter free the
+    /// cap. A dead consumer's pending entries hold it until another consumer claims them back
+    /// (after [`min_idle`](Self::min_idle)) and settles them. A reader held back reads again
+    /// after 20 ms. Needs no partitions (each partition's pending entries are in a slot of its
+    /// own) and `n` >= 1. See `crate::claim::cap`.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisStream;
+    /// let uploads = RedisStream::new("uploads").group("thumbnailer").max_in_flight(8);
+    /// # let _ = uploads;
+    /// ```
+    pub fn max_in_flight(mut self, n: u32) -> Self {
+        self.max_in_flight = Some(n);
+        self
     }
 
     /// Spreads the stream over `n` streams `{key:0}` … `{key:n-1}`, each in a hash slot of its

@@ -39,6 +39,9 @@ impl Transport for RedisStream {
                 if let Some(r) = &self.rate {
                     b["rateLimit"] = r.describe();
                 }
+                if let Some(n) = self.max_in_flight {
+                    b["maxInFlight"] = json!(n);
+                }
                 b
             },
         }
@@ -95,6 +98,10 @@ impl Transport for RedisStream {
         if let Some(rate) = &self.rate {
             rate.validate(&format!("stream `{key}`"))?;
         }
+        let cannot = self.partitions.is_some().then_some(
+            "cannot span partitions (each partition's pending entries are in its own slot, and no one script sees them all): cap a stream without partitions, or lower each instance's `.concurrency(n)`",
+        );
+        crate::claim::cap::validate(&format!("stream `{key}`"), self.max_in_flight, cannot)?;
         if let Some(n) = self.partitions {
             let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
             let named: &[&str] = if named { &["dead_letter"] } else { &[] };

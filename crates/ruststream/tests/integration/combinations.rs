@@ -6,9 +6,10 @@
 //!   their blocking wait, on a simple list, a reliable list and a stream; `resume` lets it
 //!   through.
 //! - The matrix: every pair of priorities, rate limit, per-key limit, partitions, pause, batch
-//!   handler, delays and recovery after a killed claim runs on one queue, asserting every
-//!   message handled exactly once and nothing left queued or claimed; the pairs not supported
-//!   are refused at startup, saying why.
+//!   handler, delays, recovery after a killed claim and a concurrency cap runs on one queue,
+//!   asserting every message handled exactly once and nothing left queued or claimed (with the
+//!   cap, also that no more than it ran at once); the pairs not supported are refused at
+//!   startup, saying why.
 //! - The stream matrix: every pair of the features a [`RedisStream`] has (rate limit,
 //!   partitions, pause, batch handler, delays, recovery after a killed claim) on one stream
 //!   read by a group, asserting every message handled exactly once and nothing left pending,
@@ -19,6 +20,7 @@
 use crate::harness;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,35 +53,59 @@ outgoing!(Job);
 /// Every reader's block: a pause must hold for two of them.
 const BLOCK: Duration = Duration::from_millis(300);
 
-/// How many times each job was handled, by any app (clones share it).
+/// How many times each job was handled, by any app (clones share it), and the most handlers
+/// that ran at once; each handler takes `linger`.
 #[derive(Clone, Default)]
-struct Tally(Arc<Mutex<BTreeMap<u32, u32>>>);
+struct Tally {
+    seen: Arc<Mutex<BTreeMap<u32, u32>>>,
+    running: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+    linger: Duration,
+}
 
 impl Tally {
+    fn lingering(linger: Duration) -> Self {
+        Self {
+            linger,
+            ..Self::default()
+        }
+    }
+
     fn add(&self, n: u32) {
-        *self.0.lock().expect("lock").entry(n).or_default() += 1;
+        *self.seen.lock().expect("lock").entry(n).or_default() += 1;
     }
 
     fn handled(&self) -> usize {
-        self.0.lock().expect("lock").len()
+        self.seen.lock().expect("lock").len()
     }
 
     fn has(&self, n: u32) -> bool {
-        self.0.lock().expect("lock").contains_key(&n)
+        self.seen.lock().expect("lock").contains_key(&n)
     }
 
     /// The jobs handled other than exactly once, of `0..n`.
     fn not_once(&self, n: u32) -> Vec<(u32, u32)> {
-        let seen = self.0.lock().expect("lock");
+        let seen = self.seen.lock().expect("lock");
         (0..n)
             .map(|i| (i, seen.get(&i).copied().unwrap_or(0)))
             .filter(|(_, c)| *c != 1)
             .collect()
     }
+
+    /// Counts `n` jobs running for `linger`.
+    async fn run(&self, n: usize) {
+        let now = self.running.fetch_add(n, Ordering::SeqCst) + n;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        if !self.linger.is_zero() {
+            tokio::time::sleep(self.linger).await;
+        }
+        self.running.fetch_sub(n, Ordering::SeqCst);
+    }
 }
 
 impl Handle<Job> for Tally {
     async fn handle(&self, m: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.run(1).await;
         self.add(m.n);
         Ok(())
     }
@@ -87,6 +113,7 @@ impl Handle<Job> for Tally {
 
 impl HandleBatch<Job> for Tally {
     async fn handle_batch(&self, jobs: &[Job], _: &mut BatchContext<'_>) -> BatchOutcome {
+        self.run(jobs.len()).await;
         for j in jobs {
             self.add(j.n);
         }
@@ -201,13 +228,18 @@ enum Feature {
     Delays,
     /// A first app claims 4 and dies with them; the next sweeps them back (`min_idle` 300 ms).
     Recovery,
+    /// `.max_in_flight(CAP)`, each handler taking 20 ms: at most `CAP` run at once.
+    Cap,
 }
 
 use Feature::*;
 
-const FEATURES: [Feature; 8] = [
-    Priorities, Rate, KeyRate, Partitions, Pause, Batch, Delays, Recovery,
+const FEATURES: [Feature; 9] = [
+    Priorities, Rate, KeyRate, Partitions, Pause, Batch, Delays, Recovery, Cap,
 ];
+
+/// The cap of [`Cap`]: the 4 claims [`Recovery`]'s dying app holds fill it.
+const CAP: u32 = 4;
 
 /// Jobs per pair.
 const N: u32 = 24;
@@ -219,6 +251,7 @@ fn refusal(pair: [Feature; 2]) -> Option<&'static str> {
         [Partitions, KeyRate] | [KeyRate, Partitions] => {
             Some("per-key rate limit cannot span partitions")
         }
+        [Partitions, Cap] | [Cap, Partitions] => Some("max_in_flight cannot span partitions"),
         _ => None,
     }
 }
@@ -262,6 +295,7 @@ fn source(name: &str, pair: &[Feature]) -> RedisList {
             Rate => list.rate_limit(20, Duration::from_millis(100)),
             KeyRate => list.rate_limit_by("customer", 5, Duration::from_millis(100)),
             Partitions => list.partitions(2),
+            Cap => list.max_in_flight(CAP),
             Pause | Batch | Delays | Recovery => list,
         };
     }
@@ -272,7 +306,11 @@ fn source(name: &str, pair: &[Feature]) -> RedisList {
 async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
     let list = source(name, pair);
     let key = list.key().to_owned();
-    let tally = Tally::default();
+    let tally = if pair.contains(&Cap) {
+        Tally::lingering(Duration::from_millis(20))
+    } else {
+        Tally::default()
+    };
     let mount = {
         let (list, t, batch) = (list.clone(), tally.clone(), pair.contains(&Batch));
         move |b: &mut Mount<RedisBroker>| {
@@ -360,6 +398,13 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
         [],
         "{pair:?}: jobs handled other than once"
     );
+    if pair.contains(&Cap) {
+        let peak = tally.peak.load(Ordering::SeqCst);
+        assert!(
+            peak <= CAP as usize,
+            "{pair:?}: {peak} ran at once, over the cap"
+        );
+    }
 }
 
 /// An app mounted by `mount` on a broker of its own (its own connections, as another process

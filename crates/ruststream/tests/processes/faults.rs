@@ -2,6 +2,8 @@
 //!
 //! - workers killed with SIGKILL mid-handler and restarted: every job handled at least once,
 //!   nothing left behind, duplicates bounded by what was in flight at the kills;
+//! - a worker killed with SIGKILL while it holds all of a queue's concurrency cap: the other
+//!   workers take nothing until its claims are swept back, then the cap frees;
 //! - the Redis server killed and restarted (its own, with `--appendonly yes --appendfsync
 //!   always`): workers log the outage, reconnect, finish, and nothing acknowledged is lost;
 //! - a cluster master killed and its replica promoted (a cluster of the test's own);
@@ -37,6 +39,7 @@ on!(
     [standalone]
     workers_killed_mid_handler_lose_nothing,
     sigterm_with_a_settle_that_keeps_failing_exits_in_time,
+    a_worker_killed_holding_the_cap_frees_it_when_swept,
 );
 
 /// The queue every fault test uses (hash-tagged: it runs on a cluster too).
@@ -84,7 +87,8 @@ async fn leftovers(client: &Client, prefix: &str) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // The worker process.
 
-/// The worker: a reliable list on `RUSTSTREAM_FAULT_URL` whose handler works 1..=`WORK_MS` ms,
+/// The worker: a reliable list on `RUSTSTREAM_FAULT_URL` (capped at `RUSTSTREAM_FAULT_CAP`
+/// when set) whose handler works 1..=`WORK_MS` ms,
 /// recording `HSET <prefix>{faults}.owner n pid` when it starts and `HINCRBY
 /// <prefix>{faults}.handled n 1` when it is done (a failed record retries the job). Stops on
 /// SIGTERM.
@@ -99,6 +103,10 @@ fn fault_worker_process() {
     let min_idle = Duration::from_millis(var("RUSTSTREAM_FAULT_MIN_IDLE_MS").parse().unwrap());
     let concurrency: usize = var("RUSTSTREAM_FAULT_CONCURRENCY").parse().unwrap();
     let work_ms: u64 = var("RUSTSTREAM_FAULT_WORK_MS").parse().unwrap();
+    let mut list = queue(min_idle, concurrency);
+    if let Ok(cap) = var("RUSTSTREAM_FAULT_CAP").parse() {
+        list = list.max_in_flight(cap);
+    }
     tracing_subscriber::fmt()
         .with_env_filter("info")
         .with_ansi(false)
@@ -128,7 +136,7 @@ fn fault_worker_process() {
             RustStream::new(AppInfo::new("fault-worker", "0"))
                 .shutdown_timeout(Duration::from_secs(2))
                 .with_broker(RedisBroker::standalone(url).prefix(&prefix), |b| {
-                    b.include(subscriber(queue(min_idle, concurrency), handler).build());
+                    b.include(subscriber(list, handler).build());
                 }),
         )
         .await;
@@ -215,18 +223,21 @@ fn spawn_worker(
     min_idle_ms: u64,
     concurrency: usize,
     work_ms: u64,
+    cap: Option<u32>,
 ) -> WorkerProcess {
     static N: AtomicU64 = AtomicU64::new(0);
     let log = log_dir.join(format!("worker-{}.log", N.fetch_add(1, Ordering::Relaxed)));
+    let mut env = vec![
+        ("RUSTSTREAM_FAULT_WORKER", url.to_owned()),
+        ("RUSTSTREAM_FAULT_PREFIX", prefix.to_owned()),
+        ("RUSTSTREAM_FAULT_MIN_IDLE_MS", min_idle_ms.to_string()),
+        ("RUSTSTREAM_FAULT_CONCURRENCY", concurrency.to_string()),
+        ("RUSTSTREAM_FAULT_WORK_MS", work_ms.to_string()),
+    ];
+    env.extend(cap.map(|c| ("RUSTSTREAM_FAULT_CAP", c.to_string())));
     WorkerProcess::spawn(
         &test_name(module_path!(), "fault_worker_process"),
-        &[
-            ("RUSTSTREAM_FAULT_WORKER", url.to_owned()),
-            ("RUSTSTREAM_FAULT_PREFIX", prefix.to_owned()),
-            ("RUSTSTREAM_FAULT_MIN_IDLE_MS", min_idle_ms.to_string()),
-            ("RUSTSTREAM_FAULT_CONCURRENCY", concurrency.to_string()),
-            ("RUSTSTREAM_FAULT_WORK_MS", work_ms.to_string()),
-        ],
+        &env,
         Some(log),
     )
 }
@@ -250,6 +261,18 @@ async fn publish_jobs(url: &str, prefix: &str, jobs: std::ops::Range<u32>) {
             .await
             .unwrap();
     }
+}
+
+/// Deletes the workers' records and their log directory `dir`.
+async fn forget_run(client: &Client, prefix: &str, dir: &Path) {
+    let _: i64 = client
+        .del(vec![
+            format!("{prefix}{QUEUE}.handled"),
+            format!("{prefix}{QUEUE}.owner"),
+        ])
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `(distinct jobs handled, handler completions)` from the workers' records.
@@ -324,7 +347,7 @@ async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
     let dir = temp_dir("kills");
     let r = env.client.clone();
     publish_jobs(&url, &prefix, 0..JOBS).await;
-    let spawn = || spawn_worker(&url, &prefix, &dir, 1000, CONCURRENCY, 40);
+    let spawn = || spawn_worker(&url, &prefix, &dir, 1000, CONCURRENCY, 40, None);
     let mut workers: Vec<WorkerProcess> = (0..3).map(|_| spawn()).collect();
     for w in &workers {
         w.ready(Duration::from_secs(20)).await;
@@ -397,14 +420,76 @@ async fn workers_killed_mid_handler_lose_nothing(env: &Env) {
         0,
         "a list or set is not empty"
     );
-    let _: i64 = r
-        .del(vec![
-            format!("{prefix}{QUEUE}.handled"),
-            format!("{prefix}{QUEUE}.owner"),
-        ])
-        .await
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    forget_run(&r, &prefix, &dir).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// A worker killed holding the whole concurrency cap.
+
+async fn a_worker_killed_holding_the_cap_frees_it_when_swept(env: &Env) {
+    const JOBS: u32 = 6;
+    const CAP: u32 = 2;
+    let url = env.url().expect("the standalone server").to_owned();
+    let prefix = env.prefix.clone();
+    let dir = temp_dir("cap");
+    let r = env.client.clone();
+    let processing = format!("{prefix}{QUEUE}.processing");
+    let in_flight = async || -> i64 { r.llen(&processing).await.unwrap_or(-1) };
+    // Long jobs (up to 3 s), 4 permits a worker, the queue capped at 2; min_idle 3 s.
+    let spawn = || spawn_worker(&url, &prefix, &dir, 3000, 4, 3000, Some(CAP));
+    let mut victim = spawn();
+    victim.ready(Duration::from_secs(20)).await;
+    publish_jobs(&url, &prefix, 0..JOBS).await;
+    wait_until(
+        "the victim holds the cap",
+        Duration::from_secs(10),
+        async || in_flight().await == i64::from(CAP),
+    )
+    .await;
+    victim.kill();
+    let held = in_flight().await;
+    let done_at_kill = handled_counts(&r, &prefix).await.1;
+    println!("killed holding {held} of the cap's {CAP}; {done_at_kill} handled before");
+    let others: Vec<WorkerProcess> = (0..2).map(|_| spawn()).collect();
+    for w in &others {
+        w.ready(Duration::from_secs(20)).await;
+    }
+    if held == i64::from(CAP) {
+        // The dead claims fill the cap: until they are swept (3 s after their last lease,
+        // at most 1 s before the kill), the others start nothing.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let owners: HashMap<String, String> =
+            r.hgetall(format!("{prefix}{QUEUE}.owner")).await.unwrap();
+        let pids: Vec<String> = others.iter().map(|w| w.pid().to_string()).collect();
+        assert!(
+            !owners.values().any(|p| pids.contains(p)),
+            "a worker started a job while a dead worker's claims filled the cap"
+        );
+    }
+    let mut peak = 0;
+    wait_until(
+        "every job handled and nothing left",
+        Duration::from_secs(60),
+        async || {
+            peak = peak.max(in_flight().await);
+            handled_counts(&r, &prefix).await.0 == u64::from(JOBS)
+                && leftovers(&r, &prefix).await == 0
+        },
+    )
+    .await;
+    let logs: String = others.iter().map(WorkerProcess::log).collect();
+    for w in others {
+        w.stop(Duration::from_secs(15)).await;
+    }
+    assert!(
+        peak <= i64::from(CAP),
+        "{peak} in flight under a cap of {CAP}"
+    );
+    assert!(
+        logs.contains("claims idle longer than min_idle went back to the queue"),
+        "the dead worker's claims were swept back: {logs}"
+    );
+    forget_run(&r, &prefix, &dir).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,7 +508,7 @@ async fn workers_ride_out_a_redis_restart() {
     publish_jobs(&url, &prefix, 0..JOBS).await;
     let logs = temp_dir("restart-logs");
     let workers: Vec<WorkerProcess> = (0..2)
-        .map(|_| spawn_worker(&url, &prefix, &logs, 2000, 4, 30))
+        .map(|_| spawn_worker(&url, &prefix, &logs, 2000, 4, 30, None))
         .collect();
     for w in &workers {
         w.ready(Duration::from_secs(20)).await;
