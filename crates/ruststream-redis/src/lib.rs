@@ -74,7 +74,6 @@ pub mod error;
 pub mod frame;
 mod gauges;
 mod keys;
-mod limit;
 pub mod list;
 mod lua;
 #[cfg(feature = "testing")]
@@ -100,13 +99,13 @@ mod transport;
 mod unique;
 
 pub use broker::RedisBroker;
+pub use claim::limit::RateLimit;
 /// The claim scripts' typed calls, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use claim::{Claim, Claimed, Gate, Record, StreamClaimed, StreamRead};
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
-pub use limit::RateLimit;
 pub use list::RedisList;
 /// The list scripts' typed calls, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]

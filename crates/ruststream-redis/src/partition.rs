@@ -29,10 +29,10 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use ruststream_core::{Delivery, Error, Receiver, Result, Settlement, Settler};
 use tokio_util::sync::CancellationToken;
 
+use crate::claim::limit::{Held, Limiter};
 use crate::claim::{Refund, Reserve};
 use crate::conn::Connections;
 use crate::keys::{KeySpace, SourceKeys};
-use crate::limit::{Held, Limiter};
 use crate::lua::Call;
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Settle, Token, Transport};
 

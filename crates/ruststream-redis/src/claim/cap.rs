@@ -22,7 +22,7 @@ use fred::prelude::*;
 use ruststream_core::{Error, Result};
 
 use super::Gate;
-use crate::limit::Held;
+use crate::claim::limit::Held;
 
 /// The cap's gate in `GATES` (`cap.lua`), as a claim's reply names it when it let nothing
 /// through.

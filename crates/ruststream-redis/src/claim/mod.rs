@@ -19,11 +19,12 @@ use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use crate::limit::{Held, Limiter};
 use crate::lua::{self, Call};
 use crate::pause::Hold;
+use limit::{Held, Limiter};
 
 pub(crate) mod cap;
+pub(crate) mod limit;
 mod reserve;
 pub(crate) use reserve::{Refund, Reserve};
 
@@ -33,7 +34,7 @@ const GATES: &str = include_str!("gates.lua");
 /// Each gate's part, registering its `GATES.<name>`, in the claim scripts after [`GATES`].
 const GATE_PARTS: [&str; 3] = [
     include_str!("paused.lua"),
-    crate::limit::LUA,
+    limit::LUA,
     include_str!("cap.lua"),
 ];
 

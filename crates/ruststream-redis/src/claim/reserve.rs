@@ -13,7 +13,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use crate::limit::Limiter;
+use crate::claim::limit::Limiter;
 use crate::lua::{self, Call};
 
 fn script(main: &str) -> Script {
@@ -23,7 +23,7 @@ fn script(main: &str) -> Script {
             lua::GUARD,
             crate::frame::LUA,
             super::GATES,
-            crate::limit::LUA,
+            crate::claim::limit::LUA,
         ],
     )
 }

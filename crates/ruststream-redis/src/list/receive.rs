@@ -8,7 +8,7 @@
 //! - When the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when
 //!   an entry arrives on level 0 (a level above announces its first entry on Pub/Sub, see
 //!   `levels.rs`), then `claim.lua` again.
-//! - Held back by a rate limit (see `crate::limit`) or a concurrency cap (`crate::claim::cap`),
+//! - Held back by a rate limit (see `crate::claim::limit`) or a concurrency cap (`crate::claim::cap`),
 //!   a reader waits (no command) until the script says the next entry may pass, then claims
 //!   again; held back by a pause, it returns nothing and its pause gate (`crate::pause`) waits
 //!   for the resume.
@@ -31,11 +31,11 @@ use super::levels::Wakes;
 use super::settle::ReliableSettle;
 use super::source::{ListKeys, Mode, RedisList};
 use crate::back::Dest;
+use crate::claim::limit::Limiter;
 use crate::claim::{self, Claim, Claimed, Record};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Mover, interrupted, read_wait};
-use crate::limit::Limiter;
 use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};

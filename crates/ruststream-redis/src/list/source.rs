@@ -7,8 +7,8 @@ use std::time::Duration;
 use ruststream_core::{Error, Result};
 
 use super::levels;
+use crate::claim::limit::RateLimit;
 use crate::keys::{Delayed, KeySpace};
-use crate::limit::RateLimit;
 use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
 
 /// How entries leave the queue.

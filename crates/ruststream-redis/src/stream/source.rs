@@ -1,8 +1,8 @@
 //! [`RedisStream`], a stream read by a consumer group, and its builder; [`StreamKeys`], the
 //! full names of its keys. Sends no command.
 
+use crate::claim::limit::RateLimit;
 use crate::keys::{Delayed, KeySpace};
-use crate::limit::RateLimit;
 use crate::options::{SourceOptions, source_setters};
 
 /// A stream read with a consumer group.

@@ -130,7 +130,7 @@ impl Transport for RedisStream {
         })
     }
 
-    fn limiter(&self, space: &KeySpace) -> Option<crate::limit::Limiter> {
+    fn limiter(&self, space: &KeySpace) -> Option<crate::claim::limit::Limiter> {
         self.partitions?;
         let rate = self.rate.as_ref()?;
         Some(rate.limiter(rate.key(space, &space.key(&self.key))))

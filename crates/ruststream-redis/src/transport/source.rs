@@ -57,7 +57,7 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     /// With partitions and a whole-queue rate limit: the logical queue's limiter, which the
     /// partitions' reader reserves passes from (`crate::claim::Reserve`); the partitions'
     /// own claims have no rate gate.
-    fn limiter(&self, _space: &KeySpace) -> Option<crate::limit::Limiter> {
+    fn limiter(&self, _space: &KeySpace) -> Option<crate::claim::limit::Limiter> {
         None
     }
     /// Prepares the server once the broker is connected (consumer groups, scripts).

@@ -23,7 +23,7 @@ use fred::prelude::*;
 use ruststream_core::{Error, Result};
 use tokio_util::sync::CancellationToken;
 
-use crate::claim::Gate;
+use super::Gate;
 use crate::keys::KeySpace;
 
 /// The Lua of the limiter and its claim gate (`rate_spec`, `GATES.rate`, `rate_reserve`, ...).
