@@ -19,7 +19,8 @@
 -- it do the follow-up writes happen, so nothing is duplicated.
 -- Without recovery an entry is known only by its bytes, and two claims of identical bytes look
 -- alike, so a settle sent twice (a client resends it when the connection drops before the
--- reply) must not run twice: its token is recorded in the token set (kept 10 minutes), and a
+-- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
+-- set expires 10 minutes after the last settle), and a
 -- token already there makes the call a no-op.
 -- Returns how many claims were still owned (-1: the token was settled already).
 local dest, derr = dest_of(6, 2)
@@ -45,6 +46,7 @@ if token ~= '' then
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ms - 600000)
   redis.call('ZADD', KEYS[5], ms, token)
+  redis.call('PEXPIRE', KEYS[5], 600000)
 end
 local found = 0
 local retried = {}

@@ -509,6 +509,14 @@ async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
         ["dropped"],
         "the other claim's dead letter is there"
     );
+    if no_recovery {
+        // The token set expires 10 minutes after its last settle.
+        let ttl = env.pttl(&k(".settles")).await;
+        assert!(
+            (1..=600_000).contains(&ttl),
+            "the settle tokens' ttl: {ttl} ms"
+        );
+    }
     stop(app).await;
 }
 
