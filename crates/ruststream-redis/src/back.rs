@@ -59,6 +59,7 @@ impl Dest {
 
     /// Appends the destination's keys to `keys` and `kind, number of keys, spec` to `args`.
     pub(crate) fn push(&self, keys: &mut Vec<String>, args: &mut Vec<Value>) {
+        let before = keys.len();
         let (kind, spec): (&'static str, Value) = match self {
             Self::List { levels, ttl_ms } => {
                 keys.extend(levels.iter().cloned());
@@ -74,11 +75,7 @@ impl Dest {
             }
             Self::PubSub { channel } => ("pubsub", Value::from(channel.as_str())),
         };
-        let n = match self {
-            Self::List { levels, .. } => levels.len(),
-            Self::PubSub { .. } => 0,
-            Self::Stream { .. } | Self::Sharded { .. } => 1,
-        };
+        let n = keys.len() - before;
         args.extend([Value::from_static_str(kind), lua::int(n), spec]);
     }
 }

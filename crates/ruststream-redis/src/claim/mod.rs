@@ -123,8 +123,8 @@ impl Gate {
     fn push(&self, keys: &mut Vec<String>, args: &mut Vec<Value>) {
         keys.extend(self.keys.iter().cloned());
         args.push(Value::from_static_str(self.name));
-        args.push(Value::Integer(len(self.keys.len())));
-        args.push(Value::Integer(len(self.args.len())));
+        args.push(lua::int(self.keys.len()));
+        args.push(lua::int(self.args.len()));
         args.extend(self.args.iter().cloned());
     }
 }
@@ -207,7 +207,7 @@ impl Call for Claim<'_> {
     /// `list/claim.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
         let mut keys: Vec<String> = self.levels.to_vec();
-        let max = Value::Integer(len(self.max));
+        let max = lua::int(self.max);
         let zero = || Value::Integer(0);
         let mut args = match self.record {
             Record::Pop => vec![max, Value::from_static_str(""), "".into(), zero(), zero()],
@@ -245,7 +245,7 @@ impl Call for Claim<'_> {
         };
         args.push(Value::from(ttl.to_string()));
         args.push(Value::Integer(i64::from(most)));
-        args.push(Value::Integer(len(self.levels.len())));
+        args.push(lua::int(self.levels.len()));
         for g in self.gates {
             g.push(&mut keys, &mut args);
         }
@@ -264,7 +264,7 @@ impl Call for Claim<'_> {
             .filter_map(bytes)
             .collect();
         let mut claimed = Claimed {
-            recovered: int(items.first()),
+            recovered: items.first().map_or(0, lua::reply_u64),
             held: Held::read(&items, 2),
             values,
             first_seq: self.first_seq,
@@ -322,11 +322,8 @@ impl Call for StreamRead<'_> {
     /// KEYS and ARGV: see `stream/read.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
         let mut keys = vec![self.stream.to_owned()];
-        let mut args: Vec<Value> = vec![
-            self.group.into(),
-            self.consumer.into(),
-            Value::Integer(len(self.max)),
-        ];
+        let mut args: Vec<Value> =
+            vec![self.group.into(), self.consumer.into(), lua::int(self.max)];
         for g in self.gates {
             g.push(&mut keys, &mut args);
         }
@@ -350,17 +347,6 @@ impl Call for StreamRead<'_> {
             last: items.next().and_then(bytes).filter(|id| !id.is_empty()),
             reply: items.next().unwrap_or(Value::Null),
         }
-    }
-}
-
-fn len(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn int(v: Option<&Value>) -> u64 {
-    match v {
-        Some(Value::Integer(n)) => u64::try_from(*n).unwrap_or(0),
-        _ => 0,
     }
 }
 

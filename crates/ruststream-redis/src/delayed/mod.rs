@@ -152,17 +152,13 @@ impl Call for MoveDue<'_> {
                 ..Moved::default()
             };
         };
-        let int = |v: &Value| match v {
-            Value::Integer(n) => *n,
-            _ => 0,
-        };
-        let at = |i: usize, or: i64| items.get(i).map_or(or, int);
+        let at = |i: usize, or: i64| items.get(i).map_or(or, lua::reply_i64);
         Moved {
             moved: at(0, 0),
             now_ms: at(1, 0),
             next_due_ms: at(2, -1),
             dead: at(3, 0),
-            lateness_ms: items.iter().skip(4).map(int).collect(),
+            lateness_ms: items.iter().skip(4).map(lua::reply_i64).collect(),
         }
     }
 }
