@@ -1,0 +1,334 @@
+//! The typed calls of the scripts other than the claim's and the way back's.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+
+use crate::{key, on_both};
+
+/// `operate/oldest_claim.lua` through `OldestClaim`: the claim time is read from each member
+/// (`<reader>:<seq>.<seconds>.<microseconds>:<value>`), not from its score; a member of another
+/// shape names none. Returns each call's reply.
+async fn oldest_claim(client: Client, prefix: String) -> Vec<(u64, Option<i64>)> {
+    use ruststream_redis::{Call, OldestClaim};
+    let zset = key(&prefix, "q.claims");
+    let members = vec![
+        (1.0, "junk"),
+        (3.0, "r1:2.1600000000.999999:b"),
+        (5.0, "r1:1.1700000000.250000:a"),
+    ];
+    let mut out = Vec::new();
+    let none = OldestClaim {
+        zset: &zset,
+        most: 10,
+    };
+    out.push(none.call(&client).await.expect("oldest_claim.lua runs"));
+    let _: i64 = client
+        .zadd(&zset, None, None, false, false, members)
+        .await
+        .unwrap();
+    for most in [1, 2, 10] {
+        let call = OldestClaim { zset: &zset, most };
+        out.push(call.call(&client).await.expect("oldest_claim.lua runs"));
+    }
+    let _: i64 = client.del(&zset).await.unwrap_or(0);
+    out
+}
+
+#[tokio::test]
+async fn the_typed_oldest_claim_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let expect = vec![
+        (0, None),
+        (1, None),
+        (2, Some(1_600_000_000_999)),
+        (3, Some(1_600_000_000_999)),
+    ];
+    on_both("oldest", expect, oldest_claim).await;
+}
+
+/// `operate/delayed.lua` through `ChangeDelayed`: a promote of the earliest takes only the
+/// entries not yet due, a cancel by id counts the ids it found, a cancel of the earliest takes
+/// the lowest score (the overdue entry, below the promoted ones' server time). Returns each
+/// call's count, then the set's members and the hash's fields left.
+async fn change_delayed(client: Client, prefix: String) -> (Vec<usize>, Vec<String>, Vec<String>) {
+    use ruststream_redis::{Call, ChangeDelayed, DelayedChange, DelayedPick};
+    let set = key(&prefix, "q.delayed");
+    let payloads = key(&prefix, "q.delayed.payloads");
+    let future = 9.0e12;
+    let entries = vec![(future, "a"), (future + 1.0, "b"), (1.0, "c")];
+    let _: i64 = client
+        .zadd(&set, None, None, false, false, entries)
+        .await
+        .unwrap();
+    let fields = vec![("a", "fa"), ("b", "fb"), ("c", "fc")];
+    let _: i64 = client.hset(&payloads, fields).await.unwrap();
+    let calls = [
+        (DelayedChange::Promote, DelayedPick::Earliest(10)),
+        (DelayedChange::Promote, DelayedPick::Earliest(10)),
+        (DelayedChange::Cancel, DelayedPick::Ids(&["a", "zz"])),
+        (DelayedChange::Cancel, DelayedPick::Earliest(1)),
+    ];
+    let mut counts = Vec::new();
+    for (change, pick) in calls {
+        let call = ChangeDelayed {
+            set: &set,
+            payloads: &payloads,
+            change,
+            pick,
+        };
+        counts.push(call.call(&client).await.expect("delayed.lua runs"));
+    }
+    let left: Vec<String> = client
+        .zrange(&set, 0, -1, None, false, None, false)
+        .await
+        .unwrap();
+    let mut fields: Vec<String> = client.hkeys(&payloads).await.unwrap();
+    fields.sort();
+    let _: i64 = client.del(vec![set, payloads]).await.unwrap_or(0);
+    (counts, left, fields)
+}
+
+#[tokio::test]
+async fn the_typed_delayed_change_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let expect = (vec![2, 0, 1, 1], vec!["b".to_owned()], vec!["b".to_owned()]);
+    on_both("delayed", expect, change_delayed).await;
+}
+
+/// A periodic script's reply.
+#[derive(Debug, PartialEq)]
+enum Periodic {
+    /// A registration's: the last fired tick.
+    Registered(Option<u64>),
+    /// A fired tick's: whether the stored one moved.
+    Fired(bool),
+}
+
+/// `periodic/register.lua` and `periodic/fired.lua` through `RegisterPeriodic` and
+/// `PeriodicFired`: the last tick only moves forward, and a registration reads it. Returns each
+/// call's reply, then the definition stored.
+async fn periodic(client: Client, prefix: String) -> (Vec<Periodic>, String) {
+    use Periodic::{Fired, Registered};
+    use ruststream_redis::{Call, PeriodicFired, RegisterPeriodic};
+    let registry = key(&prefix, "ruststream:periodic");
+    let last = key(&prefix, "ruststream:periodic.last");
+    let register = |definition| RegisterPeriodic {
+        registry: &registry,
+        last: &last,
+        name: "nightly",
+        definition,
+    };
+    let fired = |tick| PeriodicFired {
+        last: &last,
+        name: "nightly",
+        tick,
+    };
+    let mut out = vec![Registered(
+        register("{\"v\":1}").call(&client).await.unwrap(),
+    )];
+    for tick in [1000, 900, 1000] {
+        out.push(Fired(fired(tick).call(&client).await.unwrap()));
+    }
+    out.push(Registered(
+        register("{\"v\":2}").call(&client).await.unwrap(),
+    ));
+    out.push(Fired(fired(2000).call(&client).await.unwrap()));
+    out.push(Registered(
+        register("{\"v\":2}").call(&client).await.unwrap(),
+    ));
+    let definition: String = client.hget(&registry, "nightly").await.unwrap();
+    let _: i64 = client.del(vec![registry, last]).await.unwrap_or(0);
+    (out, definition)
+}
+
+#[tokio::test]
+async fn the_typed_periodic_calls_give_the_same_replies_on_the_model_and_on_redis() {
+    use Periodic::{Fired, Registered};
+    let expect = (
+        vec![
+            Registered(None),
+            Fired(true),
+            Fired(false),
+            Fired(false),
+            Registered(Some(1000)),
+            Fired(true),
+            Registered(Some(2000)),
+        ],
+        "{\"v\":2}".to_owned(),
+    );
+    on_both("periodic", expect, periodic).await;
+}
+
+/// `list/push_ttl.lua` through `PushTtl`: pushes onto the left in order (more than one `LPUSH`
+/// batch of 1,000 too) and sets the ttl. Returns each call's length, the list's first and last
+/// values, and whether its ttl is set and at most the one given.
+async fn push_ttl(client: Client, prefix: String) -> (Vec<i64>, Vec<String>, bool) {
+    use ruststream_redis::{Call, PushTtl};
+    let list = key(&prefix, "q");
+    let ttl = Duration::from_secs(60);
+    let many: Vec<Value> = (0..1500).map(|i| Value::from(format!("m{i}"))).collect();
+    let mut lens = Vec::new();
+    for values in [vec![Value::from("a"), Value::from("b")], many] {
+        let push = PushTtl {
+            list: &list,
+            ttl,
+            values: &values,
+        };
+        lens.push(push.call(&client).await.expect("push_ttl.lua runs"));
+    }
+    let first: Vec<String> = client.lrange(&list, 0, 0).await.unwrap();
+    let last: Vec<String> = client.lrange(&list, -2, -1).await.unwrap();
+    let pttl: i64 = client.pttl(&list).await.unwrap();
+    let _: i64 = client.del(&list).await.unwrap_or(0);
+    let ends = first.into_iter().chain(last).collect();
+    (lens, ends, pttl > 0 && pttl <= 60_000)
+}
+
+#[tokio::test]
+async fn the_typed_push_ttl_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let expect = (
+        vec![2, 1502],
+        vec!["m1499".to_owned(), "b".to_owned(), "a".to_owned()],
+        true,
+    );
+    on_both("pushttl", expect, push_ttl).await;
+}
+
+/// `list/lease.lua` through `Lease`: moves the scores of the members still in the recovery set
+/// (more than one `ZADD` batch of 500 members), never adds one back, and sets the set's ttl.
+/// Returns how many moved, the set's size, whether the gone member is absent, and whether the
+/// ttl is set.
+async fn lease(client: Client, prefix: String) -> (u64, u64, bool, bool) {
+    use bytes::Bytes;
+    use ruststream_redis::{Call, Lease};
+    let zset = key(&prefix, "q.claims");
+    let held: Vec<String> = (0..700).map(|i| format!("r1:{i}.1.0:v{i}")).collect();
+    let scored: Vec<(f64, String)> = held.iter().map(|m| (1.0, m.clone())).collect();
+    let _: i64 = client
+        .zadd(&zset, None, None, false, false, scored)
+        .await
+        .unwrap();
+    let mut members: Vec<Bytes> = held.into_iter().map(Bytes::from).collect();
+    members.push(Bytes::from_static(b"r1:9999.1.0:gone"));
+    let call = Lease {
+        zset: &zset,
+        ttl_ms: 60_000,
+        members: &members,
+    };
+    let moved = call.call(&client).await.expect("lease.lua runs");
+    let size: u64 = client.zcard(&zset).await.unwrap();
+    let gone: Option<f64> = client.zscore(&zset, "r1:9999.1.0:gone").await.unwrap();
+    let pttl: i64 = client.pttl(&zset).await.unwrap();
+    let _: i64 = client.del(&zset).await.unwrap_or(0);
+    (moved, size, gone.is_none(), pttl > 0 && pttl <= 60_000)
+}
+
+#[tokio::test]
+async fn the_typed_lease_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    on_both("lease", (700, 700, true, true), lease).await;
+}
+
+/// `job.lua` through `WriteJob`: progress until a result or a failure, which is final (the
+/// first one wins). Returns each write's reply, then each record's `progress`, `result`,
+/// `error` and `state`, and whether the ttl is set.
+async fn job(client: Client, prefix: String) -> (Vec<bool>, Vec<Vec<Option<String>>>, bool) {
+    use bytes::Bytes;
+    use ruststream_redis::{Call, JobKind, WriteJob};
+    let done = key(&prefix, "job:done");
+    let failed = key(&prefix, "job:failed");
+    let ttl = Duration::from_secs(60);
+    let writes = [
+        (&done, JobKind::Progress, "1"),
+        (&done, JobKind::Result, "\"r\""),
+        (&done, JobKind::Progress, "2"),
+        (&done, JobKind::Failed, "late"),
+        (&failed, JobKind::Failed, "why"),
+        (&failed, JobKind::Result, "\"r\""),
+    ];
+    let mut wrote = Vec::new();
+    for (key, kind, value) in writes {
+        let value = Bytes::from_static(value.as_bytes());
+        let write = WriteJob {
+            key,
+            kind,
+            value: &value,
+            ttl,
+        };
+        wrote.push(write.call(&client).await.expect("job.lua runs"));
+    }
+    let mut records = Vec::new();
+    for key in [&done, &failed] {
+        let fields = vec!["progress", "result", "error", "state"];
+        records.push(client.hmget(key, fields).await.unwrap());
+    }
+    let pttl: i64 = client.pttl(&done).await.unwrap();
+    let _: i64 = client.del(vec![done, failed]).await.unwrap_or(0);
+    (wrote, records, pttl > 0 && pttl <= 60_000)
+}
+
+#[tokio::test]
+async fn the_typed_job_write_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let s = |v: &str| Some(v.to_owned());
+    let expect = (
+        vec![true, true, false, false, true, false],
+        vec![
+            vec![s("1"), s("\"r\""), None, s("done")],
+            vec![None, None, s("why"), s("failed")],
+        ],
+        true,
+    );
+    on_both("job", expect, job).await;
+}
+
+/// `stream/trim.lua` through `TrimAcked`: nothing without the stream or its groups, nothing
+/// while a group has read nothing, then what every group has acknowledged below the lowest id
+/// one still needs (a pending entry, or a last-delivered one). Redis's `XTRIM MINID ~` drops
+/// whole macro nodes only (of 100 entries, `stream-node-max-entries`' default), the model drops
+/// what an exact trim would: the threshold is put at the 101st entry, the first of the second
+/// node, where the two agree. Returns each call's reply.
+async fn trim_acked(client: Client, prefix: String) -> Vec<(u64, String)> {
+    use ruststream_redis::{Call, TrimAcked};
+    let stream = key(&prefix, "events");
+    let trim = TrimAcked { stream: &stream };
+    let mut out = vec![trim.call(&client).await.expect("trim.lua runs")];
+    for i in 1..=101 {
+        let id = format!("1-{i}");
+        let _: String = client
+            .xadd(&stream, false, None, id.as_str(), ("f", "v"))
+            .await
+            .unwrap();
+    }
+    out.push(trim.call(&client).await.expect("trim.lua runs"));
+    let () = client
+        .xgroup_create(&stream, "reader", "0", false)
+        .await
+        .unwrap();
+    out.push(trim.call(&client).await.expect("trim.lua runs"));
+    let _: Value = client
+        .xreadgroup("reader", "c", Some(101), None, false, &stream, ">")
+        .await
+        .unwrap();
+    let acked: Vec<String> = (1..=100).map(|i| format!("1-{i}")).collect();
+    let _: i64 = client.xack(&stream, "reader", acked).await.unwrap();
+    let () = client
+        .xgroup_create(&stream, "late", "1-101", false)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        out.push(trim.call(&client).await.expect("trim.lua runs"));
+    }
+    let _: i64 = client.del(&stream).await.unwrap_or(0);
+    out
+}
+
+#[tokio::test]
+async fn the_typed_trim_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let t = |n, id: &str| (n, id.to_owned());
+    let expect = vec![
+        t(0, ""),
+        t(0, ""),
+        t(0, "0-0"),
+        t(100, "1-101"),
+        t(0, "1-101"),
+    ];
+    on_both("trim", expect, trim_acked).await;
+}

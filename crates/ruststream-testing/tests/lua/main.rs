@@ -1,0 +1,106 @@
+//! The model runs the real Lua: ad-hoc scripts (not the broker's) sent with `EVAL`, `SCRIPT
+//! LOAD` and `EVALSHA` give the replies Redis 7 gives. Each case's expected reply was read from
+//! a Redis 7.0 server; when a Redis is reachable (`RUSTSTREAM_REDIS_URL`, default
+//! `redis://127.0.0.1:6379`; `scripts/test` starts one, and CI requires it), every case also
+//! runs there, under a key prefix of its own that is deleted afterwards, and the two replies must
+//! be equal.
+//!
+//! `adhoc`: ad-hoc scripts; `claims`: the claim scripts and their gates through their typed calls;
+//! `calls`: the other scripts' typed calls; `back`: every way back to a queue.
+
+mod adhoc;
+mod back;
+mod calls;
+mod claims;
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use ruststream_testing::MemoryRedis;
+
+/// A reply in a form both backends can be compared in: fred gives a bulk string from a server
+/// as text when it is UTF-8, the model hands its bytes over as they are.
+#[derive(Debug, Clone, PartialEq)]
+enum Reply {
+    Int(i64),
+    Text(Vec<u8>),
+    Nil,
+    List(Vec<Reply>),
+    Error(String),
+}
+
+use Reply::{Int, List, Nil};
+
+fn t(s: &str) -> Reply {
+    Reply::Text(s.as_bytes().to_vec())
+}
+
+fn reply(r: Result<Value, fred::error::Error>) -> Reply {
+    match r {
+        Err(e) => Reply::Error(e.details().to_owned()),
+        Ok(v) => value(v),
+    }
+}
+
+fn value(v: Value) -> Reply {
+    match v {
+        Value::Integer(i) => Int(i),
+        Value::Bytes(b) => Reply::Text(b.to_vec()),
+        Value::String(s) => Reply::Text(s.as_bytes().to_vec()),
+        Value::Null => Nil,
+        Value::Array(items) => List(items.into_iter().map(value).collect()),
+        other => Reply::Error(format!("unexpected reply {other:?}")),
+    }
+}
+
+/// A client on the real Redis, or `None` (skip) when there is none, except under CI.
+async fn redis() -> Option<Client> {
+    let url = std::env::var("RUSTSTREAM_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let client = Builder::from_config(Config::from_url(&url).ok()?)
+        .build()
+        .ok()?;
+    let up = tokio::time::timeout(Duration::from_secs(3), client.init()).await;
+    match up {
+        Ok(Ok(_)) => Some(client),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("no Redis at {url}: CI runs the tests through scripts/test")
+        }
+        _ => {
+            eprintln!("SKIPPED: no Redis at {url}; run the tests with scripts/test");
+            None
+        }
+    }
+}
+
+fn fastrand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// Runs `scenario` (given a client and a key prefix of its own; it deletes its keys at the end)
+/// on the model and, when a Redis is reachable, on Redis, and asserts both give `expect`.
+async fn on_both<T, Fut>(name: &str, expect: T, scenario: impl Fn(Client, String) -> Fut)
+where
+    T: PartialEq + std::fmt::Debug,
+    Fut: std::future::Future<Output = T>,
+{
+    let model = MemoryRedis::new();
+    let client = model.client().expect("a model client");
+    client.init().await.expect("init");
+    let got = scenario(client, format!("{name}-model")).await;
+    assert_eq!(got, expect, "{name} on the model");
+    let Some(redis) = redis().await else {
+        return;
+    };
+    let prefix = format!("rs{name}-{}-{}", std::process::id(), fastrand_suffix());
+    let got = scenario(redis.clone(), prefix).await;
+    assert_eq!(got, expect, "{name} on Redis");
+    let _ = redis.quit().await;
+}
+
+/// The full name of `s` under `prefix`, in the prefix's hash slot.
+fn key(prefix: &str, s: &str) -> String {
+    format!("{{{prefix}}}{s}")
+}
