@@ -117,6 +117,9 @@ pub const BATCH: usize = 100;
 /// How long the batch scenario's partial batch waits: short, as only the last one is partial.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
 
+/// The `cap` scenario's `max_in_flight`: far above the `2 × concurrency` one consumer holds.
+const CAP: u32 = 100_000;
+
 /// The broker on the target, as a scenario's configuration sets it.
 pub fn broker(target: &Target, prefix: &str, tuning: &Tuning) -> RedisBroker {
     let broker = if target.cluster.is_empty() {
@@ -196,6 +199,17 @@ fn subscription(
         Scenario::Priorities => {
             subscriber(list(crate::priorities::source(key)), handler).build::<Msg>()
         }
+        // Far above what one consumer holds: the gate's count on every claim, never a wait.
+        Scenario::Cap => subscriber(
+            list(
+                RedisList::new(key)
+                    .reliable()
+                    .no_recovery()
+                    .max_in_flight(CAP),
+            ),
+            handler,
+        )
+        .build::<Msg>(),
         // A reliable list without crash recovery (recovery is the `recovery` scenario).
         _ => subscriber(list(RedisList::new(key).reliable().no_recovery()), handler).build::<Msg>(),
     }

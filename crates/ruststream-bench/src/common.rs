@@ -82,10 +82,12 @@ pub enum Scenario {
     RateLimitKey,
     /// `Reliable` on a queue with priority levels, messages spread over them.
     Priorities,
+    /// `Reliable` with a concurrency cap across workers that never holds back: the cap's cost.
+    Cap,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
@@ -99,6 +101,7 @@ impl Scenario {
         Self::RateLimit,
         Self::RateLimitKey,
         Self::Priorities,
+        Self::Cap,
     ];
 
     pub fn name(self) -> &'static str {
@@ -116,6 +119,7 @@ impl Scenario {
             Self::RateLimit => "rate-limit",
             Self::RateLimitKey => "rate-limit-key",
             Self::Priorities => "priorities",
+            Self::Cap => "cap",
         }
     }
 

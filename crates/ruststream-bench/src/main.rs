@@ -581,6 +581,7 @@ async fn scenario(
         Scenario::Simple
         | Scenario::Reliable
         | Scenario::Priorities
+        | Scenario::Cap
         | Scenario::Recovery
         | Scenario::Batch
         | Scenario::Stream
@@ -670,6 +671,7 @@ async fn queue(
             | Scenario::Batch
             | Scenario::RateLimit
             | Scenario::RateLimitKey
+            | Scenario::Cap
             | Scenario::Priorities => raw::reliable(&ctx.raw, &raw_key, n, b, false).await?,
             Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
             _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,

@@ -71,7 +71,7 @@ impl Tally {
 }
 
 /// A redis-server the test starts as a replica of the promoted primary; SIGKILLed on drop.
-struct Replica(Child, std::path::PathBuf);
+struct Replica(Child, std::path::PathBuf, String);
 
 impl Replica {
     /// A replica of `primary` on a free port, once it runs: a port another test took between the
@@ -94,11 +94,14 @@ impl Replica {
                 if let Ok(Some(_)) = child.try_wait() {
                     break false;
                 }
-                let pong = Command::new("redis-cli")
-                    .args(["-p", &port, "ping"])
+                // Another test's server may have taken the port between the pick and the bind:
+                // only our own process's answer counts.
+                let ours = format!("process_id:{}\r", child.id());
+                let answered = Command::new("redis-cli")
+                    .args(["-p", &port, "info", "server"])
                     .output()
-                    .is_ok_and(|o| o.stdout.starts_with(b"PONG"));
-                if pong {
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&ours));
+                if answered {
                     break true;
                 }
                 if Instant::now() > deadline {
@@ -109,7 +112,7 @@ impl Replica {
                 std::thread::sleep(Duration::from_millis(50));
             };
             if up {
-                return Self(child, dir);
+                return Self(child, dir, port);
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -257,20 +260,26 @@ async fn run(durable: bool) -> Tally {
             println!(
                 "failover ({what}): primary {old} killed at message {kill_at}, {now} promoted by message {i}"
             );
-            new_replica = Some(Replica::start(&now));
+            let replica = Replica::start(&now);
             // Its sync is part of the run: durable publishes fail until it is done.
             let promoted_client = node_client(&now).await;
+            let port = format!("port={},", replica.2);
             // A full sync (the promoted primary forks for it, after repl-diskless-sync-delay's
             // 5 s) takes seconds, and longer beside the other process tests: a generous bound.
             wait_until("the new replica syncs", Duration::from_secs(60), || async {
-                let info: String = promoted_client
-                    .custom(fred::cmd!("INFO"), vec!["replication"])
+                let info =
+                    promoted_client.custom::<String, _>(fred::cmd!("INFO"), vec!["replication"]);
+                let info = tokio::time::timeout(Duration::from_secs(5), info)
                     .await
+                    .ok()
+                    .and_then(Result::ok)
                     .unwrap_or_default();
-                info.lines()
-                    .any(|l| l.starts_with("slave") && l.contains("state=online"))
+                info.lines().any(|l| {
+                    l.starts_with("slave") && l.contains(&port) && l.contains("state=online")
+                })
             })
             .await;
+            new_replica = Some(replica);
         }
         let job = Job { n: i };
         let mut publish = publisher.message(&job).to(QUEUE);
