@@ -115,6 +115,7 @@ pub(super) async fn open(
         &keys,
         group.clone(),
         bound.script_arg(),
+        stream.options.dead_bound,
         clock,
         held,
     );

@@ -104,23 +104,34 @@ enum Periodic {
 }
 
 /// `periodic/register.lua` and `periodic/fired.lua` through `RegisterPeriodic` and
-/// `PeriodicFired`: the last tick only moves forward, and a registration reads it. Returns each
-/// call's reply, then the definition stored.
-async fn periodic(client: Client, prefix: String) -> (Vec<Periodic>, String) {
+/// `PeriodicFired`: the last tick only moves forward, and a registration reads it; a job whose
+/// keep-until time passed (`gone`, marked so by hand) is forgotten by the next registration,
+/// and one registered by an older version (`old`, no seen field) is given a keep time. Returns
+/// each call's reply, the definition stored, and the registry's and seen hash's names.
+async fn periodic(
+    client: Client,
+    prefix: String,
+) -> (Vec<Periodic>, String, Vec<String>, Vec<String>) {
     use Periodic::{Fired, Registered};
-    use ruststream_redis::{Call, PeriodicFired, RegisterPeriodic};
+    use ruststream_redis::{Call, PERIODIC_KEEP, PeriodicFired, RegisterPeriodic};
     let registry = key(&prefix, "ruststream:periodic");
     let last = key(&prefix, "ruststream:periodic.last");
+    let seen = key(&prefix, "ruststream:periodic.seen");
     let register = |definition| RegisterPeriodic {
         registry: &registry,
         last: &last,
+        seen: &seen,
         name: "nightly",
         definition,
+        keep: PERIODIC_KEEP,
     };
     let fired = |tick| PeriodicFired {
+        registry: &registry,
         last: &last,
+        seen: &seen,
         name: "nightly",
         tick,
+        keep: PERIODIC_KEEP,
     };
     let mut out = vec![Registered(
         register("{\"v\":1}").call(&client).await.unwrap(),
@@ -132,17 +143,28 @@ async fn periodic(client: Client, prefix: String) -> (Vec<Periodic>, String) {
         register("{\"v\":2}").call(&client).await.unwrap(),
     ));
     out.push(Fired(fired(2000).call(&client).await.unwrap()));
+    let _: i64 = client.hset(&registry, ("gone", "{}")).await.unwrap();
+    let _: i64 = client.hset(&last, ("gone", "5")).await.unwrap();
+    let _: i64 = client.hset(&seen, ("gone", "1000")).await.unwrap();
+    let _: i64 = client.hset(&registry, ("old", "{}")).await.unwrap();
     out.push(Registered(
         register("{\"v\":2}").call(&client).await.unwrap(),
     ));
     let definition: String = client.hget(&registry, "nightly").await.unwrap();
-    let _: i64 = client.del(vec![registry, last]).await.unwrap_or(0);
-    (out, definition)
+    let mut names: Vec<String> = client.hkeys(&registry).await.unwrap();
+    names.sort();
+    let mut seen_names: Vec<String> = client.hkeys(&seen).await.unwrap();
+    seen_names.sort();
+    let lasts: Vec<String> = client.hkeys(&last).await.unwrap();
+    assert_eq!(lasts, ["nightly"], "the gone job's last tick is forgotten");
+    let _: i64 = client.del(vec![registry, last, seen]).await.unwrap_or(0);
+    (out, definition, names, seen_names)
 }
 
 #[tokio::test]
 async fn the_typed_periodic_calls_give_the_same_replies_on_the_model_and_on_redis() {
     use Periodic::{Fired, Registered};
+    let names = vec!["nightly".to_owned(), "old".to_owned()];
     let expect = (
         vec![
             Registered(None),
@@ -154,6 +176,8 @@ async fn the_typed_periodic_calls_give_the_same_replies_on_the_model_and_on_redi
             Registered(Some(2000)),
         ],
         "{\"v\":2}".to_owned(),
+        names.clone(),
+        names,
     );
     on_both("periodic", expect, periodic).await;
 }
