@@ -155,6 +155,7 @@ pub use {
     list::settle::{SettleKeys, SettleList},
     operate::dead::{Purge, Requeue, Taken},
     settle::{Op, Settled},
+    stream::consumers::ForgetConsumers,
     stream::settle::SettleStream,
     unique::{Batch as UniqueBatch, PublishUnique},
 };

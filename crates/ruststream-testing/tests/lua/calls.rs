@@ -356,3 +356,66 @@ async fn the_typed_trim_call_gives_the_same_reply_on_the_model_and_on_redis() {
     ];
     on_both("trim", expect, trim_acked).await;
 }
+
+/// `stream/forget_consumers.lua` through `ForgetConsumers`: of `me` (the caller), `gone`
+/// (nothing pending) and `busy` (one entry pending), all idle past the bound, only `gone` is
+/// removed; a missing group removes nothing. Returns each call's reply and the names left.
+async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<String>) {
+    use ruststream_redis::{Call, ForgetConsumers};
+    let stream = key(&prefix, "s");
+    let _: String = client
+        .xadd(&stream, false, None, "1-1", ("f", "v"))
+        .await
+        .unwrap();
+    let () = client
+        .xgroup_create(&stream, "g", "0", false)
+        .await
+        .unwrap();
+    for c in ["me", "gone"] {
+        let _: i64 = client.xgroup_createconsumer(&stream, "g", c).await.unwrap();
+    }
+    let _: Value = client
+        .xreadgroup("g", "busy", Some(1), None, false, &stream, ">")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let call = |group| ForgetConsumers {
+        stream: &stream,
+        group,
+        consumer: "me",
+        idle: Duration::from_millis(1),
+        most: 16,
+    };
+    let mut out = Vec::new();
+    for group in ["g", "g", "nogroup"] {
+        out.push(
+            call(group)
+                .call(&client)
+                .await
+                .expect("forget_consumers.lua runs"),
+        );
+    }
+    let consumers: Value = client
+        .custom(fred::cmd!("XINFO"), vec!["CONSUMERS", &stream, "g"])
+        .await
+        .unwrap();
+    let mut names: Vec<String> = match consumers {
+        Value::Array(cs) => cs
+            .into_iter()
+            .filter_map(|c| match c {
+                Value::Array(f) => f.get(1).and_then(Value::as_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    names.sort();
+    let _: i64 = client.del(&stream).await.unwrap_or(0);
+    (out, names)
+}
+
+#[tokio::test]
+async fn the_typed_forget_consumers_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let expect = (vec![1, 0, 0], vec!["busy".to_owned(), "me".to_owned()]);
+    on_both("forgetconsumers", expect, forget_consumers).await;
+}

@@ -5,7 +5,8 @@
 //! list with priorities, a stream group and a simple list, counted in
 //! `ruststream_dead_letters_trimmed_total`; `.dead_letter_max_age(d)` drops those that died
 //! longer ago (30 days on the model's virtual clock, 200 ms on a server). The periodic registry
-//! forgets a job no instance runs any more after its bound and keeps a live one. Each test runs
+//! forgets a job no instance runs any more after its bound and keeps a live one. A stream's
+//! recovery sweep removes the group's consumers of gone instances. Each test runs
 //! on the model (`memory`, virtual time), the standalone server and the cluster; the last two of
 //! the stream tests are `TestApp` tests.
 //!
@@ -49,6 +50,7 @@ on!(
     dead_letters_past_max_len_are_trimmed_oldest_first_on_a_simple_list,
     dead_letters_past_max_age_are_trimmed,
     the_periodic_registry_forgets_a_job_not_seen_for_its_bound,
+    a_streams_sweep_forgets_the_consumers_of_gone_instances,
 );
 
 on!([memory] the_periodic_registry_forgets_a_removed_job_after_a_week_and_keeps_a_live_one);
@@ -930,5 +932,82 @@ async fn the_periodic_registry_forgets_a_removed_job_after_a_week_and_keeps_a_li
     })
     .await;
     assert_eq!(names(env, &seen).await, ["live"]);
+    env.stop(app).await;
+}
+
+// -- stream consumers ---------------------------------------------------------------------------
+
+/// The consumer names of group `g` of `stream` (a name without the prefix), sorted.
+async fn consumer_names(env: &Env, stream: &str) -> Vec<String> {
+    let reply: Value = env
+        .client
+        .custom(
+            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            vec!["CONSUMERS", &env.key(stream), "g"],
+        )
+        .await
+        .expect("XINFO CONSUMERS");
+    let Value::Array(consumers) = reply else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = consumers
+        .into_iter()
+        .filter_map(|c| match c {
+            Value::Array(f) => f.get(1).and_then(Value::as_string),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
+    let stream = env.key("{dc}");
+    let _: Value = env
+        .client
+        .custom(
+            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            vec!["CREATE", &stream, "g", "0", "MKSTREAM"],
+        )
+        .await
+        .expect("XGROUP CREATE");
+    for gone in ["gone-1", "gone-2"] {
+        let _: Value = env
+            .client
+            .custom(
+                fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+                vec!["CREATECONSUMER", &stream, "g", gone],
+            )
+            .await
+            .expect("XGROUP CREATECONSUMER");
+    }
+    // `gone-3` holds a pending entry: it is left to the sweep, which claims it first.
+    let _: String = env
+        .client
+        .xadd(&stream, false, None, "*", ("payload", r#"{"n":1}"#))
+        .await
+        .expect("XADD");
+    let _: Value = env
+        .client
+        .xreadgroup("g", "gone-3", Some(1), None, false, &stream, ">")
+        .await
+        .expect("XREADGROUP");
+    let worker = Worker::acking();
+    let source = RedisStream::new("{dc}")
+        .group("g")
+        .consumer("live")
+        .min_idle(Duration::from_millis(100))
+        .block(Duration::from_millis(100));
+    let app = env
+        .start(app_of(env.broker(), source, worker.clone()))
+        .await;
+    env.eventually("the pending entry swept and handled", async || {
+        worker.seen().len() == 1
+    })
+    .await;
+    env.eventually("only the live consumer is left", async || {
+        consumer_names(env, "{dc}").await == ["live"]
+    })
+    .await;
     env.stop(app).await;
 }
