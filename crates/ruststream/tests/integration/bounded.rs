@@ -24,10 +24,12 @@ use fred::prelude::*;
 use fred::types::ClusterHash;
 use harness::metrics::{prometheus, sample};
 use harness::{Env, on};
+use ruststream::list;
 use ruststream::prelude::*;
 use ruststream::redis::operate::Select;
 use ruststream::stream;
 use ruststream::testing::TestApp;
+use ruststream::{BatchContext, BatchOutcome, HandleBatch};
 use ruststream::{RedisSource, RunningApp};
 
 on!(
@@ -51,6 +53,7 @@ on!(
     dead_letters_past_max_age_are_trimmed,
     the_periodic_registry_forgets_a_job_not_seen_for_its_bound,
     a_streams_sweep_forgets_the_consumers_of_gone_instances,
+    a_batch_handler_on_partitions_keeps_each_partitions_dead_letters_within_the_bound,
 );
 
 on!([memory] the_periodic_registry_forgets_a_removed_job_after_a_week_and_keeps_a_live_one);
@@ -1010,4 +1013,59 @@ async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
     })
     .await;
     env.stop(app).await;
+}
+
+/// Drops every batch whole, counting the items.
+#[derive(Clone, Default)]
+struct BatchDropper(Arc<Mutex<usize>>);
+
+impl HandleBatch<Job> for BatchDropper {
+    async fn handle_batch(&self, jobs: &[Job], _: &mut BatchContext<'_>) -> BatchOutcome {
+        *self.0.lock().expect("lock") += jobs.len();
+        BatchOutcome::all(HandlerOutcome::drop())
+    }
+}
+
+async fn a_batch_handler_on_partitions_keeps_each_partitions_dead_letters_within_the_bound(
+    env: &Env,
+) {
+    prometheus();
+    let broker = env.broker_with(|b| b.route("dbp", list::Publish::new().partitions(2)));
+    let handler = BatchDropper::default();
+    let h = handler.clone();
+    let app = env
+        .start(
+            RustStream::new(AppInfo::new("bounded", "0.0.0"))
+                .shutdown_timeout(Duration::from_secs(1))
+                .with_broker(broker.clone(), move |b| {
+                    let source = RedisList::new("dbp")
+                        .reliable()
+                        .partitions(2)
+                        .dead_letter_max_len(3);
+                    b.include(subscriber(source, h).batch(4).build());
+                }),
+        )
+        .await;
+    broker
+        .publisher()
+        .messages(&jobs(0, 20))
+        .to("dbp")
+        .publish()
+        .await
+        .expect("publish");
+    env.eventually(
+        "every job dead-lettered, each partition trimmed to 3",
+        async || {
+            *handler.0.lock().expect("lock") == 20
+                && env.llen("{dbp:0}.dead").await == 3
+                && env.llen("{dbp:1}.dead").await == 3
+        },
+    )
+    .await;
+    env.stop(app).await;
+    let trims: f64 = ["{dbp:0}", "{dbp:1}"]
+        .iter()
+        .map(|p| trimmed_metric(&env.key(p)))
+        .sum();
+    assert_eq!(trims, 14.0, "20 dead letters, 6 kept: 14 trims counted");
 }
