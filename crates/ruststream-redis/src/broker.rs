@@ -377,9 +377,7 @@ impl Broker for RedisBroker {
     /// Periodic jobs' state in this broker's Redis (see the `periodic` module), on the
     /// broker's clock.
     fn periodic_store(&self) -> Option<Arc<dyn ruststream_core::periodic::PeriodicStore>> {
-        Some(Arc::new(crate::periodic::Store {
-            conns: self.conns.clone(),
-        }))
+        Some(Arc::new(crate::periodic::Store::new(self.conns.clone())))
     }
 
     async fn close(&self) {

@@ -104,6 +104,9 @@ pub use claim::limit::RateLimit;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use claim::{Claim, Claimed, Gate, Record, StreamClaimed, StreamRead};
+pub use dead::{
+    DEAD_AT_HEADER, DEFAULT_DEAD_LETTER_MAX_AGE, DEFAULT_DEAD_LETTER_MAX_LEN, DeadBound,
+};
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use list::RedisList;
@@ -128,7 +131,7 @@ pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH}
 /// The periodic jobs' scripts' typed calls, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]
 #[doc(hidden)]
-pub use periodic::{PeriodicFired, RegisterPeriodic};
+pub use periodic::{PERIODIC_KEEP, PeriodicFired, RegisterPeriodic, keep_of};
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
 /// The job record's script's typed call, for the Lua tests of `ruststream-testing`.
@@ -147,10 +150,12 @@ pub use transport::RedisSource;
 #[doc(hidden)]
 pub use {
     back::Dest,
+    dead::PushDead,
     delayed::{Later, MoveDue, Moved, ScheduleLater},
     list::settle::{SettleKeys, SettleList},
     operate::dead::{Purge, Requeue, Taken},
-    settle::Op,
+    settle::{Op, Settled},
+    stream::consumers::ForgetConsumers,
     stream::settle::SettleStream,
     unique::{Batch as UniqueBatch, PublishUnique},
 };

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ruststream_core::{Error, Result, SubscribeOptions};
 
+use crate::dead::DeadBound;
 use crate::keys::DeadLetter;
 
 /// How long a dead worker's claims (a reliable list's, a stream group's pending entries) take to
@@ -18,6 +19,8 @@ pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SourceOptions {
     pub(crate) dead_letter: DeadLetter,
+    /// The dead-letter list's bound.
+    pub(crate) dead_bound: DeadBound,
     /// How long one blocking read waits.
     pub(crate) block: Duration,
     /// Whether the subscription moves due entries of its delayed set.
@@ -34,6 +37,7 @@ impl Default for SourceOptions {
     fn default() -> Self {
         Self {
             dead_letter: DeadLetter::Default,
+            dead_bound: DeadBound::default(),
             block: Duration::from_secs(5),
             scheduling: true,
             schedule_interval: None,
@@ -61,6 +65,7 @@ impl SourceOptions {
                 "{what}: block must be longer than zero (it would block forever)"
             )));
         }
+        self.dead_bound.validate(what)?;
         validate_schedule(what, self.schedule_interval, self.move_batch)
     }
 }
@@ -136,6 +141,22 @@ macro_rules! source_setters {
             /// exhausted messages land there with a `reason` header.
             pub fn dead_letter(mut self, key: impl Into<String>) -> Self {
                 self.options.dead_letter = $crate::keys::DeadLetter::Named(key.into());
+                self
+            }
+
+            /// Most dead letters the dead-letter list keeps (default 10,000): the script that
+            /// pushes one trims the oldest past it. 0 is refused at startup; for a larger bound
+            /// give a larger number.
+            pub fn dead_letter_max_len(mut self, n: u64) -> Self {
+                self.options.dead_bound.max_len = n;
+                self
+            }
+
+            /// How long a dead letter is kept (default 30 days): the script that pushes one
+            /// also removes a few of those that died longer ago (oldest first). Zero is refused
+            /// at startup; for a longer age give a longer duration.
+            pub fn dead_letter_max_age(mut self, age: ::std::time::Duration) -> Self {
+                self.options.dead_bound.max_age = age;
                 self
             }
 

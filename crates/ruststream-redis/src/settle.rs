@@ -1,23 +1,47 @@
 //! What a settle does with one entry, as the settle scripts take it (`list/settle.lua`,
-//! `stream/settle.lua`): [`Op`], written once for both, and the Lua parts both are built
-//! with. Sends no command.
+//! `stream/settle.lua`): [`Op`], written once for both, the Lua parts both are built with, and
+//! their reply ([`Settled`]). Sends no command.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
 
+use crate::dead::DeadBound;
 use crate::lua;
 
-/// The Lua both settle scripts are prepended with: the guard, the delayed retry's part, and the
-/// way back to the queue with what it needs.
-pub(crate) const PARTS: [&str; 5] = [
+/// The Lua both settle scripts are prepended with: the guard, the delayed retry's part, the
+/// way back to the queue with what it needs, and the dead-letter list's bound.
+pub(crate) const PARTS: [&str; 6] = [
     lua::GUARD,
     crate::delayed::SCHEDULE_RETRY,
     crate::frame::LUA,
     lua::BOUND,
     lua::BACK,
+    crate::dead::LUA,
 ];
+
+/// What a settle script did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// How many entries were still this worker's (-1: a list's settle token was settled already).
+    pub owned: i64,
+    /// How many dead letters the dead-letter list's bound trimmed.
+    pub trimmed: u64,
+}
+
+impl Settled {
+    /// Reads a settle script's `{owned, trimmed}`.
+    pub(crate) fn parse(reply: &Value) -> Self {
+        match reply {
+            Value::Array(items) => Self {
+                owned: items.first().map_or(0, lua::reply_i64),
+                trimmed: items.get(1).map_or(0, lua::reply_u64),
+            },
+            _ => Self::default(),
+        }
+    }
+}
 
 /// What a settle does with one claimed entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,10 +62,12 @@ pub enum Op {
         /// The message's id, its field in the delayed hash.
         id: String,
     },
-    /// Push `frame` onto the dead letters.
+    /// Push `frame` onto the dead letters (with a `dead-at` header), then trim them to `bound`.
     Dead {
         /// The dead letter (with its `reason` header).
         frame: Bytes,
+        /// The dead-letter list's bound.
+        bound: DeadBound,
     },
 }
 
@@ -57,7 +83,7 @@ impl Op {
                 Value::Bytes(frame.clone()),
                 crate::delayed::retry_arg(*after, id),
             ),
-            Self::Dead { frame } => ("x", Value::Bytes(frame.clone()), empty()),
+            Self::Dead { frame, bound } => ("x", Value::Bytes(frame.clone()), bound.arg()),
         };
         args.extend([Value::from_static_str(op), new, arg]);
     }

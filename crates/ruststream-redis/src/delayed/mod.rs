@@ -40,6 +40,7 @@ use tokio::time::Instant;
 
 use crate::back::Dest;
 use crate::conn::Connections;
+use crate::dead::{DeadBound, Trims};
 use crate::keys::Delayed;
 use crate::lua::{self, Call};
 use crate::options::{Schedule, SourceOptions};
@@ -59,7 +60,13 @@ pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
 static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
     lua::script(
         include_str!("move_due.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
+        &[
+            lua::GUARD,
+            crate::frame::LUA,
+            lua::BOUND,
+            lua::BACK,
+            crate::dead::LUA,
+        ],
     )
 });
 
@@ -104,6 +111,8 @@ pub struct MoveDue<'a> {
     pub payloads: &'a str,
     /// The dead-letter list, for entries that cannot be moved (`None`: they are dropped).
     pub dead: Option<&'a str>,
+    /// The dead-letter list's bound.
+    pub bound: DeadBound,
     /// Where the entries go.
     pub dest: &'a Dest,
     /// Most entries to move.
@@ -121,6 +130,8 @@ pub struct Moved {
     pub next_due_ms: i64,
     /// Entries that could not be moved and went to the dead letters.
     pub dead: i64,
+    /// Dead letters the dead-letter list's bound trimmed.
+    pub trimmed: u64,
     /// How late each moved entry was, in ms.
     pub lateness_ms: Vec<i64>,
 }
@@ -142,6 +153,11 @@ impl Call for MoveDue<'_> {
         ];
         let mut args = vec![Value::from(self.most)];
         self.dest.push(&mut keys, &mut args);
+        args.push(if self.dead.is_some() {
+            self.bound.arg()
+        } else {
+            Value::from_static_str("")
+        });
         (keys, args)
     }
 
@@ -158,7 +174,8 @@ impl Call for MoveDue<'_> {
             now_ms: at(1, 0),
             next_due_ms: at(2, -1),
             dead: at(3, 0),
-            lateness_ms: items.iter().skip(4).map(lua::reply_i64).collect(),
+            trimmed: items.get(4).map_or(0, lua::reply_u64),
+            lateness_ms: items.iter().skip(5).map(lua::reply_i64).collect(),
         }
     }
 }
@@ -168,6 +185,9 @@ pub(crate) struct Mover {
     set: String,
     payloads: String,
     dead: Option<String>,
+    /// The dead-letter list's bound, and what it trimmed.
+    bound: DeadBound,
+    trims: Trims,
     dest: Dest,
     /// The destination's key, for logs and metrics.
     queue: String,
@@ -183,6 +203,7 @@ impl Mover {
         conns: &Connections,
         delayed: &Delayed,
         dead: Option<&str>,
+        bound: DeadBound,
         dest: Dest,
         schedule: Schedule,
     ) -> Result<Self> {
@@ -191,6 +212,8 @@ impl Mover {
             set: delayed.set.clone(),
             payloads: delayed.payloads.clone(),
             dead: dead.map(str::to_owned),
+            bound,
+            trims: Trims::new(&queue, dead.unwrap_or_default()),
             dest,
             clock: Arc::new(DueClock {
                 next: Mutex::new(Instant::now()),
@@ -216,7 +239,7 @@ impl Mover {
             return Ok(None);
         }
         let schedule = conns.settings.schedule.with(options);
-        Self::open(conns, delayed, dead, dest, schedule)
+        Self::open(conns, delayed, dead, options.dead_bound, dest, schedule)
             .await
             .map(Some)
     }
@@ -260,11 +283,13 @@ impl Mover {
             set: &self.set,
             payloads: &self.payloads,
             dead: self.dead.as_deref(),
+            bound: self.bound,
             dest: &self.dest,
             most: self.schedule.batch,
         }
         .call(client)
         .await?;
+        self.trims.record(m.trimmed);
         let (moved, now, due, dead) = (m.moved, m.now_ms, m.next_due_ms, m.dead);
         if dead > 0 {
             tracing::warn!(queue = %self.queue, dead, dead_letters = ?self.dead,

@@ -99,10 +99,12 @@ pub(super) async fn open(
     };
     let receiver = match list.mode {
         Mode::Simple => RedisReceiver::new(SimpleList {
-            settler: RedisSettler::new(PushDeadLetters {
+            settler: RedisSettler::new(PushDeadLetters::new(
                 pool,
-                dead: keys.dead.clone(),
-            }),
+                &keys.queue,
+                keys.dead.clone(),
+                list.options.dead_bound,
+            )),
             reader,
         }),
         Mode::Reliable => open_reliable(list, keys, pool, reader),
@@ -149,7 +151,14 @@ fn open_reliable(
         }
     };
     let clock = reader.mover.as_ref().map(Mover::clock);
-    let settle = ReliableSettle::new(pool, &keys, &reader_id, clock, leases.clone());
+    let settle = ReliableSettle::new(
+        pool,
+        &keys,
+        &reader_id,
+        list.options.dead_bound,
+        clock,
+        leases.clone(),
+    );
     RedisReceiver::new(ReliableList {
         settler: RedisSettler::new(settle),
         reader_id,

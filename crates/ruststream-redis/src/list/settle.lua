@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- SETTLE_LIST: settles a batch of claimed list entries. Runs under maxmemory (allow-oom): it
 -- removes as much as it adds, and acks free memory. Prepended with guard.lua,
--- delayed/schedule_retry.lua, frame.lua, stream/bound.lua and back.lua. Called through
+-- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
 -- `crate::list::settle::SettleList`.
 --
 -- KEYS: processing, dead-letter list, delayed set, delayed payload hash, the recovery set (with
@@ -12,7 +12,8 @@
 --   a  ack: LREM processing -1 claimed
 --   r  retry now: remove, then put `new` back onto the queue (back.lua: onto its own level)
 --   d  retry later: remove, then schedule `new` (ZADD delayed, HSET hash); arg = `delay_ms:id`
---   x  dead: remove, then LPUSH dead new
+--   x  dead: remove, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
+--      bound (dead/trim.lua), to which the list is trimmed after the last push
 -- `member` is the claim's member in the recovery set ('' without recovery). The claim is still
 -- this worker's only while its member is in the set (a sweep may have handed the entry to
 -- another worker); then the entry is removed from the processing list, and only when that finds
@@ -22,7 +23,8 @@
 -- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
 -- set expires 10 minutes after the last settle), and a
 -- token already there makes the call a no-op.
--- Returns how many claims were still owned (-1: the token was settled already).
+-- Returns {how many claims were still owned (-1: the token was settled already), how many dead
+-- letters the bound trimmed}.
 local dest, derr = dest_of(6, 2)
 if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
@@ -35,13 +37,14 @@ if bad then return redis.error_reply(bad) end
 for i = first, #ARGV, 5 do
   local op = ARGV[i + 2]
   if (op ~= 'a' and op ~= 'r' and op ~= 'd' and op ~= 'x')
-    or (op == 'd' and not string.match(ARGV[i + 4], '^%d+:')) then
+    or (op == 'd' and not string.match(ARGV[i + 4], '^%d+:'))
+    or (op == 'x' and not dead_bound(ARGV[i + 4])) then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
 end
 local token = ARGV[1]
 if token ~= '' then
-  if redis.call('ZSCORE', KEYS[5], token) then return -1 end
+  if redis.call('ZSCORE', KEYS[5], token) then return {-1, 0} end
   local t = redis.call('TIME')
   local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ms - 600000)
@@ -50,6 +53,7 @@ if token ~= '' then
 end
 local found = 0
 local retried = {}
+local bound, now
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned
@@ -64,11 +68,14 @@ for i = first, #ARGV, 5 do
     if op == 'r' then
       retried[#retried + 1] = dest_item(dest, new)
     elseif op == 'x' then
-      redis.call('LPUSH', KEYS[2], new)
+      bound, now = dead_bound(ARGV[i + 4]), now or dead_now()
+      redis.call('LPUSH', KEYS[2], dead_letter(new, now))
     elseif op == 'd' then
       schedule_retry(KEYS[3], KEYS[4], ARGV[i + 4], new)
     end
   end
 end
 put_back(dest, retried, false)
-return found
+local trimmed = 0
+if bound then trimmed = dead_trim(KEYS[2], bound, now) end
+return {found, trimmed}

@@ -18,10 +18,10 @@ use ruststream_core::{Result, Settlement};
 use super::lease::Leases;
 use super::source::ListKeys;
 use crate::back::Dest;
-use crate::dead::{discarded, logged};
+use crate::dead::{DeadBound, Trims, discarded, logged};
 use crate::delayed::DueClock;
 use crate::lua::{self, Call};
-use crate::settle::Op;
+use crate::settle::{Op, Settled};
 use crate::transport::{Settle, Token};
 
 static SETTLE: LazyLock<Script> =
@@ -57,8 +57,9 @@ pub struct SettleList<'a> {
 }
 
 impl Call for SettleList<'_> {
-    /// How many claims were still owned (-1: the token was settled already).
-    type Reply = i64;
+    /// How many claims were still owned (-1: the token was settled already), and how many dead
+    /// letters the bound trimmed.
+    type Reply = Settled;
 
     fn script(&self) -> &'static Script {
         &SETTLE
@@ -89,8 +90,8 @@ impl Call for SettleList<'_> {
         (keys, args)
     }
 
-    fn parse(&self, reply: Value) -> i64 {
-        lua::reply_i64(&reply)
+    fn parse(&self, reply: Value) -> Settled {
+        Settled::parse(&reply)
     }
 }
 
@@ -104,6 +105,10 @@ pub(super) struct ReliableSettle {
     /// the same when the settle is sent again, and no other settle's.
     token_prefix: Option<String>,
     has_dead: bool,
+    /// The dead-letter list's bound.
+    bound: DeadBound,
+    /// What the bound trimmed.
+    trims: Trims,
     /// The reader's due clock, so a delayed retry is not slept through.
     clock: Option<Arc<DueClock>>,
     /// The claims the reader holds: a settled claim is let go.
@@ -115,9 +120,11 @@ impl ReliableSettle {
         pool: Pool,
         keys: &ListKeys,
         reader_id: &str,
+        bound: DeadBound,
         clock: Option<Arc<DueClock>>,
         leases: Arc<Leases>,
     ) -> Self {
+        let dead = keys.dead.clone().unwrap_or_default();
         let processing = keys.processing.clone().unwrap_or_default();
         let mut levels = vec![keys.queue.clone()];
         levels.extend(keys.levels.iter().cloned());
@@ -138,6 +145,8 @@ impl ReliableSettle {
             dest: Dest::list(levels),
             token_prefix: keys.recovery.is_none().then(|| reader_id.to_owned()),
             has_dead: keys.dead.is_some(),
+            bound,
+            trims: Trims::new(&keys.queue, &dead),
             clock,
             leases,
         }
@@ -163,6 +172,7 @@ impl ReliableSettle {
                     }
                     Settlement::Dead { reason } => Op::Dead {
                         frame: t.dead_frame(reason),
+                        bound: self.bound,
                     },
                     Settlement::Retry { delay: None } => Op::Retry {
                         frame: t.retry_frame(),
@@ -190,7 +200,7 @@ impl ReliableSettle {
         // settle that keeps failing leaves them to the sweep).
         self.leases
             .release(batch.iter().filter_map(|(t, _)| t.claim));
-        settled?;
+        self.trims.record(settled?.trimmed);
         if self.has_dead {
             logged(batch, &self.keys.dead);
         }

@@ -121,7 +121,8 @@ pub struct DeadLetter {
     pub attempt: u32,
     /// Why it is here (`max-attempts`, `dropped`, `decode: ...`).
     pub reason: Option<String>,
-    /// Its headers, without the reason (`dead-history` holds the reasons of earlier requeues).
+    /// Its headers, without the reason (`dead-history` holds the reasons of earlier requeues,
+    /// `dead-at` when it died, in ms since the epoch on the server's clock).
     pub headers: Headers,
     /// The payload: JSON when it parses as JSON, else its text, else a note of its size.
     pub payload: serde_json::Value,

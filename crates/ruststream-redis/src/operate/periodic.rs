@@ -40,7 +40,7 @@ impl Operator {
     /// sharing the prefix), by name.
     pub async fn periodic(&self) -> Result<Vec<PeriodicJob>> {
         let client = self.conns.pool()?.next().clone();
-        let [registry, last] = crate::periodic::keys(&self.conns.keys);
+        let [registry, last, _] = crate::periodic::keys(&self.conns.keys);
         let now = super::inspect::server_ms(&client).await?;
         let defs: Vec<(String, String)> = client.hgetall(&registry).await.map_err(core)?;
         let lasts: std::collections::HashMap<String, i64> =

@@ -1,7 +1,7 @@
 #!lua
--- REQUEUE: moves dead letters back to their queue, each with its attempt count reset to 1 and its
--- `reason` header appended to a `dead-history` header. Prepended with guard.lua, frame.lua,
--- stream/bound.lua and back.lua. Called through `crate::operate::dead::Requeue`.
+-- REQUEUE: moves dead letters back to their queue, each with its attempt count reset to 1, its
+-- `reason` header appended to a `dead-history` header and its `dead-at` dropped. Prepended with
+-- guard.lua, frame.lua, stream/bound.lua and back.lua. Called through `crate::operate::dead::Requeue`.
 --
 -- KEYS: dead-letter list, then the destination's keys (back.lua: a list's levels, each dead
 --       letter going back onto its own; a stream; a sharded channel).
@@ -22,7 +22,7 @@ if how ~= 'oldest' and how ~= 'values' then
   return redis.error_reply('RSARGS requeue.lua: expected oldest or values at argument ' .. dest.arg_end .. ', got ' .. tostring(how))
 end
 
--- `v` requeued: attempt 1, `reason` moved to the end of `dead-history`.
+-- `v` requeued: attempt 1, `reason` moved to the end of `dead-history`, `dead-at` dropped.
 local function requeued(v)
   local layout = frame_layout(v)
   if not layout then return v end
@@ -34,7 +34,7 @@ local function requeued(v)
       reason = val
     elseif k == 'dead-history' then
       history = val
-    else
+    elseif k ~= 'dead-at' then
       kept[#kept + 1] = u16_bytes(#k) .. k .. u32_bytes(#val) .. val
     end
   end

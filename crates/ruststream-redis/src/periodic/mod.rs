@@ -2,37 +2,84 @@
 //! [`ruststream_core::periodic`]): the registry of job definitions, for operators, and each
 //! job's last fired tick, for the catch-up policy.
 //!
-//! Keys (prefixed): `ruststream:periodic`, a hash of job name → definition (JSON); and
+//! Keys (prefixed): `ruststream:periodic`, a hash of job name → definition (JSON);
 //! `ruststream:periodic.last` (`{ruststream:periodic}.last` on a cluster, in the registry's
-//! slot), a hash of job name → last fired tick in epoch ms.
+//! slot), a hash of job name → last fired tick in epoch ms; and `ruststream:periodic.seen` (in
+//! the same slot), a hash of job name → the epoch ms until which it is kept: [`keep_of`] after
+//! an instance last registered it or fired one of its ticks. A job removed from the code is no
+//! longer seen, and the next registration or tick of any job forgets its three fields
+//! (`forget.lua`), so the registry holds the jobs of the running code and of the last
+//! [`keep_of`].
 //!
 //! Commands: `register.lua` (`HSET` the definition, `HGET` the last tick) when the app starts;
-//! `fired.lua` (`HGET`, then `HSET` only when the tick is later) after each tick's publish. The
-//! tick's message itself goes through the broker's publisher, unique per tick. The operator's
-//! listing reads both hashes with `HGETALL`.
+//! `fired.lua` (`HGET`, then `HSET` only when the tick is later) after each tick's publish; both
+//! `HSET` the job's seen field, read the seen hash (`HGETALL`) and the registry's names (`HKEYS`)
+//! and `HDEL` the jobs not seen for their bound. The tick's message itself goes through the
+//! broker's publisher, unique per tick. The operator's listing reads the registry and last-tick
+//! hashes with `HGETALL`.
 
-use std::sync::{Arc, LazyLock};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use futures::future::BoxFuture;
-use ruststream_core::periodic::{PeriodicInfo, PeriodicStore};
+use ruststream_core::periodic::{PeriodicInfo, PeriodicStore, Schedule};
 use ruststream_core::{Error, Result};
 
 use crate::conn::Connections;
 use crate::keys::KeySpace;
 use crate::lua::{self, Call};
 
-static REGISTER: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("register.lua"), &[lua::GUARD]));
-static FIRED: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("fired.lua"), &[lua::GUARD]));
+static REGISTER: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("register.lua"),
+        &[lua::GUARD, include_str!("forget.lua")],
+    )
+});
+static FIRED: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("fired.lua"),
+        &[lua::GUARD, include_str!("forget.lua")],
+    )
+});
 
-/// The registry hash and the last-tick hash of a key space.
-pub(crate) fn keys(keys: &KeySpace) -> [String; 2] {
+/// The least time a job is kept after an instance last registered it or fired one of its
+/// ticks: a week, so a job an operator removed is gone from the listing a week later, and one
+/// whose service is down over a long weekend keeps its last tick for its catch-up.
+pub const PERIODIC_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long the job of `cron` in the zone `tz` is kept after it was last seen: three times the
+/// gap between its next two ticks, at least [`PERIODIC_KEEP`] (a monthly job is kept three
+/// months, since a live instance sees it once a tick; an expression that does not parse, or
+/// whose ticks are over, gets the least).
+pub fn keep_of(cron: &str, tz: &str) -> Duration {
+    let gap = Schedule::parse(cron, tz).ok().and_then(|s| {
+        let now = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_millis(),
+        )
+        .ok()?;
+        let first = s.next_after(now)?;
+        let second = s.next_after(first)?;
+        Some(Duration::from_millis(second.saturating_sub(first)))
+    });
+    gap.map_or(PERIODIC_KEEP, |g| (g * 3).max(PERIODIC_KEEP))
+}
+
+/// The registry hash, the last-tick hash and the seen hash of a key space.
+pub(crate) fn keys(keys: &KeySpace) -> [String; 3] {
     let registry = keys.key("ruststream:periodic");
     let last = keys.derived(&registry, ".last");
-    [registry, last]
+    let seen = keys.derived(&registry, ".seen");
+    [registry, last, seen]
+}
+
+fn millis(d: Duration) -> Value {
+    Value::from(u64::try_from(d.as_millis()).unwrap_or(u64::MAX).to_string())
 }
 
 /// One call of `register.lua`: writes a periodic job's definition into the registry and reads
@@ -43,10 +90,14 @@ pub struct RegisterPeriodic<'a> {
     pub registry: &'a str,
     /// The last-tick hash (full name).
     pub last: &'a str,
+    /// The seen hash (full name).
+    pub seen: &'a str,
     /// The job's name.
     pub name: &'a str,
     /// The job's definition (JSON).
     pub definition: &'a str,
+    /// How long it is kept after it was last seen ([`keep_of`]).
+    pub keep: Duration,
 }
 
 impl Call for RegisterPeriodic<'_> {
@@ -60,8 +111,12 @@ impl Call for RegisterPeriodic<'_> {
     /// KEYS and ARGV: see `register.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
         (
-            vec![self.registry.to_owned(), self.last.to_owned()],
-            vec![self.name.into(), self.definition.into()],
+            vec![
+                self.registry.to_owned(),
+                self.last.to_owned(),
+                self.seen.to_owned(),
+            ],
+            vec![self.name.into(), self.definition.into(), millis(self.keep)],
         )
     }
 
@@ -74,12 +129,18 @@ impl Call for RegisterPeriodic<'_> {
 /// or equal one is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeriodicFired<'a> {
+    /// The registry hash (full name).
+    pub registry: &'a str,
     /// The last-tick hash (full name).
     pub last: &'a str,
+    /// The seen hash (full name).
+    pub seen: &'a str,
     /// The job's name.
     pub name: &'a str,
     /// The tick, in epoch ms.
     pub tick: u64,
+    /// How long it is kept after it was last seen ([`keep_of`]).
+    pub keep: Duration,
 }
 
 impl Call for PeriodicFired<'_> {
@@ -93,8 +154,16 @@ impl Call for PeriodicFired<'_> {
     /// KEYS and ARGV: see `fired.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
         (
-            vec![self.last.to_owned()],
-            vec![self.name.into(), self.tick.to_string().into()],
+            vec![
+                self.registry.to_owned(),
+                self.last.to_owned(),
+                self.seen.to_owned(),
+            ],
+            vec![
+                self.name.into(),
+                self.tick.to_string().into(),
+                millis(self.keep),
+            ],
         )
     }
 
@@ -106,6 +175,26 @@ impl Call for PeriodicFired<'_> {
 /// The Redis broker's [`PeriodicStore`].
 pub(crate) struct Store {
     pub(crate) conns: Arc<Connections>,
+    /// Each registered job's keep time ([`keep_of`]), for its ticks' `fired.lua`.
+    pub(crate) keeps: Mutex<HashMap<String, Duration>>,
+}
+
+impl Store {
+    pub(crate) fn new(conns: Arc<Connections>) -> Self {
+        Self {
+            conns,
+            keeps: Mutex::default(),
+        }
+    }
+
+    fn keep(&self, name: &str) -> Duration {
+        self.keeps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .copied()
+            .unwrap_or(PERIODIC_KEEP)
+    }
 }
 
 impl PeriodicStore for Store {
@@ -118,12 +207,19 @@ impl PeriodicStore for Store {
             let definition =
                 serde_json::to_string(job).map_err(|e| Error::Encode(e.to_string()))?;
             let client = self.conns.pool()?.next().clone();
-            let [registry, last] = keys(&self.conns.keys);
+            let [registry, last, seen] = keys(&self.conns.keys);
+            let keep = keep_of(&job.cron, &job.tz);
+            self.keeps
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(job.name.clone(), keep);
             let register = RegisterPeriodic {
                 registry: &registry,
                 last: &last,
+                seen: &seen,
                 name: &job.name,
                 definition: &definition,
+                keep,
             };
             register
                 .call(&client)
@@ -135,11 +231,14 @@ impl PeriodicStore for Store {
     fn fired<'a>(&'a self, name: &'a str, tick: u64) -> BoxFuture<'a, Result<()>> {
         Box::pin(async move {
             let client = self.conns.pool()?.next().clone();
-            let [_, last] = keys(&self.conns.keys);
+            let [registry, last, seen] = keys(&self.conns.keys);
             let fired = PeriodicFired {
+                registry: &registry,
                 last: &last,
+                seen: &seen,
                 name,
                 tick,
+                keep: self.keep(name),
             };
             fired.call(&client).await?;
             Ok(())

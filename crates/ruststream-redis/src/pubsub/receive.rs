@@ -147,7 +147,9 @@ pub(super) async fn open(
     };
     let label: Arc<str> = source.name.as_str().into();
     let dead = conns.keys.dead(&source.name, &source.options.dead_letter);
-    gauges::spawn_dead(pool.clone(), full, dead.clone(), stop.clone());
+    let settler =
+        PushDeadLetters::new(pool.clone(), &full, dead.clone(), source.options.dead_bound);
+    gauges::spawn_dead(pool, full, dead, stop.clone());
     Ok(RedisReceiver::new(ChannelReceiver {
         feed,
         stop,
@@ -157,7 +159,7 @@ pub(super) async fn open(
         pattern: source.is_pattern(),
         lagged: metrics::counter!("ruststream_pubsub_lagged_total", "subscription" => label.to_string()),
         label,
-        settler: RedisSettler::new(PushDeadLetters { pool, dead }),
+        settler: RedisSettler::new(settler),
     }))
 }
 

@@ -93,7 +93,10 @@ pub(super) async fn open(
     conn.on_reconnect(move || mark.store(true, Ordering::Release));
     let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
-        let r = Recovery::new(stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE));
+        let r = Recovery::new(
+            stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE),
+            stream.options.block,
+        );
         r.rejoin.watch(&mut conn);
         r.spawn_renewal(
             pool.clone(),
@@ -115,6 +118,7 @@ pub(super) async fn open(
         &keys,
         group.clone(),
         bound.script_arg(),
+        stream.options.dead_bound,
         clock,
         held,
     );

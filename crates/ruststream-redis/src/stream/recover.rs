@@ -13,6 +13,9 @@
 //!   reconnect (or a failed renewal) the consumer renews on its reading connection before its
 //!   next sweep, and sweeps nothing for a grace (`crate::rejoin`).
 //!
+//! - **Gone consumers.** A sweep that finds nothing stale removes the group's consumers that
+//!   hold nothing and were idle past a bound (`super::consumers`).
+//!
 //! A claimed entry's attempt is its `rs.attempt` plus the deliveries its group counted before
 //! (`XPENDING`'s count), so a message that crashes its consumer every time reaches
 //! `max_attempts` and goes to the dead letters like any other. `XAUTOCLAIM` was not used because
@@ -30,6 +33,7 @@ use tokio::time::Instant;
 use super::entries::entry_list;
 use crate::error::core;
 use crate::frame::{Frame, FrameError};
+use crate::lua::Call;
 use crate::rejoin::Rejoin;
 use crate::reply::value_bytes;
 
@@ -72,6 +76,8 @@ pub(super) struct Group {
 /// One consumer's recovery state.
 pub(super) struct Recovery {
     min_idle: Duration,
+    /// How long a consumer with nothing pending may be idle before a sweep forgets it.
+    forget_after: Duration,
     /// Whether the consumer's own pending entries were all taken back.
     own_done: bool,
     next_sweep: Instant,
@@ -84,9 +90,10 @@ pub(super) struct Recovery {
 pub(super) type Claimed = (Bytes, Frame, Option<FrameError>);
 
 impl Recovery {
-    pub(super) fn new(min_idle: Duration) -> Self {
+    pub(super) fn new(min_idle: Duration, block: Duration) -> Self {
         Self {
             min_idle,
+            forget_after: super::consumers::forget_after(min_idle, block),
             own_done: false,
             next_sweep: Instant::now(),
             held: Arc::default(),
@@ -127,6 +134,7 @@ impl Recovery {
         self.next_sweep = Instant::now() + self.min_idle / 2;
         let stale = pending(client, g, Some(self.min_idle), max.min(SWEEP_BATCH), None).await?;
         if stale.is_empty() {
+            forget_consumers(client, g, self.forget_after).await;
             return Ok(Vec::new());
         }
         let claimed = xclaim(client, g, self.min_idle, stale).await?;
@@ -160,6 +168,24 @@ impl Recovery {
                 }
             }
         });
+    }
+}
+
+/// Forgets the group's consumers that hold nothing and were idle longer than `idle` (see
+/// `super::consumers`); a failure is logged, the next sweep tries again.
+async fn forget_consumers(client: &Client, g: &Group, idle: Duration) {
+    let call = super::consumers::ForgetConsumers {
+        stream: &g.key,
+        group: &g.group,
+        consumer: &g.consumer,
+        idle,
+        most: super::consumers::FORGET_BATCH,
+    };
+    match call.call(client).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(stream = %g.key, group = %g.group, forgotten = n,
+            "consumers with nothing pending, idle past the bound, removed from the group"),
+        Err(e) => tracing::debug!(stream = %g.key, error = %e, "idle consumers not removed"),
     }
 }
 

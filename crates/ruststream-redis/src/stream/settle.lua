@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- SETTLE_STREAM: settles a batch of stream entries of one consumer group. Runs under maxmemory
 -- (allow-oom). Every argument is checked before the first write. Prepended with guard.lua,
--- delayed/schedule_retry.lua, frame.lua, stream/bound.lua and back.lua. Called through
+-- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
 -- `crate::stream::settle::SettleStream`.
 --
 -- KEYS: dead-letter list, delayed set, delayed payload hash, then the destination's key
@@ -12,8 +12,10 @@
 --   r  retry now: XACK, then put the frame `new` back (back.lua: an XADD of its fields; after
 --      the last one the stream is trimmed to its bound)
 --   d  retry later: XACK, then schedule the frame `new` after arg = `delay_ms:id`
---   x  dead: XACK, then LPUSH dead new
--- Follow-up writes happen only when XACK found the entry pending. Returns how many were found.
+--   x  dead: XACK, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
+--      bound (dead/trim.lua), to which the list is trimmed after the last push
+-- Follow-up writes happen only when XACK found the entry pending. Returns {how many were found,
+-- how many dead letters the bound trimmed}.
 local dest, derr = dest_of(4, 2)
 if not dest then return redis.error_reply(derr) end
 if dest.kind ~= 'stream' then
@@ -32,7 +34,8 @@ if bad then return redis.error_reply(bad) end
 local items = {}
 for i = first, #ARGV, 4 do
   local op = ARGV[i + 1]
-  local ok = op == 'a' or op == 'x' or op == 'r' or (op == 'd' and string.match(ARGV[i + 3], '^%d+:'))
+  local ok = op == 'a' or op == 'r' or (op == 'x' and dead_bound(ARGV[i + 3]))
+    or (op == 'd' and string.match(ARGV[i + 3], '^%d+:'))
   if ok and op == 'r' then
     local why
     items[i], why = dest_item(dest, ARGV[i + 2])
@@ -46,18 +49,22 @@ for i = first, #ARGV, 4 do
 end
 local found = 0
 local retried = {}
+local bound, now
 for i = first, #ARGV, 4 do
   local op = ARGV[i + 1]
   if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then
     found = found + 1
     if op == 'r' then
       retried[#retried + 1] = items[i]
-    elseif op == 'x' then
-      redis.call('LPUSH', KEYS[1], ARGV[i + 2])
+    elseif op == 'x' and KEYS[1] ~= stream then
+      bound, now = dead_bound(ARGV[i + 3]), now or dead_now()
+      redis.call('LPUSH', KEYS[1], dead_letter(ARGV[i + 2], now))
     elseif op == 'd' then
       schedule_retry(KEYS[2], KEYS[3], ARGV[i + 3], ARGV[i + 2])
     end
   end
 end
 put_back(dest, retried, false)
-return found
+local trimmed = 0
+if bound then trimmed = dead_trim(KEYS[1], bound, now) end
+return {found, trimmed}

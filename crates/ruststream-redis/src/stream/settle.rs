@@ -16,11 +16,11 @@ use ruststream_core::{Result, Settlement};
 use super::recover::Held;
 use super::source::StreamKeys;
 use crate::back::Dest;
-use crate::dead::{discarded, logged};
+use crate::dead::{DeadBound, Trims, discarded, logged};
 use crate::delayed::DueClock;
 use crate::error::core;
 use crate::lua::{self, Call};
-use crate::settle::Op;
+use crate::settle::{Op, Settled};
 use crate::transport::{Settle, Token};
 
 /// Most field/value items a retried entry may have: `settle.lua` hands them to one `XADD` with
@@ -49,8 +49,8 @@ pub struct SettleStream<'a> {
 }
 
 impl Call for SettleStream<'_> {
-    /// How many entries were still pending.
-    type Reply = i64;
+    /// How many entries were still pending, and how many dead letters the bound trimmed.
+    type Reply = Settled;
 
     fn script(&self) -> &'static Script {
         &SETTLE
@@ -73,8 +73,8 @@ impl Call for SettleStream<'_> {
         (keys, args)
     }
 
-    fn parse(&self, reply: Value) -> i64 {
-        lua::reply_i64(&reply)
+    fn parse(&self, reply: Value) -> Settled {
+        Settled::parse(&reply)
     }
 }
 
@@ -89,6 +89,10 @@ pub(super) struct StreamSettle {
     payloads: String,
     group: String,
     has_dead: bool,
+    /// The dead-letter list's bound.
+    bound: DeadBound,
+    /// What the bound trimmed.
+    trims: Trims,
     /// The reader's due clock, so a delayed retry is not slept through.
     clock: Option<Arc<DueClock>>,
     /// The entries the reader holds: a settled entry is let go.
@@ -101,6 +105,7 @@ impl StreamSettle {
         keys: &StreamKeys,
         group: String,
         bound: String,
+        dead_bound: DeadBound,
         clock: Option<Arc<DueClock>>,
         held: Option<Arc<Held>>,
     ) -> Self {
@@ -117,6 +122,8 @@ impl StreamSettle {
             payloads: keys.delayed.payloads.clone(),
             group,
             has_dead: keys.dead.is_some(),
+            bound: dead_bound,
+            trims: Trims::new(&keys.stream, keys.dead.as_deref().unwrap_or_default()),
             clock,
             held,
         }
@@ -140,6 +147,7 @@ impl StreamSettle {
             let op = match (s, dead) {
                 (_, Some(reason)) if self.has_dead => Op::Dead {
                     frame: t.dead_frame(reason),
+                    bound: self.bound,
                 },
                 (_, Some(reason)) => {
                     discarded(t, reason);
@@ -176,7 +184,9 @@ impl StreamSettle {
             if call.entries.is_empty() {
                 return Ok(());
             }
-            call.call(client).await.map(drop)
+            call.call(client)
+                .await
+                .map(|s| self.trims.record(s.trimmed))
         };
         let xack = async {
             if acks.len() == 2 {

@@ -80,6 +80,7 @@ async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
         set: &keys.delayed,
         payloads: &keys.payloads,
         dead: Some(&keys.dead),
+        bound: ruststream_redis::DeadBound::default(),
         dest: &dest,
         most: 10,
     }
@@ -87,7 +88,10 @@ async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
     .await
     .expect("the mover runs");
     let _: i64 = client
-        .lpush(&keys.dead, frame("x", &[("reason", "max-attempts")]))
+        .lpush(
+            &keys.dead,
+            frame("x", &[("reason", "max-attempts"), ("dead-at", "1000")]),
+        )
         .await
         .unwrap();
     let stream = Dest::Stream {
@@ -119,7 +123,7 @@ async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
     .await
     .expect("the unique publish runs");
     let mut out = vec![
-        Int(settled),
+        Int(settled.owned),
         Int(scheduled as i64),
         Int(moved.moved),
         Int(requeued),
@@ -201,7 +205,7 @@ async fn every_way_back_to_a_queue_gives_the_same_queues_on_the_model_and_on_red
     assert_eq!(
         stream,
         &[List(fields.iter().map(|f| t(f)).collect())],
-        "the dead letter as a stream entry, its reason in its history"
+        "the dead letter as a stream entry, its reason in its history, its dead-at dropped"
     );
     let Some(redis) = redis().await else {
         return;

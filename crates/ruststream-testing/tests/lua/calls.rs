@@ -104,23 +104,34 @@ enum Periodic {
 }
 
 /// `periodic/register.lua` and `periodic/fired.lua` through `RegisterPeriodic` and
-/// `PeriodicFired`: the last tick only moves forward, and a registration reads it. Returns each
-/// call's reply, then the definition stored.
-async fn periodic(client: Client, prefix: String) -> (Vec<Periodic>, String) {
+/// `PeriodicFired`: the last tick only moves forward, and a registration reads it; a job whose
+/// keep-until time passed (`gone`, marked so by hand) is forgotten by the next registration,
+/// and one registered by an older version (`old`, no seen field) is given a keep time. Returns
+/// each call's reply, the definition stored, and the registry's and seen hash's names.
+async fn periodic(
+    client: Client,
+    prefix: String,
+) -> (Vec<Periodic>, String, Vec<String>, Vec<String>) {
     use Periodic::{Fired, Registered};
-    use ruststream_redis::{Call, PeriodicFired, RegisterPeriodic};
+    use ruststream_redis::{Call, PERIODIC_KEEP, PeriodicFired, RegisterPeriodic};
     let registry = key(&prefix, "ruststream:periodic");
     let last = key(&prefix, "ruststream:periodic.last");
+    let seen = key(&prefix, "ruststream:periodic.seen");
     let register = |definition| RegisterPeriodic {
         registry: &registry,
         last: &last,
+        seen: &seen,
         name: "nightly",
         definition,
+        keep: PERIODIC_KEEP,
     };
     let fired = |tick| PeriodicFired {
+        registry: &registry,
         last: &last,
+        seen: &seen,
         name: "nightly",
         tick,
+        keep: PERIODIC_KEEP,
     };
     let mut out = vec![Registered(
         register("{\"v\":1}").call(&client).await.unwrap(),
@@ -132,17 +143,28 @@ async fn periodic(client: Client, prefix: String) -> (Vec<Periodic>, String) {
         register("{\"v\":2}").call(&client).await.unwrap(),
     ));
     out.push(Fired(fired(2000).call(&client).await.unwrap()));
+    let _: i64 = client.hset(&registry, ("gone", "{}")).await.unwrap();
+    let _: i64 = client.hset(&last, ("gone", "5")).await.unwrap();
+    let _: i64 = client.hset(&seen, ("gone", "1000")).await.unwrap();
+    let _: i64 = client.hset(&registry, ("old", "{}")).await.unwrap();
     out.push(Registered(
         register("{\"v\":2}").call(&client).await.unwrap(),
     ));
     let definition: String = client.hget(&registry, "nightly").await.unwrap();
-    let _: i64 = client.del(vec![registry, last]).await.unwrap_or(0);
-    (out, definition)
+    let mut names: Vec<String> = client.hkeys(&registry).await.unwrap();
+    names.sort();
+    let mut seen_names: Vec<String> = client.hkeys(&seen).await.unwrap();
+    seen_names.sort();
+    let lasts: Vec<String> = client.hkeys(&last).await.unwrap();
+    assert_eq!(lasts, ["nightly"], "the gone job's last tick is forgotten");
+    let _: i64 = client.del(vec![registry, last, seen]).await.unwrap_or(0);
+    (out, definition, names, seen_names)
 }
 
 #[tokio::test]
 async fn the_typed_periodic_calls_give_the_same_replies_on_the_model_and_on_redis() {
     use Periodic::{Fired, Registered};
+    let names = vec!["nightly".to_owned(), "old".to_owned()];
     let expect = (
         vec![
             Registered(None),
@@ -154,6 +176,8 @@ async fn the_typed_periodic_calls_give_the_same_replies_on_the_model_and_on_redi
             Registered(Some(2000)),
         ],
         "{\"v\":2}".to_owned(),
+        names.clone(),
+        names,
     );
     on_both("periodic", expect, periodic).await;
 }
@@ -331,4 +355,67 @@ async fn the_typed_trim_call_gives_the_same_reply_on_the_model_and_on_redis() {
         t(0, "1-101"),
     ];
     on_both("trim", expect, trim_acked).await;
+}
+
+/// `stream/forget_consumers.lua` through `ForgetConsumers`: of `me` (the caller), `gone`
+/// (nothing pending) and `busy` (one entry pending), all idle past the bound, only `gone` is
+/// removed; a missing group removes nothing. Returns each call's reply and the names left.
+async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<String>) {
+    use ruststream_redis::{Call, ForgetConsumers};
+    let stream = key(&prefix, "s");
+    let _: String = client
+        .xadd(&stream, false, None, "1-1", ("f", "v"))
+        .await
+        .unwrap();
+    let () = client
+        .xgroup_create(&stream, "g", "0", false)
+        .await
+        .unwrap();
+    for c in ["me", "gone"] {
+        let _: i64 = client.xgroup_createconsumer(&stream, "g", c).await.unwrap();
+    }
+    let _: Value = client
+        .xreadgroup("g", "busy", Some(1), None, false, &stream, ">")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let call = |group| ForgetConsumers {
+        stream: &stream,
+        group,
+        consumer: "me",
+        idle: Duration::from_millis(1),
+        most: 16,
+    };
+    let mut out = Vec::new();
+    for group in ["g", "g", "nogroup"] {
+        out.push(
+            call(group)
+                .call(&client)
+                .await
+                .expect("forget_consumers.lua runs"),
+        );
+    }
+    let consumers: Value = client
+        .custom(fred::cmd!("XINFO"), vec!["CONSUMERS", &stream, "g"])
+        .await
+        .unwrap();
+    let mut names: Vec<String> = match consumers {
+        Value::Array(cs) => cs
+            .into_iter()
+            .filter_map(|c| match c {
+                Value::Array(f) => f.get(1).and_then(Value::as_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    names.sort();
+    let _: i64 = client.del(&stream).await.unwrap_or(0);
+    (out, names)
+}
+
+#[tokio::test]
+async fn the_typed_forget_consumers_call_gives_the_same_reply_on_the_model_and_on_redis() {
+    let expect = (vec![1, 0, 0], vec!["busy".to_owned(), "me".to_owned()]);
+    on_both("forgetconsumers", expect, forget_consumers).await;
 }

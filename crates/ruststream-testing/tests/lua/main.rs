@@ -6,12 +6,14 @@
 //! be equal.
 //!
 //! `adhoc`: ad-hoc scripts; `claims`: the claim scripts and their gates through their typed calls;
-//! `calls`: the other scripts' typed calls; `back`: every way back to a queue.
+//! `calls`: the other scripts' typed calls; `back`: every way back to a queue; `dead`: the
+//! dead-letter list's bound in every script that pushes dead letters.
 
 mod adhoc;
 mod back;
 mod calls;
 mod claims;
+mod dead;
 
 use std::time::Duration;
 

@@ -52,7 +52,9 @@ pub(crate) enum Operate {
         #[arg(long, value_name = "URL")]
         metrics_url: Option<String>,
     },
-    /// Dead letters: list, show, requeue, purge.
+    /// Dead letters: list, show, requeue, purge. A dead-letter list keeps at most 10,000, each
+    /// at most 30 days (the subscription's `dead_letter_max_len`/`dead_letter_max_age`); the
+    /// oldest go first; each carries its `reason` and `dead-at` (ms since the epoch) headers.
     #[command(subcommand)]
     Dead(Dead),
     /// Delayed entries: list, promote, cancel.

@@ -1,8 +1,14 @@
 //! Bounded streams (issue 14): `stream::Publish::{maxlen, minid}` on publishes, and on what a
 //! subscription re-adds to its stream (retries, due delayed retries, requeued dead letters);
-//! `RedisStream::trim_acked`, which drops only what every group has acknowledged. Each test runs
-//! on the model (`memory`, virtual time), the standalone server and the cluster; the last two are
-//! `TestApp` tests.
+//! `RedisStream::trim_acked`, which drops only what every group has acknowledged. Dead-letter
+//! lists (issue 22): `.dead_letter_max_len(n)` trims the oldest past `n` exactly, on a reliable
+//! list with priorities, a stream group and a simple list, counted in
+//! `ruststream_dead_letters_trimmed_total`; `.dead_letter_max_age(d)` drops those that died
+//! longer ago (30 days on the model's virtual clock, 200 ms on a server). The periodic registry
+//! forgets a job no instance runs any more after its bound and keeps a live one. A stream's
+//! recovery sweep removes the group's consumers of gone instances. Each test runs
+//! on the model (`memory`, virtual time), the standalone server and the cluster; the last two of
+//! the stream tests are `TestApp` tests.
 //!
 //! Redis trims `~` by whole macro nodes (`stream-node-max-entries`, 100 here): a bounded stream
 //! holds at most a node more than its bound. The model trims exactly (the most Redis may trim),
@@ -16,11 +22,14 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::ClusterHash;
+use harness::metrics::{prometheus, sample};
 use harness::{Env, on};
+use ruststream::list;
 use ruststream::prelude::*;
 use ruststream::redis::operate::Select;
 use ruststream::stream;
 use ruststream::testing::TestApp;
+use ruststream::{BatchContext, BatchOutcome, HandleBatch};
 use ruststream::{RedisSource, RunningApp};
 
 on!(
@@ -35,6 +44,21 @@ on!(
 );
 
 on!([memory] bad_bounds_are_refused_at_startup);
+
+on!(
+    [memory, standalone, cluster] multi_thread:
+    dead_letters_past_max_len_are_trimmed_oldest_first_on_a_list_with_priorities,
+    dead_letters_past_max_len_are_trimmed_oldest_first_on_a_stream,
+    dead_letters_past_max_len_are_trimmed_oldest_first_on_a_simple_list,
+    dead_letters_past_max_age_are_trimmed,
+    the_periodic_registry_forgets_a_job_not_seen_for_its_bound,
+    a_streams_sweep_forgets_the_consumers_of_gone_instances,
+    a_batch_handler_on_partitions_keeps_each_partitions_dead_letters_within_the_bound,
+);
+
+on!([memory] the_periodic_registry_forgets_a_removed_job_after_a_week_and_keeps_a_live_one);
+
+on!([memory] zero_dead_letter_bounds_are_refused_at_startup);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 struct Job {
@@ -632,4 +656,416 @@ async fn testapp_trim_acked_waits_for_every_group() -> ruststream::Result<()> {
         "trimmed up to the audit group's oldest pending entry"
     );
     tb.shutdown().await
+}
+
+// -- dead-letter lists -------------------------------------------------------------------------
+
+/// Drops every message it gets (each becomes a dead letter) and counts them.
+#[derive(Clone, Default)]
+struct Dropper {
+    seen: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Dropper {
+    fn count(&self) -> usize {
+        self.seen.lock().expect("lock").len()
+    }
+}
+
+impl Handle<Job> for Dropper {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.seen.lock().expect("lock").push(job.n);
+        Err(HandlerOutcome::drop())
+    }
+}
+
+/// The jobs of the dead-letter list `dead` (a name without the prefix), newest first.
+async fn dead_jobs(env: &Env, dead: &str) -> Vec<u32> {
+    env.frames(dead)
+        .await
+        .into_iter()
+        .map(|f| serde_json::from_slice::<Job>(&f.payload).expect("a Job").n)
+        .collect()
+}
+
+/// `ruststream_dead_letters_trimmed_total` of the queue `queue` (its full name).
+fn trimmed_metric(queue: &str) -> f64 {
+    let label = format!("queue=\"{queue}\"");
+    sample(
+        &prometheus().render(),
+        "ruststream_dead_letters_trimmed_total",
+        &[&label],
+    )
+    .unwrap_or(0.0)
+}
+
+/// Starts `source` into a [`Dropper`], publishes jobs `0..12` one by one (each dead-lettered
+/// before the next), and checks the dead-letter list `dead` keeps the newest 5 and the metric
+/// of `queue` (a name without the prefix) counts the 7 trimmed.
+async fn trims_past_max_len(
+    env: &Env,
+    source: impl ruststream::Source<Broker = RedisBroker>,
+    queue: &str,
+    dead: &str,
+) {
+    prometheus();
+    let dropper = Dropper::default();
+    let handler = dropper.clone();
+    let app = env
+        .start_with(move |b| {
+            b.include(subscriber(source, handler).build());
+        })
+        .await;
+    let publisher = env.broker().publisher();
+    for n in 0..12_u32 {
+        publisher
+            .message(&Job { n })
+            .to(queue)
+            .publish()
+            .await
+            .expect("publish");
+        let want = usize::try_from(n).expect("n") + 1;
+        env.eventually(&format!("job {n} dead-lettered"), async || {
+            dropper.count() == want && dead_jobs(env, dead).await.first() == Some(&n)
+        })
+        .await;
+    }
+    env.stop(app).await;
+    assert_eq!(
+        dead_jobs(env, dead).await,
+        vec![11, 10, 9, 8, 7],
+        "the newest 5 are kept, the oldest trimmed"
+    );
+    for f in env.frames(dead).await {
+        let at: u64 = f
+            .headers
+            .get(ruststream::redis::DEAD_AT_HEADER)
+            .and_then(|t| t.parse().ok())
+            .expect("each dead letter has its dead-at");
+        assert!(at > 0, "dead-at {at}");
+    }
+    assert_eq!(trimmed_metric(&env.key(queue)), 7.0, "7 trims counted");
+}
+
+async fn dead_letters_past_max_len_are_trimmed_oldest_first_on_a_list_with_priorities(env: &Env) {
+    let source = RedisList::new("{dl}")
+        .reliable()
+        .priorities(3)
+        .concurrency(1)
+        .dead_letter_max_len(5);
+    trims_past_max_len(env, source, "{dl}", "{dl}.dead").await;
+}
+
+async fn dead_letters_past_max_len_are_trimmed_oldest_first_on_a_stream(env: &Env) {
+    let source = RedisStream::new("{ds}")
+        .group("g")
+        .concurrency(1)
+        .dead_letter_max_len(5);
+    trims_past_max_len(env, source, "{ds}", "{ds}.dead").await;
+}
+
+async fn dead_letters_past_max_len_are_trimmed_oldest_first_on_a_simple_list(env: &Env) {
+    let source = RedisList::new("{dsimple}")
+        .concurrency(1)
+        .dead_letter_max_len(5);
+    trims_past_max_len(env, source, "{dsimple}", "{dsimple}.dead").await;
+}
+
+/// Starts a reliable list `{dage}` whose dead letters are kept `age`, publishes `jobs` to it
+/// and waits until its dead-letter list holds `then` (newest first), then stops it.
+async fn dead_letter_aged(env: &Env, age: Duration, jobs: &[Job], then: &[u32]) {
+    let handler = Dropper::default();
+    let app = env
+        .start_with(move |b| {
+            let source = RedisList::new("{dage}")
+                .reliable()
+                .concurrency(1)
+                .dead_letter_max_age(age);
+            b.include(subscriber(source, handler).build());
+        })
+        .await;
+    env.broker()
+        .publisher()
+        .messages(jobs)
+        .to("{dage}")
+        .publish()
+        .await
+        .expect("publish");
+    env.eventually(&format!("the dead letters {then:?}"), async || {
+        dead_jobs(env, "{dage}.dead").await == then
+    })
+    .await;
+    env.stop(app).await;
+}
+
+async fn dead_letters_past_max_age_are_trimmed(env: &Env) {
+    // The default (30 days) on the model's virtual clock; a short age on a server. The app is
+    // stopped while the time passes: on the virtual clock its timers would fire for 30 days.
+    let age = if env.is_memory() {
+        ruststream::redis::DEFAULT_DEAD_LETTER_MAX_AGE
+    } else {
+        Duration::from_millis(200)
+    };
+    prometheus();
+    let metric = || trimmed_metric(&env.key("{dage}"));
+    dead_letter_aged(env, age, &jobs(0, 3), &[2, 1, 0]).await;
+    env.advance(age / 2).await;
+    dead_letter_aged(env, age, &jobs(3, 1), &[3, 2, 1, 0]).await;
+    assert_eq!(metric(), 0.0, "none is older than the age yet");
+    env.advance(age / 2 + Duration::from_millis(50)).await;
+    dead_letter_aged(env, age, &jobs(4, 1), &[4, 3]).await;
+    assert_eq!(
+        metric(),
+        3.0,
+        "the first 3 trimmed for their age, and counted"
+    );
+}
+
+async fn zero_dead_letter_bounds_are_refused_at_startup(env: &Env) {
+    let refused = |source: RedisList| {
+        env.app(move |b| {
+            b.include(subscriber(source, Dropper::default()).build());
+        })
+    };
+    let e = env
+        .refusal(refused(RedisList::new("{z}").dead_letter_max_len(0)))
+        .await;
+    assert!(
+        e.contains("dead_letter_max_len must be at least 1")
+            && e.contains(".dead_letter_max_len(1_000_000)"),
+        "{e}"
+    );
+    let e = env
+        .refusal(refused(
+            RedisList::new("{z}").dead_letter_max_age(Duration::ZERO),
+        ))
+        .await;
+    assert!(
+        e.contains("dead_letter_max_age must be at least 1 ms")
+            && e.contains("Duration::from_secs"),
+        "{e}"
+    );
+}
+
+// -- the periodic registry ---------------------------------------------------------------------
+
+/// A daily job `name` publishing a [`Job`] to `{ticks}`.
+fn daily(name: &str) -> Periodic {
+    Periodic::new(name, "0 0 0 * * *", ruststream::periodic::Tz::UTC)
+        .to("{ticks}")
+        .message(|| Job { n: 0 })
+}
+
+/// The registry, last-tick and seen hashes' full names (in the registry's slot on a cluster).
+fn registry_keys(env: &Env) -> [String; 3] {
+    let registry = env.key("ruststream:periodic");
+    let derived = |suffix: &str| {
+        if env.is_cluster() {
+            format!("{{{registry}}}{suffix}")
+        } else {
+            format!("{registry}{suffix}")
+        }
+    };
+    [registry.clone(), derived(".last"), derived(".seen")]
+}
+
+/// The job names of the hash `key`, sorted.
+async fn names(env: &Env, key: &str) -> Vec<String> {
+    let mut names: Vec<String> = env.client.hkeys(key).await.expect("HKEYS");
+    names.sort();
+    names
+}
+
+async fn start_jobs(env: &Env, jobs: Vec<Periodic>) -> RunningApp {
+    env.start_with(move |b| {
+        for j in jobs {
+            b.periodic(j);
+        }
+    })
+    .await
+}
+
+async fn the_periodic_registry_forgets_a_job_not_seen_for_its_bound(env: &Env) {
+    let [registry, last, seen] = registry_keys(env);
+    let app = start_jobs(env, vec![daily("kept"), daily("removed")]).await;
+    env.stop(app).await;
+    assert_eq!(names(env, &registry).await, ["kept", "removed"]);
+    // `removed` was last seen long ago (its keep-until time is past), as if its code was
+    // removed a week ago; `kept` is registered again by the next start.
+    let _: i64 = env
+        .client
+        .hset(&seen, ("removed", "1000"))
+        .await
+        .expect("HSET");
+    let _: i64 = env
+        .client
+        .hset(&last, ("removed", "1000"))
+        .await
+        .expect("HSET");
+    let app = start_jobs(env, vec![daily("kept")]).await;
+    env.stop(app).await;
+    assert_eq!(
+        names(env, &registry).await,
+        ["kept"],
+        "the registry forgot it"
+    );
+    assert_eq!(names(env, &seen).await, ["kept"]);
+    assert!(
+        !names(env, &last).await.contains(&"removed".to_owned()),
+        "its last tick is forgotten too"
+    );
+}
+
+async fn the_periodic_registry_forgets_a_removed_job_after_a_week_and_keeps_a_live_one(env: &Env) {
+    let [registry, _, seen] = registry_keys(env);
+    let app = start_jobs(env, vec![daily("live"), daily("removed")]).await;
+    env.stop(app).await;
+    // The next version of the code has `live` only, and runs for 8 days: its daily ticks mark
+    // it seen, and the tick after `removed`'s week is over forgets `removed`.
+    let app = start_jobs(env, vec![daily("live")]).await;
+    env.advance(Duration::from_secs(6 * 24 * 3600)).await;
+    assert_eq!(
+        names(env, &registry).await,
+        ["live", "removed"],
+        "a job is kept a week"
+    );
+    env.advance(Duration::from_secs(2 * 24 * 3600)).await;
+    env.eventually("the removed job forgotten", async || {
+        names(env, &registry).await == ["live"]
+    })
+    .await;
+    assert_eq!(names(env, &seen).await, ["live"]);
+    env.stop(app).await;
+}
+
+// -- stream consumers ---------------------------------------------------------------------------
+
+/// The consumer names of group `g` of `stream` (a name without the prefix), sorted.
+async fn consumer_names(env: &Env, stream: &str) -> Vec<String> {
+    let reply: Value = env
+        .client
+        .custom(
+            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            vec!["CONSUMERS", &env.key(stream), "g"],
+        )
+        .await
+        .expect("XINFO CONSUMERS");
+    let Value::Array(consumers) = reply else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = consumers
+        .into_iter()
+        .filter_map(|c| match c {
+            Value::Array(f) => f.get(1).and_then(Value::as_string),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
+    let stream = env.key("{dc}");
+    let _: Value = env
+        .client
+        .custom(
+            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            vec!["CREATE", &stream, "g", "0", "MKSTREAM"],
+        )
+        .await
+        .expect("XGROUP CREATE");
+    for gone in ["gone-1", "gone-2"] {
+        let _: Value = env
+            .client
+            .custom(
+                fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+                vec!["CREATECONSUMER", &stream, "g", gone],
+            )
+            .await
+            .expect("XGROUP CREATECONSUMER");
+    }
+    // `gone-3` holds a pending entry: it is left to the sweep, which claims it first.
+    let _: String = env
+        .client
+        .xadd(&stream, false, None, "*", ("payload", r#"{"n":1}"#))
+        .await
+        .expect("XADD");
+    let _: Value = env
+        .client
+        .xreadgroup("g", "gone-3", Some(1), None, false, &stream, ">")
+        .await
+        .expect("XREADGROUP");
+    let worker = Worker::acking();
+    let source = RedisStream::new("{dc}")
+        .group("g")
+        .consumer("live")
+        .min_idle(Duration::from_millis(100))
+        .block(Duration::from_millis(100));
+    let app = env
+        .start(app_of(env.broker(), source, worker.clone()))
+        .await;
+    env.eventually("the pending entry swept and handled", async || {
+        worker.seen().len() == 1
+    })
+    .await;
+    env.eventually("only the live consumer is left", async || {
+        consumer_names(env, "{dc}").await == ["live"]
+    })
+    .await;
+    env.stop(app).await;
+}
+
+/// Drops every batch whole, counting the items.
+#[derive(Clone, Default)]
+struct BatchDropper(Arc<Mutex<usize>>);
+
+impl HandleBatch<Job> for BatchDropper {
+    async fn handle_batch(&self, jobs: &[Job], _: &mut BatchContext<'_>) -> BatchOutcome {
+        *self.0.lock().expect("lock") += jobs.len();
+        BatchOutcome::all(HandlerOutcome::drop())
+    }
+}
+
+async fn a_batch_handler_on_partitions_keeps_each_partitions_dead_letters_within_the_bound(
+    env: &Env,
+) {
+    prometheus();
+    let broker = env.broker_with(|b| b.route("dbp", list::Publish::new().partitions(2)));
+    let handler = BatchDropper::default();
+    let h = handler.clone();
+    let app = env
+        .start(
+            RustStream::new(AppInfo::new("bounded", "0.0.0"))
+                .shutdown_timeout(Duration::from_secs(1))
+                .with_broker(broker.clone(), move |b| {
+                    let source = RedisList::new("dbp")
+                        .reliable()
+                        .partitions(2)
+                        .dead_letter_max_len(3);
+                    b.include(subscriber(source, h).batch(4).build());
+                }),
+        )
+        .await;
+    broker
+        .publisher()
+        .messages(&jobs(0, 20))
+        .to("dbp")
+        .publish()
+        .await
+        .expect("publish");
+    env.eventually(
+        "every job dead-lettered, each partition trimmed to 3",
+        async || {
+            *handler.0.lock().expect("lock") == 20
+                && env.llen("{dbp:0}.dead").await == 3
+                && env.llen("{dbp:1}.dead").await == 3
+        },
+    )
+    .await;
+    env.stop(app).await;
+    let trims: f64 = ["{dbp:0}", "{dbp:1}"]
+        .iter()
+        .map(|p| trimmed_metric(&env.key(p)))
+        .sum();
+    assert_eq!(trims, 14.0, "20 dead letters, 6 kept: 14 trims counted");
 }

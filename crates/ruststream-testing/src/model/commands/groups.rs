@@ -1,4 +1,5 @@
-//! Consumer-group commands of streams: `XGROUP`, `XREADGROUP`, `XPENDING`, `XINFO GROUPS` (the
+//! Consumer-group commands of streams: `XGROUP`, `XREADGROUP`, `XPENDING`, `XINFO GROUPS` and
+//! `XINFO CONSUMERS` (the
 //! claims are in `claims`).
 
 use std::collections::BTreeMap;
@@ -325,8 +326,11 @@ pub(super) fn idle(now: u64, p: &Pending) -> i64 {
 /// `pending`, `last-delivered-id`, `entries-read`, `lag`. The model counts the last two from the
 /// entries there now (Redis keeps a counter, and answers a nil `lag` when entries were deleted
 /// in the range it would count).
-pub(super) fn xinfo(st: &mut State, args: &[Bytes]) -> R<Value> {
+pub(super) fn xinfo(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
     let sub = upper(args.first().ok_or_else(|| wrong_args("XINFO"))?);
+    if sub == "CONSUMERS" {
+        return xinfo_consumers(st, now, args);
+    }
     if sub != "GROUPS" {
         return Err(unknown(&format!("XINFO {sub}")));
     }
@@ -346,6 +350,45 @@ pub(super) fn xinfo(st: &mut State, args: &[Bytes]) -> R<Value> {
                         field("last-delivered-id", bulk(g.last_delivered.bytes())),
                         field("entries-read", int(read)),
                         field("lag", int(s.entries.len() - read)),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                )
+            })
+            .collect(),
+    ))
+}
+
+/// `XINFO CONSUMERS key group`, each consumer as Redis 7.0 gives it in RESP2: `name`,
+/// `pending`, `idle` (ms since its last read or claim).
+fn xinfo_consumers(st: &mut State, now: u64, args: &[Bytes]) -> R<Value> {
+    let (key, group) = match (args.get(1), args.get(2)) {
+        (Some(k), Some(g)) => (k, g),
+        _ => return Err(wrong_args("XINFO|CONSUMERS")),
+    };
+    let s = st.db.stream(key)?.ok_or_else(|| err("ERR no such key"))?;
+    let g = s.groups.get(group).ok_or_else(|| {
+        err(format!(
+            "NOGROUP No such consumer group '{}' for key name '{}'",
+            String::from_utf8_lossy(group),
+            String::from_utf8_lossy(key)
+        ))
+    })?;
+    let field = |name: &'static str, v: Value| [bulk(Bytes::from_static(name.as_bytes())), v];
+    Ok(Value::Array(
+        g.consumers
+            .iter()
+            .map(|(name, seen)| {
+                let pending = g.pending.values().filter(|p| p.consumer == *name).count();
+                Value::Array(
+                    [
+                        field("name", bulk(name.clone())),
+                        field("pending", int(pending)),
+                        field(
+                            "idle",
+                            int(usize::try_from(now.saturating_sub(*seen)).unwrap_or(usize::MAX)),
+                        ),
                     ]
                     .into_iter()
                     .flatten()

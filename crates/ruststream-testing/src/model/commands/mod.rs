@@ -232,7 +232,7 @@ pub(crate) fn execute(st: &mut State, now: u64, name: &str, args: &[Bytes]) -> R
         "XGROUP" => groups::xgroup(st, now, args),
         "XREADGROUP" => groups::xreadgroup(st, now, args),
         "XPENDING" => groups::xpending(st, now, args),
-        "XINFO" => groups::xinfo(st, args),
+        "XINFO" => groups::xinfo(st, now, args),
         "XCLAIM" => claims::xclaim(st, now, args),
         "XAUTOCLAIM" => claims::xautoclaim(st, now, args),
         _ => Err(unknown(name)),

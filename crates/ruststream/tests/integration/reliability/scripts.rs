@@ -232,8 +232,8 @@ async fn a_stream_retry_with_too_many_headers_is_dead_lettered(env: &Env) {
     assert!(reason.starts_with("too-many-headers"), "{reason}");
     assert_eq!(
         dead[0].headers.len(),
-        4001,
-        "the dead letter keeps every header"
+        4002,
+        "the dead letter keeps every header, with its reason and dead-at"
     );
     assert_eq!(
         serde_json::from_slice::<Job>(&dead[0].payload).unwrap(),

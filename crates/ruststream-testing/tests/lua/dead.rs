@@ -1,0 +1,269 @@
+//! The dead-letter list's bound (`dead/trim.lua`) through every script that pushes dead
+//! letters: the settles of a list and of a stream, the delayed mover's dead path and the push of
+//! transports with nothing to acknowledge. Each dead letter gets one `dead-at` header; the list
+//! is trimmed to its most entries exactly, and the oldest that died longer ago than its age are
+//! popped, at most 16 a call, stopping at a tail without a `dead-at`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use ruststream_redis::frame::{Frame, encode_parts};
+use ruststream_redis::{Call, DEAD_AT_HEADER, DeadBound};
+
+use crate::{key, on_both};
+
+/// A frame of message `id` with the given headers.
+fn frame(id: &str, headers: &[(&str, &str)]) -> Bytes {
+    let h = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    encode_parts(id, 1, &h, b"{}")
+}
+
+fn bound(max_len: u64, max_age: Duration) -> DeadBound {
+    DeadBound { max_len, max_age }
+}
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// What a dead-letter list holds, newest first: each one's id and how many `dead-at` headers
+/// it has, and whether each `dead-at` is a time after 2020 (the two backends' clocks differ).
+async fn held(client: &Client, dead: &str) -> Vec<(String, usize, bool)> {
+    let values: Vec<Bytes> = client.lrange(dead, 0, -1).await.expect("LRANGE");
+    values
+        .into_iter()
+        .map(|v| {
+            let times = v
+                .windows(DEAD_AT_HEADER.len())
+                .filter(|w| *w == DEAD_AT_HEADER.as_bytes())
+                .count();
+            let f = Frame::decode(v);
+            let recent = f
+                .headers
+                .get(DEAD_AT_HEADER)
+                .and_then(|t| t.parse::<u64>().ok())
+                .is_some_and(|t| t > 1_577_836_800_000);
+            (f.id, times, recent)
+        })
+        .collect()
+}
+
+/// `n` dead letters that died at ms 1000 (long ago), pushed oldest first.
+async fn ancient(client: &Client, dead: &str, n: usize) {
+    let frames: Vec<Bytes> = (0..n)
+        .map(|i| frame(&format!("old{i}"), &[(DEAD_AT_HEADER, "1000")]))
+        .collect();
+    let _: i64 = client.lpush(dead, frames).await.expect("LPUSH");
+}
+
+type Pushes = (Vec<u64>, Vec<(String, usize, bool)>);
+
+/// `dead/push.lua` through `PushDead`: the count bound trims exactly, then the age bound pops
+/// 16 ancient ones a call, and a raw value at the tail stops it.
+async fn push(client: Client, prefix: String) -> Pushes {
+    use ruststream_redis::PushDead;
+    let dead = key(&prefix, "q.dead");
+    let mut trimmed = Vec::new();
+    ancient(&client, &dead, 20).await;
+    let _: i64 = client.lpush(&dead, "raw").await.expect("LPUSH");
+    let long = bound(100, 200 * 365 * DAY);
+    let frames = [frame("a", &[(DEAD_AT_HEADER, "5")]), frame("b", &[])];
+    let call = |b, frames| PushDead {
+        dead: &dead,
+        bound: b,
+        frames,
+    };
+    // Nothing died 200 years ago, and 22 < 100.
+    trimmed.push(call(long, &frames[..1]).call(&client).await.expect("push"));
+    // A day's age: 16 of the 20 ancient ones, then the next call the other 4, then the raw
+    // value (no dead-at) stops it.
+    let day = bound(100, DAY);
+    trimmed.push(call(day, &frames[1..]).call(&client).await.expect("push"));
+    trimmed.push(call(day, &[]).call(&client).await.expect("push"));
+    trimmed.push(call(day, &[]).call(&client).await.expect("push"));
+    // The count: 3 held, bound 2.
+    trimmed.push(call(bound(2, DAY), &[]).call(&client).await.expect("push"));
+    let out = held(&client, &dead).await;
+    let _: i64 = client.del(&dead).await.unwrap_or(0);
+    (trimmed, out)
+}
+
+#[tokio::test]
+async fn the_dead_letter_push_trims_by_count_and_age_the_same_on_the_model_and_on_redis() {
+    let expect = (
+        vec![0, 16, 4, 0, 1],
+        vec![("b".to_owned(), 1, true), ("a".to_owned(), 1, true)],
+    );
+    on_both("deadpush", expect, push).await;
+}
+
+/// `list/settle.lua` through `SettleList`: three dead letters onto a list bounded at two; the
+/// reply counts the one trimmed, the two newest stay.
+async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
+    use ruststream_redis::{Dest, Op, SettleKeys, SettleList};
+    let k = |s: &str| key(&prefix, s);
+    let claimed: Vec<Bytes> = ["x1", "x2", "x3"].iter().map(|id| frame(id, &[])).collect();
+    let _: i64 = client
+        .lpush(k("q.processing"), claimed.clone())
+        .await
+        .expect("LPUSH");
+    let keys = SettleKeys {
+        processing: k("q.processing"),
+        dead: k("q.dead"),
+        delayed: k("q.delayed"),
+        payloads: k("q.delayed.payloads"),
+        record: k("q.settles"),
+    };
+    let dest = Dest::list(vec![k("q")]);
+    let settled = SettleList {
+        keys: &keys,
+        dest: &dest,
+        token: Some("t".into()),
+        entries: claimed
+            .iter()
+            .map(|c| {
+                let op = Op::Dead {
+                    frame: c.clone(),
+                    bound: bound(2, DAY),
+                };
+                (c.clone(), None, op)
+            })
+            .collect(),
+    }
+    .call(&client)
+    .await
+    .expect("settle.lua runs");
+    let out = held(&client, &keys.dead).await;
+    let _: i64 = client
+        .del(vec![keys.processing, keys.dead, keys.record])
+        .await
+        .unwrap_or(0);
+    (settled.owned, settled.trimmed, out)
+}
+
+#[tokio::test]
+async fn a_list_settle_trims_its_dead_letters_the_same_on_the_model_and_on_redis() {
+    let expect = (
+        3,
+        1,
+        vec![("x3".to_owned(), 1, true), ("x2".to_owned(), 1, true)],
+    );
+    on_both("deadlist", expect, list_settle).await;
+}
+
+/// `stream/settle.lua` through `SettleStream`: two pending entries dead-lettered onto a list
+/// that holds ancient ones; a day's age pops those.
+async fn stream_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
+    use ruststream_redis::{Dest, Op, SettleStream};
+    let stream = key(&prefix, "s");
+    let dead = key(&prefix, "s.dead");
+    ancient(&client, &dead, 3).await;
+    for i in 1..=2 {
+        let _: String = client
+            .xadd(&stream, false, None, format!("1-{i}").as_str(), ("f", "v"))
+            .await
+            .expect("XADD");
+    }
+    let () = client
+        .xgroup_create(&stream, "g", "0", false)
+        .await
+        .expect("XGROUP CREATE");
+    let _: Value = client
+        .xreadgroup("g", "c", Some(10), None, false, &stream, ">")
+        .await
+        .expect("XREADGROUP");
+    let dest = Dest::Stream {
+        key: stream.clone(),
+        bound: String::new(),
+    };
+    let entries = ["1-1", "1-2"]
+        .iter()
+        .map(|id| {
+            let op = Op::Dead {
+                frame: frame(&format!("m{id}"), &[("reason", "dropped")]),
+                bound: bound(10, DAY),
+            };
+            (Bytes::from(id.to_string()), op)
+        })
+        .collect();
+    let settled = SettleStream {
+        dest: &dest,
+        group: "g",
+        dead: &dead,
+        delayed: &key(&prefix, "s.delayed"),
+        payloads: &key(&prefix, "s.delayed.payloads"),
+        entries,
+    }
+    .call(&client)
+    .await
+    .expect("settle.lua runs");
+    let out = held(&client, &dead).await;
+    let _: i64 = client.del(vec![stream, dead]).await.unwrap_or(0);
+    (settled.owned, settled.trimmed, out)
+}
+
+#[tokio::test]
+async fn a_stream_settle_trims_its_dead_letters_the_same_on_the_model_and_on_redis() {
+    let expect = (
+        2,
+        3,
+        vec![("m1-2".to_owned(), 1, true), ("m1-1".to_owned(), 1, true)],
+    );
+    on_both("deadstream", expect, stream_settle).await;
+}
+
+/// `delayed/move_due.lua` through `MoveDue`: a due entry a stream cannot take (more headers
+/// than one XADD can) goes to the dead letters, which are then trimmed to one.
+async fn move_due(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
+    use ruststream_redis::{Dest, Later, MoveDue, ScheduleLater};
+    let k = |s: &str| key(&prefix, s);
+    let dead = k("s.dead");
+    ancient(&client, &dead, 2).await;
+    let headers: Vec<(String, String)> = (0..4000).map(|i| (format!("h{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let later = [Later {
+        due: ruststream_core::Due::In(Duration::ZERO),
+        id: "big".into(),
+        frame: frame("big", &many),
+        unique: None,
+    }];
+    let (set, payloads) = (k("s.delayed"), k("s.delayed.payloads"));
+    ScheduleLater {
+        set: &set,
+        payloads: &payloads,
+        token: "t",
+        entries: &later,
+    }
+    .call(&client)
+    .await
+    .expect("schedule.lua runs");
+    let dest = Dest::Stream {
+        key: k("s"),
+        bound: String::new(),
+    };
+    let moved = MoveDue {
+        set: &set,
+        payloads: &payloads,
+        dead: Some(&dead),
+        bound: bound(1, 365 * DAY),
+        dest: &dest,
+        most: 10,
+    }
+    .call(&client)
+    .await
+    .expect("move_due.lua runs");
+    let out = held(&client, &dead).await;
+    let _: i64 = client.del(vec![dead, set, payloads]).await.unwrap_or(0);
+    (moved.dead, moved.trimmed, out)
+}
+
+#[tokio::test]
+async fn the_movers_dead_path_trims_its_dead_letters_the_same_on_the_model_and_on_redis() {
+    let expect = (1, 2, vec![("big".to_owned(), 1, true)]);
+    on_both("deadmove", expect, move_due).await;
+}
