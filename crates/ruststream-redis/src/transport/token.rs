@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::frame::{Frame, encode_parts};
+use crate::frame::{Frame, SNOOZES_HEADER, encode_parts};
 
 /// What a settle needs of one delivered entry.
 #[derive(Debug, Clone)]
@@ -33,12 +33,24 @@ impl Token {
         )
     }
 
-    /// The frame of the entry's next delivery: its attempt raised by one.
-    pub(crate) fn retry_frame(&self) -> Bytes {
+    /// The frame of the entry's next delivery: its attempt raised by one, or for a snooze, its
+    /// attempt unchanged and its snooze count ([`SNOOZES_HEADER`]) raised by one.
+    pub(crate) fn retry_frame(&self, snooze: bool) -> Bytes {
+        if !snooze {
+            return encode_parts(
+                &self.frame.id,
+                self.frame.attempt.saturating_add(1),
+                &self.frame.headers,
+                &self.frame.payload,
+            );
+        }
+        let mut headers = self.frame.headers.clone();
+        let snoozes = self.frame.snoozes().saturating_add(1);
+        headers.insert(SNOOZES_HEADER.to_owned(), snoozes.to_string());
         encode_parts(
             &self.frame.id,
-            self.frame.attempt.saturating_add(1),
-            &self.frame.headers,
+            self.frame.attempt,
+            &headers,
             &self.frame.payload,
         )
     }
