@@ -186,13 +186,32 @@ impl<T: IntoBatchOutcome, E: std::fmt::Display> IntoBatchOutcome for Result<T, E
 pub struct BatchContext<'a> {
     infos: &'a [&'a DeliveryInfo],
     publisher: &'a Publisher,
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl<'a> BatchContext<'a> {
     /// A context over the deliveries of a batch (in the items' order), publishing through
     /// `publisher`.
     pub fn new(infos: &'a [&'a DeliveryInfo], publisher: &'a Publisher) -> Self {
-        Self { infos, publisher }
+        Self {
+            infos,
+            publisher,
+            deadline: None,
+        }
+    }
+
+    /// This context with the deadline [`deadline`](Self::deadline) returns.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Option<tokio::time::Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// When the batch handler must be done, as
+    /// [`Context::deadline`](crate::Context::deadline) for one message: past it every item is
+    /// retried, or dead-lettered `timeout` once its attempts are spent.
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
     }
 
     /// How many items the batch has.
@@ -264,6 +283,7 @@ impl<H: HandleBatch<In>, In: MessageType> ErasedBatchHandler for TypedBatch<H, I
         &'a self,
         items: &'a [(&'a DeliveryInfo, &'a [u8])],
         publisher: &'a Publisher,
+        deadline: Option<tokio::time::Instant>,
     ) -> BoxFuture<'a, Vec<Handled>> {
         Box::pin(async move {
             let mut handled: Vec<Option<Handled>> = items.iter().map(|_| None).collect();
@@ -281,7 +301,7 @@ impl<H: HandleBatch<In>, In: MessageType> ErasedBatchHandler for TypedBatch<H, I
                 }
             }
             if !decoded.is_empty() {
-                let mut ctx = BatchContext::new(&infos, publisher);
+                let mut ctx = BatchContext::new(&infos, publisher).with_deadline(deadline);
                 let run = AssertUnwindSafe(self.handler.handle_batch(&decoded, &mut ctx));
                 let outcomes = match run.catch_unwind().await {
                     Ok(outcome) => outcome.per_item(decoded.len()),

@@ -23,15 +23,28 @@ pub struct SubscribeOptions {
     pub max_attempts: u32,
     /// Delay before each retry.
     pub retry: Backoff,
+    /// How long one handler call may run ([`Context::deadline`](crate::Context::deadline));
+    /// past it the call is stopped (its future dropped) and the message retried, or once its
+    /// attempts are spent, dead-lettered with reason `timeout`. `None` (the default): no limit.
+    pub timeout: Option<std::time::Duration>,
+    /// Most snoozes ([`HandlerOutcome::snooze`](crate::HandlerOutcome::snooze)) a message gets;
+    /// the one after goes to the dead-letter list with reason `snoozed-too-often`.
+    pub max_snoozes: u32,
 }
 
+/// The snoozes a message gets unless its source says otherwise (see `docs/decisions.md`).
+pub const DEFAULT_MAX_SNOOZES: u32 = 25;
+
 impl Default for SubscribeOptions {
-    /// 128 handlers at once, 10 attempts, [`Backoff::default`].
+    /// 128 handlers at once, 10 attempts, [`Backoff::default`], no timeout,
+    /// [`DEFAULT_MAX_SNOOZES`] snoozes.
     fn default() -> Self {
         Self {
             concurrency: 128,
             max_attempts: 10,
             retry: Backoff::default(),
+            timeout: None,
+            max_snoozes: DEFAULT_MAX_SNOOZES,
         }
     }
 }

@@ -1,9 +1,11 @@
-//! The per-message [`Context`] a handler receives: who the message is, a way to publish, and
-//! the job's progress and result (see [`crate::job`]).
+//! The per-message [`Context`] a handler receives: who the message is (attempt, snoozes), when
+//! the handler must be done ([`Context::deadline`]), a way to publish, and the job's progress and
+//! result (see [`crate::job`]).
 
 use std::sync::Arc;
 
 use serde::Serialize;
+use tokio::time::Instant;
 
 use crate::{Headers, JobWrite, Publisher, Result};
 
@@ -19,6 +21,9 @@ pub struct DeliveryInfo {
     pub source: Arc<str>,
     /// The headers the publisher set.
     pub headers: Headers,
+    /// How many times the message was snoozed ([`HandlerOutcome::snooze`](crate::HandlerOutcome::snooze))
+    /// before this delivery; 0 by default.
+    pub snoozes: u32,
 }
 
 impl DeliveryInfo {
@@ -29,6 +34,7 @@ impl DeliveryInfo {
             attempt,
             source,
             headers,
+            snoozes: 0,
         }
     }
 }
@@ -38,12 +44,37 @@ impl DeliveryInfo {
 pub struct Context<'a> {
     info: &'a DeliveryInfo,
     publisher: &'a Publisher,
+    deadline: Option<Instant>,
 }
 
 impl<'a> Context<'a> {
-    /// A context over a delivery, publishing through `publisher`.
+    /// A context over a delivery, publishing through `publisher`, with no deadline.
     pub fn new(info: &'a DeliveryInfo, publisher: &'a Publisher) -> Self {
-        Self { info, publisher }
+        Self {
+            info,
+            publisher,
+            deadline: None,
+        }
+    }
+
+    /// This context with the deadline [`deadline`](Self::deadline) returns.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// When the handler must be done: the subscription's `timeout` after the call started, on
+    /// tokio's clock (so a paused test clock moves it too); `None` when the subscription has no
+    /// timeout. Past it the call is stopped, its future dropped: a handler that must not be cut
+    /// off between two writes checks the time left (`deadline - Instant::now()`) first.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// How many times the message was snoozed before this delivery (0 at first).
+    pub fn snoozes(&self) -> u32 {
+        self.info.snoozes
     }
 
     /// The message id.

@@ -12,6 +12,10 @@
 //! - Settlements go to one settler task that sends them to the broker in batches.
 //! - A batch handler's deliveries go, each with its permit, to a batcher task that gathers them
 //!   into the handler's batches (see `batcher`); each item then settles as above.
+//! - A subscription's `timeout` bounds each handler call (a batch handler's call): a call still
+//!   running at its deadline has its future dropped, and its messages are settled at once as
+//!   retries (dead-lettered `timeout` once their attempts are spent). So a hung handler holds
+//!   its permit, its lease and its claim (and a capped queue's slot) only until its deadline.
 //! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
 //!   whatever is still unfinished, or whose settle still fails when the timeout is over, is left
 //!   to the broker's recovery (see `settle`). Nothing is lost, and the stop is bounded.
@@ -22,6 +26,7 @@ mod meters;
 mod observing;
 mod settle;
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -283,7 +288,7 @@ impl<B: Broker> Subscription<B> {
         let started = std::time::Instant::now();
         let mut outcome = None;
         let handled = self
-            .handle(handler, delivery, &lane.opts, &mut outcome)
+            .handle(handler, delivery, lane, &mut outcome)
             .instrument(span);
         // The consumer span is the OpenTelemetry context the handler (and its publishes) run in.
         #[cfg(feature = "otel")]
@@ -354,19 +359,24 @@ impl<B: Broker> Subscription<B> {
         &self,
         handler: &dyn ErasedHandler,
         d: &Delivery<Token<B>>,
-        opts: &SubscribeOptions,
+        lane: &Lane<B>,
         outcome: &mut Option<HandlerOutcome>,
     ) -> Settlement {
-        if let Some(settlement) = self.refuse(d, opts) {
+        if let Some(settlement) = self.refuse(d, &lane.opts) {
             return settlement;
         }
         self.observe_called(d);
-        let run = AssertUnwindSafe(handler.call(&d.info, &d.payload, &self.publisher));
-        let handled = run.catch_unwind().await.unwrap_or_else(|panic| {
-            Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
-        });
+        let deadline = deadline(&lane.opts);
+        let run = AssertUnwindSafe(handler.call(&d.info, &d.payload, &self.publisher, deadline))
+            .catch_unwind()
+            .map(|handled| {
+                handled.unwrap_or_else(|panic| {
+                    Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
+                })
+            });
+        let handled = within(deadline, run, || Handled::TimedOut).await;
         *outcome = handled.decided();
-        self.settlement(&d.info, handled, opts).await
+        self.settlement(&d.info, handled, lane).await
     }
 
     /// The dead letter of a delivery that must not reach the handler: unreadable, or past
@@ -397,8 +407,9 @@ impl<B: Broker> Subscription<B> {
         &self,
         info: &DeliveryInfo,
         handled: Handled,
-        opts: &SubscribeOptions,
+        lane: &Lane<B>,
     ) -> Settlement {
+        let opts = &*lane.opts;
         match handled {
             Handled::Ack(None) => Settlement::Ack,
             Handled::Ack(Some(reply)) => match self.publish_reply(reply).await {
@@ -415,6 +426,8 @@ impl<B: Broker> Subscription<B> {
                     Settlement::Dead {
                         reason: "dropped".into(),
                     }
+                } else if let Some(delay) = outcome.snooze_delay() {
+                    snooze(info, delay, opts)
                 } else {
                     retry(info, outcome.retry_after_delay(), opts)
                 }
@@ -432,6 +445,20 @@ impl<B: Broker> Subscription<B> {
                 #[cfg(feature = "otel")]
                 crate::otel::failed(|| why.clone());
                 retry(info, None, opts)
+            }
+            Handled::TimedOut => {
+                tracing::warn!(subscription = %self.name, message_id = %info.message_id,
+                    attempt = info.attempt, timeout = ?opts.timeout,
+                    "handler still running at its deadline: stopped, the message is retried");
+                #[cfg(feature = "otel")]
+                crate::otel::failed(|| "handler timed out".to_owned());
+                lane.meters.timeouts.increment(1);
+                match retry(info, None, opts) {
+                    Settlement::Dead { .. } => Settlement::Dead {
+                        reason: "timeout".into(),
+                    },
+                    again => again,
+                }
             }
         }
     }
@@ -455,19 +482,66 @@ impl<B: Broker> Subscription<B> {
 
 /// A retry, or the dead-letter list once the attempts are used up.
 fn retry(info: &DeliveryInfo, delay: Option<Duration>, opts: &SubscribeOptions) -> Settlement {
-    if info.attempt >= opts.max_attempts {
+    again(info, delay, false, opts)
+}
+
+/// A snooze: back after `delay` with the attempt unchanged, or the dead-letter list once the
+/// message was snoozed `max_snoozes` times.
+fn snooze(info: &DeliveryInfo, delay: Duration, opts: &SubscribeOptions) -> Settlement {
+    again(info, Some(delay), true, opts)
+}
+
+/// Another delivery (a retry, or a snooze), or the dead-letter list once the limit it counts
+/// against (`max_attempts`, `max_snoozes`) is reached. A retry without a delay of its own waits
+/// the subscription's backoff.
+fn again(
+    info: &DeliveryInfo,
+    delay: Option<Duration>,
+    snooze: bool,
+    opts: &SubscribeOptions,
+) -> Settlement {
+    let (used, most, reason) = if snooze {
+        (info.snoozes, opts.max_snoozes, "snoozed-too-often")
+    } else {
+        (info.attempt, opts.max_attempts, "max-attempts")
+    };
+    if used >= most {
         tracing::warn!(
             message_id = %info.message_id,
             attempts = info.attempt,
+            snoozes = info.snoozes,
             source = %info.source,
+            reason,
             "no attempts left: to the dead-letter list"
         );
         return Settlement::Dead {
-            reason: "max-attempts".into(),
+            reason: reason.into(),
         };
     }
     let delay = delay.unwrap_or_else(|| opts.retry.delay(info.attempt));
     Settlement::Retry {
         delay: (!delay.is_zero()).then_some(delay),
+        snooze,
+    }
+}
+
+/// When a handler call starting now must be done, by the subscription's `timeout` (none when
+/// the timeout is too long for the clock to count to).
+fn deadline(opts: &SubscribeOptions) -> Option<tokio::time::Instant> {
+    opts.timeout
+        .and_then(|t| tokio::time::Instant::now().checked_add(t))
+}
+
+/// `run`'s output, or `late()` once `deadline` passed (`run` is then dropped).
+async fn within<T>(
+    deadline: Option<tokio::time::Instant>,
+    run: impl Future<Output = T>,
+    late: impl FnOnce() -> T,
+) -> T {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, run)
+            .await
+            .unwrap_or_else(|_| late()),
+        None => run.await,
     }
 }

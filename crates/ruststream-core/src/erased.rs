@@ -20,6 +20,9 @@ pub(crate) enum Handled {
     Failed(Error),
     /// The handler panicked or broke its contract (says why): the message is retried.
     Broken(String),
+    /// The handler was still running at its deadline and was stopped: the message is retried,
+    /// or dead-lettered `timeout` once its attempts are spent.
+    TimedOut,
 }
 
 impl Handled {
@@ -28,7 +31,7 @@ impl Handled {
         match self {
             Self::Ack(_) => Some(HandlerOutcome::ack()),
             Self::Outcome(o) => Some(*o),
-            Self::Failed(_) | Self::Broken(_) => None,
+            Self::Failed(_) | Self::Broken(_) | Self::TimedOut => None,
         }
     }
 }
@@ -48,13 +51,15 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
-/// A handler with its message types erased: decode, handle, encode the reply.
+/// A handler with its message types erased: decode, handle, encode the reply. `deadline` is what
+/// its context's `deadline()` says (the dispatch loop enforces it).
 pub(crate) trait ErasedHandler: Send + Sync + 'static {
     fn call<'a>(
         &'a self,
         info: &'a DeliveryInfo,
         payload: &'a [u8],
         publisher: &'a Publisher,
+        deadline: Option<tokio::time::Instant>,
     ) -> BoxFuture<'a, Handled>;
 }
 
@@ -90,5 +95,6 @@ pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
         &'a self,
         items: &'a [(&'a DeliveryInfo, &'a [u8])],
         publisher: &'a Publisher,
+        deadline: Option<tokio::time::Instant>,
     ) -> BoxFuture<'a, Vec<Handled>>;
 }

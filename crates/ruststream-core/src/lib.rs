@@ -3,7 +3,7 @@
 //! Users depend on the `ruststream` crate; this crate holds what every broker shares: the
 //! [`Handle`] trait and [`HandlerOutcome`], batch handlers ([`HandleBatch`]), the per-message
 //! [`Context`] (with job progress and results, see [`job`]), message types ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the
-//! dispatch loop (concurrency, panics, retries, graceful shutdown), [`RustStream`] apps and the
+//! dispatch loop (concurrency, panics, retries, snoozes, deadlines, graceful shutdown), [`RustStream`] apps and the
 //! AsyncAPI document.
 //! It sends no command to any server itself.
 //!
@@ -40,8 +40,8 @@ pub mod subscriber;
 pub use app::{App, AppInfo, Mount, RunningApp, RustStream};
 pub use batch::{BatchBuilder, BatchContext, BatchOutcome, HandleBatch, IntoBatchOutcome};
 pub use broker::{
-    Broker, BrokerSource, ChannelDoc, Delivery, Receiver, Retries, Settler, Source,
-    SubscribeOptions,
+    Broker, BrokerSource, ChannelDoc, DEFAULT_MAX_SNOOZES, Delivery, Receiver, Retries, Settler,
+    Source, SubscribeOptions,
 };
 pub use context::{Context, DeliveryInfo};
 pub use durable::Durability;

@@ -13,7 +13,13 @@ use std::time::Duration;
 /// | [`ack`](Self::ack) | removed | (already gone) |
 /// | [`retry`](Self::retry) | back on the queue after the subscription's backoff, attempt + 1 | (already gone) |
 /// | [`retry_after`](Self::retry_after) | back on the queue after the given delay, attempt + 1 | (already gone) |
+/// | [`snooze`](Self::snooze) | back on the queue after the given delay, attempt unchanged, snoozes + 1; past the source's `max_snoozes`, to the dead-letter list with reason `snoozed-too-often` | (already gone) |
 /// | [`drop`](Self::drop) | removed, to the dead-letter list with reason `dropped` | (already gone) |
+///
+/// A handler still running at the subscription's `timeout` is stopped (its future dropped) and
+/// its message settled as a [`retry`](Self::retry); once its attempts are spent, it goes to the
+/// dead-letter list with reason `timeout`. On a source that cannot redeliver (Pub/Sub), a retry
+/// or snooze goes to the dead-letter list with that source's reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct HandlerOutcome(Outcome);
 
@@ -22,6 +28,7 @@ enum Outcome {
     Ack,
     Retry,
     RetryAfter(Duration),
+    Snooze(Duration),
     Drop,
 }
 
@@ -42,6 +49,15 @@ impl HandlerOutcome {
     #[must_use]
     pub const fn retry_after(delay: Duration) -> Self {
         Self(Outcome::RetryAfter(delay))
+    }
+
+    /// Not now, and not a failure: deliver again once `delay` has passed, without spending an
+    /// attempt (the next delivery has the same [`attempt`](crate::Context::attempt), and
+    /// [`snoozes`](crate::Context::snoozes) one more). A message snoozed more than its source's
+    /// `max_snoozes` goes to the dead-letter list with reason `snoozed-too-often`.
+    #[must_use]
+    pub const fn snooze(delay: Duration) -> Self {
+        Self(Outcome::Snooze(delay))
     }
 
     /// The message must not be handled again: remove it (to the dead-letter list, when there is one).
@@ -73,6 +89,21 @@ impl HandlerOutcome {
         }
     }
 
+    /// Whether this outcome is a [`snooze`](Self::snooze).
+    #[must_use]
+    pub const fn is_snooze(&self) -> bool {
+        matches!(self.0, Outcome::Snooze(_))
+    }
+
+    /// The delay [`snooze`](Self::snooze) asked for; `None` for every other outcome.
+    #[must_use]
+    pub const fn snooze_delay(&self) -> Option<Duration> {
+        match self.0 {
+            Outcome::Snooze(d) => Some(d),
+            _ => None,
+        }
+    }
+
     /// Whether this outcome drops the message.
     #[must_use]
     pub const fn is_drop(&self) -> bool {
@@ -86,6 +117,7 @@ impl std::fmt::Display for HandlerOutcome {
             Outcome::Ack => f.write_str("ack"),
             Outcome::Retry => f.write_str("retry"),
             Outcome::RetryAfter(d) => write!(f, "retry_after({d:?})"),
+            Outcome::Snooze(d) => write!(f, "snooze({d:?})"),
             Outcome::Drop => f.write_str("drop"),
         }
     }
@@ -99,14 +131,18 @@ impl std::fmt::Display for HandlerOutcome {
 pub enum Settlement {
     /// Remove the message: it was handled.
     Ack,
-    /// Put the message back for another attempt (attempt + 1), after `delay` when there is one.
+    /// Put the message back for another delivery, after `delay` when there is one: attempt + 1,
+    /// or for a snooze, attempt unchanged and snoozes + 1.
     Retry {
-        /// How long to wait before the next attempt; `None` puts it back on the queue at once.
+        /// How long to wait before the next delivery; `None` puts it back on the queue at once.
         delay: Option<Duration>,
+        /// A snooze: the next delivery keeps the attempt and counts one more snooze.
+        snooze: bool,
     },
     /// Remove the message without handling it; keep it in the dead-letter list when there is one.
     Dead {
-        /// Why: `dropped`, `max-attempts`, `decode: <error>`, ... (stored as a header).
+        /// Why: `dropped`, `max-attempts`, `timeout`, `snoozed-too-often`, `decode: <error>`, ...
+        /// (stored as a header).
         reason: String,
     },
 }

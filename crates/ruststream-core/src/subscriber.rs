@@ -24,13 +24,14 @@ impl<H: Handle<In, ()>, In: MessageType> ErasedHandler for Typed<H, In, ()> {
         info: &'a DeliveryInfo,
         payload: &'a [u8],
         publisher: &'a Publisher,
+        deadline: Option<tokio::time::Instant>,
     ) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
             let msg = match In::decode(payload) {
                 Ok(m) => m,
                 Err(e) => return Handled::Failed(e),
             };
-            let mut ctx = Context::new(info, publisher);
+            let mut ctx = Context::new(info, publisher).with_deadline(deadline);
             match self.handler.handle(&msg, &(), &mut ctx).await {
                 Ok(()) => Handled::Ack(None),
                 Err(outcome) => Handled::Outcome(outcome),
@@ -48,13 +49,14 @@ impl<H: Handle<In, Out>, In: MessageType, Out: MessageType> ErasedHandler for Re
         info: &'a DeliveryInfo,
         payload: &'a [u8],
         publisher: &'a Publisher,
+        deadline: Option<tokio::time::Instant>,
     ) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
             let msg = match In::decode(payload) {
                 Ok(m) => m,
                 Err(e) => return Handled::Failed(e),
             };
-            let mut ctx = Context::new(info, publisher);
+            let mut ctx = Context::new(info, publisher).with_deadline(deadline);
             let out = match self.0.handler.handle(&msg, &(), &mut ctx).await {
                 Ok(out) => out,
                 Err(outcome) => return Handled::Outcome(outcome),

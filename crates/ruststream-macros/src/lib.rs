@@ -52,6 +52,9 @@ mod subscriber;
 /// - The source is written `Type::ctor(..)` followed by builder methods; `Type` names the broker.
 /// - Options after the source: `reply` (publish the return value to its type's outgoing name) or
 ///   `reply("key")` (publish it to `key`).
+/// - `timeout = d` (a `std::time::Duration` expression, e.g. `timeout = Duration::from_secs(30)`)
+///   bounds each call: it is the source's `.timeout(d)`, so past it the call is stopped and the
+///   message retried (dead-lettered `timeout` once its attempts are spent).
 /// - The function takes the message as `&T` and optionally `ctx: &mut Context<'_>`, and returns
 ///   `HandlerOutcome`, `()`, `Result<(), E>`, `Result<HandlerOutcome, E>`, or with `reply` the
 ///   reply type or `Result<Reply, E>`.

@@ -1,5 +1,6 @@
 //! `#[subscriber(SOURCE, reply(..))]` on an `async fn`, or `#[subscriber(SOURCE, batch = n,
-//! max_wait = d)]` on an `async fn` taking `&[T]`.
+//! max_wait = d)]` on an `async fn` taking `&[T]`; either may add `timeout = d` (a
+//! `std::time::Duration` expression, like `max_wait`), which becomes the source's `.timeout(d)`.
 //!
 //! Expands to a unit struct named like the function that implements `Handle` (the function itself
 //! becomes an associated `async fn`, its result converted with `IntoHandlerResult`) and
@@ -84,7 +85,21 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         None => handle_impl(&args, &parts),
     };
 
-    let source = &args.source;
+    let source = match &args.timeout {
+        // The type ascription makes a value that is not a `Duration` an error at the value.
+        Some((_, d)) => {
+            let d = quote_spanned! {d.span()=> {
+                let timeout: ::std::time::Duration = #d;
+                timeout
+            }};
+            let source = &args.source;
+            quote!((#source).timeout(#d))
+        }
+        None => {
+            let source = &args.source;
+            quote!(#source)
+        }
+    };
     let broker = quote_spanned! {source_ty.span()=>
         <#source_ty as ::ruststream::Source>::Broker
     };

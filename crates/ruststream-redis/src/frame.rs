@@ -22,6 +22,11 @@ pub const MAGIC: &[u8; 4] = b"\0rs1";
 /// The header a dead letter's reason is stored under.
 pub const REASON_HEADER: &str = "reason";
 
+/// The header a snoozed message's snooze count is stored under (absent: never snoozed). It rides
+/// with the message through retries, delays and dead letters (a stream entry's field of the same
+/// name); the handler sees it as `ctx.snoozes()`, not among the headers.
+pub const SNOOZES_HEADER: &str = "rs.snoozes";
+
 /// The frame as the scripts read it (`bump`, `frame_fields`), prepended to those that need it.
 pub(crate) const LUA: &str = include_str!("frame.lua");
 
@@ -106,6 +111,15 @@ impl Frame {
             headers: Headers::new(),
             payload,
         }
+    }
+
+    /// How many times the message was snoozed: its [`SNOOZES_HEADER`], 0 without one (or one
+    /// that is not a number).
+    pub fn snoozes(&self) -> u32 {
+        self.headers
+            .get(SNOOZES_HEADER)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
     }
 
     /// The attempt of a value with the frame's layout; 1 for anything else.

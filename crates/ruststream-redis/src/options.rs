@@ -60,6 +60,13 @@ impl SourceOptions {
                 "{what}: max_attempts must be at least 1"
             )));
         }
+        if self.core.timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::config(format!(
+                "{what}: timeout must be longer than zero (every handler would be stopped at once); \
+                 give the longest a handler may run, e.g. `.timeout(Duration::from_secs(30))`, \
+                 or leave it unset for no limit"
+            )));
+        }
         if self.block.is_zero() {
             return Err(Error::config(format!(
                 "{what}: block must be longer than zero (it would block forever)"
@@ -177,6 +184,16 @@ macro_rules! source_setters {
                 self.options.core.concurrency = n;
                 self
             }
+
+            /// How long one handler call may run (default: no limit). Past it the call is
+            /// stopped (its future dropped, which releases its permit and ends its lease) and
+            /// the message is settled as a retry, after the subscription's backoff; once its
+            /// attempts are spent, it goes to the dead-letter list with reason `timeout`. The
+            /// handler reads its deadline with `ctx.deadline()`. Zero is refused at startup.
+            pub fn timeout(mut self, timeout: ::std::time::Duration) -> Self {
+                self.options.core.timeout = Some(timeout);
+                self
+            }
         }
     };
     (queue: $ty:ty) => {
@@ -186,6 +203,14 @@ macro_rules! source_setters {
             /// Deliveries a message gets before it goes to the dead-letter list (default 10).
             pub fn max_attempts(mut self, n: u32) -> Self {
                 self.options.core.max_attempts = n;
+                self
+            }
+
+            /// Most snoozes (`HandlerOutcome::snooze`) a message gets (default 25): the one
+            /// after goes to the dead-letter list with reason `snoozed-too-often`. A snooze
+            /// spends no attempt, so this bounds how long a message can be put off.
+            pub fn max_snoozes(mut self, n: u32) -> Self {
+                self.options.core.max_snoozes = n;
                 self
             }
 

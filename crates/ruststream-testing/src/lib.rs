@@ -11,7 +11,8 @@
 //!   hands every command to the model, and the broker's real Lua scripts, as fred sends them,
 //!   run on an embedded Lua 5.1 (the version Redis embeds) with Redis's scripting environment.
 //! - Under `#[tokio::test(start_paused = true)]`, [`TestApp::advance`] moves the clock that claim
-//!   scores, `min_idle`, delays, retry backoff and TTLs read, then lets the app settle.
+//!   scores, `min_idle`, delays, retry backoff, snoozes, handler deadlines (`.timeout(d)`) and
+//!   TTLs read, then lets the app settle.
 //! - `tb.broker::<RedisBroker>()` publishes ([`TestBroker::message`]) and asserts on subscribers
 //!   ([`TestBroker::subscriber`]) and on what was published ([`TestBroker::published`]).
 //!

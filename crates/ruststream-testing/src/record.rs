@@ -72,8 +72,18 @@ impl fmt::Display for Call {
 fn settlement(s: &Settlement) -> String {
     match s {
         Settlement::Ack => "ack".to_owned(),
-        Settlement::Retry { delay: None } => "retry".to_owned(),
-        Settlement::Retry { delay: Some(d) } => format!("retry after {d:?}"),
+        Settlement::Retry {
+            delay: None,
+            snooze: false,
+        } => "retry".to_owned(),
+        Settlement::Retry {
+            delay: Some(d),
+            snooze: false,
+        } => format!("retry after {d:?}"),
+        Settlement::Retry {
+            delay,
+            snooze: true,
+        } => format!("snooze for {:?}", delay.unwrap_or_default()),
         Settlement::Dead { reason } => format!("dead ({reason})"),
     }
 }

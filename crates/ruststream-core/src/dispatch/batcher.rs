@@ -3,6 +3,9 @@
 //! the first of them, and runs the batch handler on it in a task of its own; every item is then
 //! settled on its own, by the path of a single message. Sends no command itself.
 //!
+//! The subscription's `timeout` bounds the batch handler's call: past it every item is settled
+//! as a retry (dead-lettered `timeout` once its attempts are spent).
+//!
 //! The reader's `receive` is never raced against the batch timer: only the batcher's channel
 //! receive is, and that is cancel-safe (a claimed message is never dropped by a timeout).
 
@@ -17,7 +20,7 @@ use tracing::Instrument;
 
 use super::{Held, Lane, Subscription};
 use crate::erased::{BatchOptions, ErasedBatchHandler, Handled, panic_message};
-use crate::{Broker, DeliveryInfo, HandlerOutcome, Settlement, SubscribeOptions};
+use crate::{Broker, DeliveryInfo, HandlerOutcome, Settlement};
 
 impl<B: Broker> Subscription<B> {
     /// Gathers deliveries into batches and runs them, several at once when the permits allow,
@@ -94,12 +97,17 @@ impl<B: Broker> Subscription<B> {
         let handled = if items.is_empty() {
             Vec::new()
         } else {
-            let run = AssertUnwindSafe(handler.call(&items, &self.publisher));
-            let handled = run.catch_unwind().instrument(span).await;
-            handled.unwrap_or_else(|panic| {
-                let why = format!("handler panicked: {}", panic_message(&*panic));
-                items.iter().map(|_| Handled::Broken(why.clone())).collect()
-            })
+            let deadline = super::deadline(&lane.opts);
+            let run = AssertUnwindSafe(handler.call(&items, &self.publisher, deadline))
+                .catch_unwind()
+                .map(|handled| {
+                    handled.unwrap_or_else(|panic| {
+                        let why = format!("handler panicked: {}", panic_message(&*panic));
+                        items.iter().map(|_| Handled::Broken(why.clone())).collect()
+                    })
+                });
+            let late = || items.iter().map(|_| Handled::TimedOut).collect();
+            super::within(deadline, run, late).instrument(span).await
         }
         .into_iter();
         drop(items);
@@ -108,7 +116,7 @@ impl<B: Broker> Subscription<B> {
                 &batch,
                 refused,
                 handled,
-                &lane.opts,
+                &lane,
                 #[cfg(feature = "otel")]
                 &consumers,
             )
@@ -140,7 +148,7 @@ impl<B: Broker> Subscription<B> {
         batch: &[Held<B>],
         refused: Vec<Option<Settlement>>,
         mut handled: impl Iterator<Item = Handled>,
-        opts: &SubscribeOptions,
+        lane: &Lane<B>,
         #[cfg(feature = "otel")] consumers: &[crate::otel::Consumer],
     ) -> Vec<(Option<HandlerOutcome>, Settlement)> {
         let mut decided = Vec::with_capacity(batch.len());
@@ -156,7 +164,7 @@ impl<B: Broker> Subscription<B> {
                         .next()
                         .unwrap_or_else(|| Handled::Broken("no outcome".into()));
                     let outcome = h.decided();
-                    let settle = self.settlement(&d.info, h, opts);
+                    let settle = self.settlement(&d.info, h, lane);
                     // The item's span is the one a failure marks.
                     #[cfg(feature = "otel")]
                     let settle = opentelemetry::context::FutureExt::with_context(settle, span);

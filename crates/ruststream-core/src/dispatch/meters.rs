@@ -1,5 +1,6 @@
 //! The metrics of one subscription (`ruststream_handled_total`, `ruststream_in_flight`,
-//! `ruststream_handler_duration_seconds`, `ruststream_dead_lettered_total`), registered once so
+//! `ruststream_handler_duration_seconds`, `ruststream_dead_lettered_total`,
+//! `ruststream_timeouts_total`), registered once so
 //! the hot path only increments. Sends no command.
 
 use metrics::{Counter, Gauge, Histogram};
@@ -14,13 +15,17 @@ pub(super) struct Meters {
     dead: Counter,
     pub(super) duration: Histogram,
     pub(super) in_flight: Gauge,
+    /// `ruststream_timeouts_total`: messages whose handler call was stopped at its deadline.
+    pub(super) timeouts: Counter,
     /// `ruststream_dead_lettered_total` of this subscription, one per [`REASONS`] label.
     dead_lettered: [Counter; REASONS.len()],
 }
 
 /// The bounded labels of a dead-letter reason; `decode: <error>` counts as `decode`.
-const REASONS: [&str; 5] = [
+const REASONS: [&str; 7] = [
     "max-attempts",
+    "timeout",
+    "snoozed-too-often",
     "dropped",
     "decode",
     "no-redelivery",
@@ -37,6 +42,7 @@ impl Meters {
             dead: handled("dead"),
             duration: metrics::histogram!("ruststream_handler_duration_seconds", "subscription" => subscription.to_owned()),
             in_flight: metrics::gauge!("ruststream_in_flight", "subscription" => subscription.to_owned()),
+            timeouts: metrics::counter!("ruststream_timeouts_total", "subscription" => subscription.to_owned()),
             dead_lettered: REASONS.map(|reason| metrics::counter!("ruststream_dead_lettered_total", "subscription" => subscription.to_owned(), "reason" => reason)),
         }
     }

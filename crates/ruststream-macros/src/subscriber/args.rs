@@ -1,5 +1,5 @@
 //! The arguments of `#[subscriber(..)]`: the source, then `reply`/`reply("key")`, or `batch = n`
-//! and `max_wait = d`.
+//! and `max_wait = d`; and `timeout = d` with either.
 
 use syn::parse::{Parse, ParseStream};
 use syn::{Error, Expr, Ident, Token};
@@ -12,6 +12,8 @@ pub(super) struct Args {
     pub(super) batch: Option<(Ident, Expr)>,
     /// `max_wait = d`: the keyword and the duration.
     pub(super) max_wait: Option<(Ident, Expr)>,
+    /// `timeout = d`: the keyword and the duration (the source's `.timeout(d)`).
+    pub(super) timeout: Option<(Ident, Expr)>,
 }
 
 /// `reply` or `reply("key")`.
@@ -20,7 +22,7 @@ pub(super) struct Reply {
     pub(super) to: Option<Expr>,
 }
 
-const OPTIONS_HELP: &str = "after the source, #[subscriber] takes only `reply` (publish the return value to its type's outgoing name), `reply(\"key\")`, or `batch = n` with an optional `max_wait = duration` (for an `async fn` taking `&[T]`); configure the source with its own methods, e.g. `RedisList::new(\"jobs\").concurrency(8)`";
+const OPTIONS_HELP: &str = "after the source, #[subscriber] takes only `reply` (publish the return value to its type's outgoing name), `reply(\"key\")`, or `batch = n` with an optional `max_wait = duration` (for an `async fn` taking `&[T]`), and `timeout = duration` (how long one call may run, e.g. `timeout = Duration::from_secs(30)`); configure the source with its own methods, e.g. `RedisList::new(\"jobs\").concurrency(8)`";
 
 impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
@@ -32,6 +34,7 @@ impl Parse for Args {
         let mut reply: Option<Reply> = None;
         let mut batch = None;
         let mut max_wait = None;
+        let mut timeout = None;
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
@@ -40,11 +43,13 @@ impl Parse for Args {
             let keyword: Ident = input
                 .parse()
                 .map_err(|e| Error::new(e.span(), OPTIONS_HELP))?;
-            if keyword == "batch" || keyword == "max_wait" {
+            if keyword == "batch" || keyword == "max_wait" || keyword == "timeout" {
                 let slot = if keyword == "batch" {
                     &mut batch
-                } else {
+                } else if keyword == "max_wait" {
                     &mut max_wait
+                } else {
+                    &mut timeout
                 };
                 *slot = Some(assigned(input, keyword, slot.is_some())?);
                 continue;
@@ -102,6 +107,7 @@ impl Parse for Args {
             reply,
             batch,
             max_wait,
+            timeout,
         })
     }
 }

@@ -174,13 +174,19 @@ impl ReliableSettle {
                         frame: t.dead_frame(reason),
                         bound: self.bound,
                     },
-                    Settlement::Retry { delay: None } => Op::Retry {
-                        frame: t.retry_frame(),
+                    Settlement::Retry {
+                        delay: None,
+                        snooze,
+                    } => Op::Retry {
+                        frame: t.retry_frame(*snooze),
                     },
-                    Settlement::Retry { delay: Some(d) } => {
+                    Settlement::Retry {
+                        delay: Some(d),
+                        snooze,
+                    } => {
                         earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
                         Op::Later {
-                            frame: t.retry_frame(),
+                            frame: t.retry_frame(*snooze),
                             after: *d,
                             id: t.frame.id.clone(),
                         }

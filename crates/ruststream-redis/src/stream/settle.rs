@@ -136,7 +136,7 @@ impl StreamSettle {
         let mut earliest: Option<Duration> = None;
         for (t, s) in batch {
             let unfit = match s {
-                Settlement::Retry { delay: None } => unfit(t),
+                Settlement::Retry { delay: None, .. } => unfit(t),
                 _ => None,
             };
             let dead = match (s, &unfit) {
@@ -154,16 +154,28 @@ impl StreamSettle {
                     acks.push(Value::Bytes(t.raw.clone()));
                     continue;
                 }
-                (Settlement::Retry { delay: Some(d) }, None) => {
+                (
+                    Settlement::Retry {
+                        delay: Some(d),
+                        snooze,
+                    },
+                    None,
+                ) => {
                     earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
                     Op::Later {
-                        frame: t.retry_frame(),
+                        frame: t.retry_frame(*snooze),
                         after: *d,
                         id: t.frame.id.clone(),
                     }
                 }
-                (Settlement::Retry { delay: None }, None) => Op::Retry {
-                    frame: t.retry_frame(),
+                (
+                    Settlement::Retry {
+                        delay: None,
+                        snooze,
+                    },
+                    None,
+                ) => Op::Retry {
+                    frame: t.retry_frame(*snooze),
                 },
                 _ => {
                     acks.push(Value::Bytes(t.raw.clone()));

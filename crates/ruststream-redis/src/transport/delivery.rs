@@ -14,13 +14,13 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
     if frame.id.is_empty() {
         frame.id = crate::frame::new_id();
     }
+    // The snooze count is the library's, not a user header: the handler reads `ctx.snoozes()`.
+    let mut headers = frame.headers.clone();
+    headers.remove(crate::frame::SNOOZES_HEADER);
+    let mut info = DeliveryInfo::new(frame.id.clone(), frame.attempt, source, headers);
+    info.snoozes = frame.snoozes();
     Delivery {
-        info: DeliveryInfo::new(
-            frame.id.clone(),
-            frame.attempt,
-            source,
-            frame.headers.clone(),
-        ),
+        info,
         payload: frame.payload.clone(),
         token: Token {
             raw,

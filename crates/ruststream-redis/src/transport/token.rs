@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 
-use crate::frame::{Frame, encode_parts};
+use crate::frame::{Frame, SNOOZES_HEADER, encode_parts};
 
 /// What a settle needs of one delivered entry.
 #[derive(Debug, Clone)]
@@ -33,13 +33,90 @@ impl Token {
         )
     }
 
-    /// The frame of the entry's next delivery: its attempt raised by one.
-    pub(crate) fn retry_frame(&self) -> Bytes {
+    /// The frame of the entry's next delivery: its attempt raised by one, or for a snooze, its
+    /// attempt unchanged and its snooze count ([`SNOOZES_HEADER`]) raised by one.
+    pub(crate) fn retry_frame(&self, snooze: bool) -> Bytes {
+        if !snooze {
+            return encode_parts(
+                &self.frame.id,
+                self.frame.attempt.saturating_add(1),
+                &self.frame.headers,
+                &self.frame.payload,
+            );
+        }
+        let mut headers = self.frame.headers.clone();
+        let snoozes = self.frame.snoozes().saturating_add(1);
+        headers.insert(SNOOZES_HEADER.to_owned(), snoozes.to_string());
         encode_parts(
             &self.frame.id,
-            self.frame.attempt.saturating_add(1),
-            &self.frame.headers,
+            self.frame.attempt,
+            &headers,
             &self.frame.payload,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::delivery::delivery;
+
+    fn token(attempt: u32, snoozes: Option<&str>) -> Token {
+        let mut headers = ruststream_core::Headers::new();
+        headers.insert("tenant".into(), "acme".into());
+        if let Some(n) = snoozes {
+            headers.insert(SNOOZES_HEADER.into(), n.into());
+        }
+        let frame = Frame {
+            id: "m".into(),
+            attempt,
+            headers,
+            payload: Bytes::from_static(b"{}"),
+        };
+        delivery("jobs".into(), frame.encode(), frame).token
+    }
+
+    #[test]
+    fn a_snooze_keeps_the_attempt_and_counts_one_more() {
+        let snoozed = Frame::decode(token(3, Some("4")).retry_frame(true));
+        assert_eq!((snoozed.attempt, snoozed.snoozes()), (3, 5));
+        assert_eq!(
+            snoozed.headers.get("tenant").map(String::as_str),
+            Some("acme")
+        );
+        let first = Frame::decode(token(1, None).retry_frame(true));
+        assert_eq!((first.attempt, first.snoozes()), (1, 1));
+        let retried = Frame::decode(token(3, Some("4")).retry_frame(false));
+        assert_eq!(
+            (retried.attempt, retried.snoozes()),
+            (4, 4),
+            "a retry keeps the count"
+        );
+        let garbled = Frame::decode(token(2, Some("many")).retry_frame(true));
+        assert_eq!(
+            garbled.snoozes(),
+            1,
+            "a count that is not a number counts as 0"
+        );
+    }
+
+    #[test]
+    fn the_count_is_the_deliverys_not_a_user_header() {
+        let mut headers = ruststream_core::Headers::new();
+        headers.insert(SNOOZES_HEADER.into(), "2".into());
+        let frame = Frame {
+            id: "m".into(),
+            attempt: 1,
+            headers,
+            payload: Bytes::new(),
+        };
+        let d = delivery("jobs".into(), frame.encode(), frame);
+        assert_eq!(d.info.snoozes, 2);
+        assert!(d.info.headers.is_empty(), "{:?}", d.info.headers);
+        assert_eq!(
+            d.token.frame.snoozes(),
+            2,
+            "the token keeps it for the next frame"
+        );
     }
 }

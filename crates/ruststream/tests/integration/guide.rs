@@ -9,6 +9,8 @@
 mod batch;
 #[path = "guide/consumer_groups.rs"]
 mod consumer_groups;
+#[path = "guide/deadlines.rs"]
+mod deadlines;
 #[path = "guide/jobs.rs"]
 mod jobs;
 #[path = "guide/partitions.rs"]

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use ruststream::prelude::*;
@@ -245,6 +246,16 @@ async fn announce_to(job: &Job) -> Rendered {
     }
 }
 
+/// Hangs on an image named `hang`: its timeout stops it.
+#[subscriber(RedisList::new("{timed}").reliable().max_attempts(1), timeout = Duration::from_millis(250))]
+async fn timed(job: &Job, ctx: &mut Context<'_>) -> HandlerOutcome {
+    assert!(ctx.deadline().is_some(), "the timeout gives a deadline");
+    if job.image == "hang" {
+        std::future::pending::<()>().await;
+    }
+    HandlerOutcome::ack()
+}
+
 // A `#[cfg]` after the attribute removes everything generated, not only the function.
 #[subscriber(RedisList::new("never"))]
 #[cfg(any())]
@@ -320,6 +331,52 @@ fn subscribers_are_built_like_hand_written_ones() {
 
     let s = announce_to.into_subscriber();
     assert_eq!(s.reply_to(), Some("{rendered}"));
+}
+
+#[test]
+fn a_timeout_is_the_sources() {
+    let s = timed.into_subscriber();
+    let expected = RedisList::new("{timed}")
+        .reliable()
+        .max_attempts(1)
+        .timeout(Duration::from_millis(250));
+    assert_eq!(s.source(), &expected.into_source());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_stops_the_handler() -> ruststream::Result<()> {
+    let app = RustStream::new(AppInfo::new("t", "1")).with_broker(
+        RedisBroker::standalone("redis://localhost:6379").prefix("m:"),
+        |b| {
+            b.include(timed);
+        },
+    );
+    let tb = ruststream::testing::TestApp::start(app).await?;
+    for image in ["hang", "a.png"] {
+        tb.broker::<RedisBroker>()
+            .message(&job(image))
+            .to("{timed}")
+            .publish()
+            .await?;
+    }
+    tb.advance(Duration::from_secs(1)).await?;
+    let calls = tb.broker::<RedisBroker>().subscriber("{timed}");
+    let settled: Vec<_> = calls
+        .assert_called(2)
+        .calls()
+        .iter()
+        .map(|c| c.settlement.clone())
+        .collect();
+    assert_eq!(
+        settled,
+        [
+            Some(ruststream::Settlement::Dead {
+                reason: "timeout".into()
+            }),
+            Some(ruststream::Settlement::Ack)
+        ]
+    );
+    tb.shutdown().await
 }
 
 #[test]
