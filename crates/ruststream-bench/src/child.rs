@@ -120,6 +120,9 @@ const BATCH_WAIT: Duration = Duration::from_millis(5);
 /// The `cap` scenario's `max_in_flight`: far above the `2 × concurrency` one consumer holds.
 const CAP: u32 = 100_000;
 
+/// The `deadline` scenario's timeout: far longer than any handler call of the benchmark.
+const DEADLINE: Duration = Duration::from_secs(60);
+
 /// The broker on the target, as a scenario's configuration sets it.
 pub fn broker(target: &Target, prefix: &str, tuning: &Tuning) -> RedisBroker {
     let broker = if target.cluster.is_empty() {
@@ -206,6 +209,17 @@ fn subscription(
                     .reliable()
                     .no_recovery()
                     .max_in_flight(CAP),
+            ),
+            handler,
+        )
+        .build::<Msg>(),
+        // A timer per handler call that never fires.
+        Scenario::Deadline => subscriber(
+            list(
+                RedisList::new(key)
+                    .reliable()
+                    .no_recovery()
+                    .timeout(DEADLINE),
             ),
             handler,
         )

@@ -84,10 +84,12 @@ pub enum Scenario {
     Priorities,
     /// `Reliable` with a concurrency cap across workers that never holds back: the cap's cost.
     Cap,
+    /// `Reliable` with a deadline on every handler call that never passes: the deadline's cost.
+    Deadline,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
@@ -102,6 +104,7 @@ impl Scenario {
         Self::RateLimitKey,
         Self::Priorities,
         Self::Cap,
+        Self::Deadline,
     ];
 
     pub fn name(self) -> &'static str {
@@ -120,6 +123,7 @@ impl Scenario {
             Self::RateLimitKey => "rate-limit-key",
             Self::Priorities => "priorities",
             Self::Cap => "cap",
+            Self::Deadline => "deadline",
         }
     }
 

@@ -62,7 +62,7 @@ const DELAYED_AHEAD: Duration = Duration::from_millis(100);
 )]
 struct Cli {
     /// all, publish (both forms), publish-batch, publish-single, simple, reliable, recovery,
-    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key, priorities.
+    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key, priorities, cap, deadline.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Messages per scenario.
@@ -582,6 +582,7 @@ async fn scenario(
         | Scenario::Reliable
         | Scenario::Priorities
         | Scenario::Cap
+        | Scenario::Deadline
         | Scenario::Recovery
         | Scenario::Batch
         | Scenario::Stream
@@ -672,6 +673,7 @@ async fn queue(
             | Scenario::RateLimit
             | Scenario::RateLimitKey
             | Scenario::Cap
+            | Scenario::Deadline
             | Scenario::Priorities => raw::reliable(&ctx.raw, &raw_key, n, b, false).await?,
             Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
             _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,

@@ -332,7 +332,7 @@ impl<B: Broker> Subscription<B> {
                 }
                 Retries::Ignored => {
                     tracing::warn!(subscription = %self.name, message_id = %delivery.info.message_id,
-                        outcome = %outcome.map_or_else(|| "retry (panic)".to_owned(), |o| o.to_string()),
+                        outcome = %outcome.map_or_else(|| "retry (panic or timeout)".to_owned(), |o| o.to_string()),
                         "this source popped the message before its handler ran: the retry is ignored and the message is gone (use a reliable list to retry)");
                     meters.ignored.increment(1);
                 }

@@ -6,7 +6,8 @@
 //!   their blocking wait, on a simple list, a reliable list and a stream; `resume` lets it
 //!   through.
 //! - The matrix: every pair of priorities, rate limit, per-key limit, partitions, pause, batch
-//!   handler, delays, recovery after a killed claim and a concurrency cap runs on one queue,
+//!   handler, delays, recovery after a killed claim, a concurrency cap, a deadline (some first
+//!   calls hang until it) and snoozes runs on one queue,
 //!   asserting every message handled exactly once and nothing left queued or claimed (with the
 //!   cap, also that no more than it ran at once); the pairs not supported are refused at
 //!   startup, saying why.
@@ -61,14 +62,35 @@ struct Tally {
     running: Arc<AtomicUsize>,
     peak: Arc<AtomicUsize>,
     linger: Duration,
+    /// [`Deadline`]: every fifth job's first call hangs until its deadline.
+    hang: bool,
+    /// [`Snooze`]: every third job snoozes once.
+    snooze: bool,
 }
 
 impl Tally {
-    fn lingering(linger: Duration) -> Self {
+    /// The tally of `pair`'s handlers.
+    fn of(pair: &[Feature]) -> Self {
         Self {
-            linger,
+            linger: if pair.contains(&Cap) {
+                Duration::from_millis(20)
+            } else {
+                Duration::ZERO
+            },
+            hang: pair.contains(&Deadline),
+            snooze: pair.contains(&Snooze),
             ..Self::default()
         }
+    }
+
+    /// Whether job `n`'s call hangs, on attempt `attempt`.
+    fn hangs(&self, n: u32, attempt: u32) -> bool {
+        self.hang && n % 5 == 1 && attempt == 1
+    }
+
+    /// Whether job `n` snoozes, snoozed `snoozes` times before.
+    fn snoozes(&self, n: u32, snoozes: u32) -> bool {
+        self.snooze && n % 3 == 2 && snoozes == 0
     }
 
     fn add(&self, n: u32) {
@@ -104,7 +126,13 @@ impl Tally {
 }
 
 impl Handle<Job> for Tally {
-    async fn handle(&self, m: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    async fn handle(&self, m: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        if self.hangs(m.n, ctx.attempt()) {
+            std::future::pending::<()>().await;
+        }
+        if self.snoozes(m.n, ctx.snoozes()) {
+            return Err(HandlerOutcome::snooze(SNOOZE));
+        }
         self.run(1).await;
         self.add(m.n);
         Ok(())
@@ -112,12 +140,29 @@ impl Handle<Job> for Tally {
 }
 
 impl HandleBatch<Job> for Tally {
-    async fn handle_batch(&self, jobs: &[Job], _: &mut BatchContext<'_>) -> BatchOutcome {
-        self.run(jobs.len()).await;
-        for j in jobs {
-            self.add(j.n);
+    async fn handle_batch(&self, jobs: &[Job], ctx: &mut BatchContext<'_>) -> BatchOutcome {
+        let infos: Vec<_> = ctx.infos().collect();
+        if jobs
+            .iter()
+            .zip(&infos)
+            .any(|(j, i)| self.hangs(j.n, i.attempt))
+        {
+            std::future::pending::<()>().await;
         }
-        BatchOutcome::ack()
+        self.run(jobs.len()).await;
+        let outcomes = jobs
+            .iter()
+            .zip(&infos)
+            .map(|(j, i)| {
+                if self.snoozes(j.n, i.snoozes) {
+                    HandlerOutcome::snooze(SNOOZE)
+                } else {
+                    self.add(j.n);
+                    HandlerOutcome::ack()
+                }
+            })
+            .collect();
+        BatchOutcome::each(outcomes)
     }
 }
 
@@ -230,13 +275,23 @@ enum Feature {
     Recovery,
     /// `.max_in_flight(CAP)`, each handler taking 20 ms: at most `CAP` run at once.
     Cap,
+    /// `.timeout(TIMEOUT)`; every fifth job's first call hangs until it (then is retried).
+    Deadline,
+    /// Every third job snoozes once for [`SNOOZE`].
+    Snooze,
 }
 
 use Feature::*;
 
-const FEATURES: [Feature; 9] = [
-    Priorities, Rate, KeyRate, Partitions, Pause, Batch, Delays, Recovery, Cap,
+const FEATURES: [Feature; 11] = [
+    Priorities, Rate, KeyRate, Partitions, Pause, Batch, Delays, Recovery, Cap, Deadline, Snooze,
 ];
+
+/// The deadline of [`Deadline`].
+const TIMEOUT: Duration = Duration::from_millis(150);
+
+/// A snooze of [`Snooze`].
+const SNOOZE: Duration = Duration::from_millis(100);
 
 /// The cap of [`Cap`]: the 4 claims [`Recovery`]'s dying app holds fill it.
 const CAP: u32 = 4;
@@ -296,7 +351,8 @@ fn source(name: &str, pair: &[Feature]) -> RedisList {
             KeyRate => list.rate_limit_by("customer", 5, Duration::from_millis(100)),
             Partitions => list.partitions(2),
             Cap => list.max_in_flight(CAP),
-            Pause | Batch | Delays | Recovery => list,
+            Deadline => list.timeout(TIMEOUT),
+            Pause | Batch | Delays | Recovery | Snooze => list,
         };
     }
     list
@@ -306,11 +362,7 @@ fn source(name: &str, pair: &[Feature]) -> RedisList {
 async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
     let list = source(name, pair);
     let key = list.key().to_owned();
-    let tally = if pair.contains(&Cap) {
-        Tally::lingering(Duration::from_millis(20))
-    } else {
-        Tally::default()
-    };
+    let tally = Tally::of(pair);
     let mount = {
         let (list, t, batch) = (list.clone(), tally.clone(), pair.contains(&Batch));
         move |b: &mut Mount<RedisBroker>| {

@@ -134,6 +134,8 @@ impl Worker {
 
 impl Handle<Job> for Worker {
     async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        // Before the result is set: the awaiter may check it as soon as it has the result.
+        self.awaited.lock().expect("lock").push(ctx.is_awaited());
         let outcome = match &self.mode {
             Mode::Double => self.double(job, ctx).await,
             Mode::Meet(barrier) => {
@@ -191,7 +193,7 @@ impl Handle<Job> for Worker {
                 Ok(())
             }
         };
-        self.awaited.lock().expect("lock").push(ctx.is_awaited());
+        // After: a test awaits these to know the handler (and its writes) finished.
         self.attempts.lock().expect("lock").push(ctx.attempt());
         outcome
     }

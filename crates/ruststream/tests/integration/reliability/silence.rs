@@ -47,7 +47,9 @@ async fn a_simple_lists_ignored_retries_and_panics_are_logged_and_counted(env: &
     let warned = logs::lines_with(&["WARN", "the retry is ignored", QUIET]);
     assert_eq!(warned.len(), 3, "{warned:#?}");
     assert!(
-        warned.iter().any(|l| l.contains("retry (panic)")),
+        warned
+            .iter()
+            .any(|l| l.contains("retry (panic or timeout)")),
         "the panic is named: {warned:#?}"
     );
     assert_eq!(rec.count(), 4, "popped: nothing is delivered again");
