@@ -23,15 +23,20 @@ pub struct SubscribeOptions {
     pub max_attempts: u32,
     /// Delay before each retry.
     pub retry: Backoff,
+    /// How long a handler has to finish once its message is cancelled (it sees
+    /// [`Context::cancelled`](crate::Context::cancelled) resolve) before its future is dropped.
+    pub cancel_grace: std::time::Duration,
 }
 
 impl Default for SubscribeOptions {
-    /// 128 handlers at once, 10 attempts, [`Backoff::default`].
+    /// 128 handlers at once, 10 attempts, [`Backoff::default`], a cancel grace of
+    /// [`DEFAULT_CANCEL_GRACE`](crate::cancel::DEFAULT_CANCEL_GRACE) (5 s).
     fn default() -> Self {
         Self {
             concurrency: 128,
             max_attempts: 10,
             retry: Backoff::default(),
+            cancel_grace: crate::cancel::DEFAULT_CANCEL_GRACE,
         }
     }
 }
@@ -120,6 +125,14 @@ pub trait Receiver: Send + 'static {
 
     /// The settler for messages of this receiver.
     fn settler(&self) -> Self::Settler;
+
+    /// The ids of messages cancelled while they run, as the broker hears of them (every
+    /// process of the subscription hears every cancel of its queue); taken once, when the
+    /// dispatch loop starts. `None` (the default) when the source cannot be cancelled: then
+    /// [`Context::cancelled`](crate::Context::cancelled) never resolves.
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        None
+    }
 
     /// A cheap check of whether this receiver's connection is up, for readiness probes (see
     /// [`crate::health`]); `None` (the default) when the receiver cannot tell, and then only

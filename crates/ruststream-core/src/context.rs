@@ -19,6 +19,8 @@ pub struct DeliveryInfo {
     pub source: Arc<str>,
     /// The headers the publisher set.
     pub headers: Headers,
+    /// The cancel signals of the delivery's subscription (set by the dispatch loop).
+    pub(crate) cancel: crate::cancel::Watch,
 }
 
 impl DeliveryInfo {
@@ -29,6 +31,7 @@ impl DeliveryInfo {
             attempt,
             source,
             headers,
+            cancel: crate::cancel::Watch::default(),
         }
     }
 }
@@ -107,6 +110,41 @@ impl<'a> Context<'a> {
 
     async fn write(&self, write: JobWrite) -> Result<()> {
         crate::job::write(self.publisher, &self.info.message_id, write).await
+    }
+
+    /// Resolves once the message is cancelled (`publisher.cancel(destination, id)`, or the
+    /// operator's `cancel`) while this handler runs: stop the work, and return. Whatever the
+    /// handler returns then, the message settles as cancelled; a handler still running
+    /// [`cancel_grace`](crate::SubscribeOptions::cancel_grace) after the signal is dropped.
+    /// On a source that cannot be cancelled (Pub/Sub), and in a batch handler, it never
+    /// resolves.
+    ///
+    /// ```no_run
+    /// use ruststream_core::{Context, Result};
+    ///
+    /// async fn render(ctx: &mut Context<'_>) -> Result<()> {
+    ///     tokio::select! {
+    ///         () = ctx.cancelled() => {} // clean up, then return
+    ///         () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn cancelled(&self) {
+        match &self.info.cancel.0 {
+            Some(signals) => signals.signalled(&self.info.message_id).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the message was cancelled while this handler runs (see
+    /// [`cancelled`](Self::cancelled)), without waiting.
+    pub fn is_cancelled(&self) -> bool {
+        self.info
+            .cancel
+            .0
+            .as_ref()
+            .is_some_and(|s| s.is_signalled(&self.info.message_id))
     }
 
     /// A publisher on the broker the message came from:

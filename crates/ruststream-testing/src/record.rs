@@ -75,6 +75,7 @@ fn settlement(s: &Settlement) -> String {
         Settlement::Retry { delay: None } => "retry".to_owned(),
         Settlement::Retry { delay: Some(d) } => format!("retry after {d:?}"),
         Settlement::Dead { reason } => format!("dead ({reason})"),
+        Settlement::Cancelled => "cancelled".to_owned(),
     }
 }
 

@@ -6,11 +6,13 @@
 //! be equal.
 //!
 //! `adhoc`: ad-hoc scripts; `claims`: the claim scripts and their gates through their typed calls;
-//! `calls`: the other scripts' typed calls; `back`: every way back to a queue.
+//! `calls`: the other scripts' typed calls; `back`: every way back to a queue; `cancels`: the
+//! cancel script, the claim's cancel gate and the settle's race with a cancel.
 
 mod adhoc;
 mod back;
 mod calls;
+mod cancels;
 mod claims;
 
 use std::time::Duration;
