@@ -6,7 +6,8 @@
 //! first wins (both orders, made deterministic by holding the handler until the test lets it
 //! go). An awaited job cancelled fails with `Error::Cancelled`. Each cancel is called twice, as
 //! a client resends it when its reply was lost: the second answers the same and cancels
-//! nothing twice. Also with priority levels and a concurrency cap (a dropped handler frees it).
+//! nothing twice. Also with priority levels, a concurrency cap (a dropped handler frees it) and
+//! partitions (the cancel tries each; the readers of every partition hear the signal).
 
 use crate::harness;
 
@@ -31,6 +32,7 @@ on!(
     an_unknown_id_is_not_found,
     a_cancel_covers_every_priority_level,
     a_dropped_handler_frees_the_cap,
+    a_cancel_reaches_each_partition,
 );
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -374,4 +376,25 @@ async fn a_dropped_handler_frees_the_cap(env: &Env) {
     env.stop(app).await;
     assert!(worker.dropped_at().is_some(), "the first was dropped");
     assert_eq!(env.llen("{cc}.processing").await, 0);
+}
+
+async fn a_cancel_reaches_each_partition(env: &Env) {
+    let worker = Worker::default();
+    let app = run(env, list("cpart").partitions(2), &worker).await;
+    for id in ["p0", "p1", "p2"] {
+        publish(env, "cpart", id, "watch").await;
+    }
+    env.eventually("all running", async || worker.calls().len() == 3)
+        .await;
+    for id in ["p0", "p1", "p2"] {
+        assert_eq!(
+            cancel_twice(env, "cpart", id).await,
+            CancelOutcome::Signalled
+        );
+    }
+    settled(env, "{cpart:0}").await;
+    settled(env, "{cpart:1}").await;
+    env.stop(app).await;
+    assert_eq!(worker.saw_cancel.load(Ordering::SeqCst), 3, "each told");
+    assert_eq!(worker.calls().len(), 3, "none delivered again");
 }
