@@ -30,6 +30,9 @@ pub struct SubscribeOptions {
     /// Most snoozes ([`HandlerOutcome::snooze`](crate::HandlerOutcome::snooze)) a message gets;
     /// the one after goes to the dead-letter list with reason `snoozed-too-often`.
     pub max_snoozes: u32,
+    /// How long a handler has to finish once its message is cancelled (it sees
+    /// [`Context::cancelled`](crate::Context::cancelled) resolve) before its future is dropped.
+    pub cancel_grace: std::time::Duration,
 }
 
 /// The snoozes a message gets unless its source says otherwise (see `docs/decisions.md`).
@@ -37,7 +40,8 @@ pub const DEFAULT_MAX_SNOOZES: u32 = 25;
 
 impl Default for SubscribeOptions {
     /// 128 handlers at once, 10 attempts, [`Backoff::default`], no timeout,
-    /// [`DEFAULT_MAX_SNOOZES`] snoozes.
+    /// [`DEFAULT_MAX_SNOOZES`] snoozes, a cancel grace of
+    /// [`DEFAULT_CANCEL_GRACE`](crate::cancel::DEFAULT_CANCEL_GRACE) (5 s).
     fn default() -> Self {
         Self {
             concurrency: 128,
@@ -45,6 +49,7 @@ impl Default for SubscribeOptions {
             retry: Backoff::default(),
             timeout: None,
             max_snoozes: DEFAULT_MAX_SNOOZES,
+            cancel_grace: crate::cancel::DEFAULT_CANCEL_GRACE,
         }
     }
 }
@@ -133,6 +138,14 @@ pub trait Receiver: Send + 'static {
 
     /// The settler for messages of this receiver.
     fn settler(&self) -> Self::Settler;
+
+    /// The ids of messages cancelled while they run, as the broker hears of them (every
+    /// process of the subscription hears every cancel of its queue); taken once, when the
+    /// dispatch loop starts. `None` (the default) when the source cannot be cancelled: then
+    /// [`Context::cancelled`](crate::Context::cancelled) never resolves.
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        None
+    }
 
     /// A cheap check of whether this receiver's connection is up, for readiness probes (see
     /// [`crate::health`]); `None` (the default) when the receiver cannot tell, and then only

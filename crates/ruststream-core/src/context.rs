@@ -24,6 +24,8 @@ pub struct DeliveryInfo {
     /// How many times the message was snoozed ([`HandlerOutcome::snooze`](crate::HandlerOutcome::snooze))
     /// before this delivery; 0 by default.
     pub snoozes: u32,
+    /// The cancel signals of the delivery's subscription (set by the dispatch loop).
+    pub(crate) cancel: crate::cancel::Watch,
 }
 
 impl DeliveryInfo {
@@ -35,6 +37,7 @@ impl DeliveryInfo {
             source,
             headers,
             snoozes: 0,
+            cancel: crate::cancel::Watch::default(),
         }
     }
 }
@@ -138,6 +141,41 @@ impl<'a> Context<'a> {
 
     async fn write(&self, write: JobWrite) -> Result<()> {
         crate::job::write(self.publisher, &self.info.message_id, write).await
+    }
+
+    /// Resolves once the message is cancelled (`publisher.cancel(destination, id)`, or the
+    /// operator's `cancel`) while this handler runs: stop the work, and return. Whatever the
+    /// handler returns then, the message settles as cancelled; a handler still running
+    /// [`cancel_grace`](crate::SubscribeOptions::cancel_grace) after the signal is dropped.
+    /// On a source that cannot be cancelled (Pub/Sub), and in a batch handler, it never
+    /// resolves.
+    ///
+    /// ```no_run
+    /// use ruststream_core::{Context, Result};
+    ///
+    /// async fn render(ctx: &mut Context<'_>) -> Result<()> {
+    ///     tokio::select! {
+    ///         () = ctx.cancelled() => {} // clean up, then return
+    ///         () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn cancelled(&self) {
+        match &self.info.cancel.0 {
+            Some(signals) => signals.signalled(&self.info.message_id).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the message was cancelled while this handler runs (see
+    /// [`cancelled`](Self::cancelled)), without waiting.
+    pub fn is_cancelled(&self) -> bool {
+        self.info
+            .cancel
+            .0
+            .as_ref()
+            .is_some_and(|s| s.is_signalled(&self.info.message_id))
     }
 
     /// A publisher on the broker the message came from:

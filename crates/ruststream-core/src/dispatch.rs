@@ -40,6 +40,7 @@ use tracing::Instrument;
 
 use self::meters::Meters;
 use self::settle::{ErrorBackoff, Giving, settle_loop};
+use crate::cancel::{Signals, Watch};
 use crate::erased::{ErasedHandler, Handled, Handler, panic_message};
 use crate::health::{StateCell, SubscriptionState};
 use crate::{
@@ -77,6 +78,8 @@ struct Lane<B: Broker> {
     done: mpsc::UnboundedSender<Done<B>>,
     opts: Arc<SubscribeOptions>,
     meters: Arc<Meters>,
+    /// The cancel signals, when the source's receiver hears of them.
+    signals: Option<Arc<Signals>>,
 }
 
 impl<B: Broker> Clone for Lane<B> {
@@ -85,6 +88,7 @@ impl<B: Broker> Clone for Lane<B> {
             done: self.done.clone(),
             opts: self.opts.clone(),
             meters: self.meters.clone(),
+            signals: self.signals.clone(),
         }
     }
 }
@@ -113,10 +117,20 @@ impl<B: Broker> Subscription<B> {
             giving.clone(),
         ));
         let mut batches = JoinSet::new();
+        let signals = receiver.cancel_signals().map(|heard| {
+            let signals = Arc::new(Signals::new(opts.cancel_grace));
+            tokio::spawn(forward_signals(
+                heard,
+                Arc::downgrade(&signals),
+                stop.clone(),
+            ));
+            signals
+        });
         let lane = Lane {
             done: done_tx,
             opts: opts.clone(),
             meters: Arc::new(Meters::new(&self.name)),
+            signals,
         };
         let (route, most) = self.route(&mut batches, &lane, concurrency);
         let mut failing: Option<ErrorBackoff> = None;
@@ -275,7 +289,8 @@ impl<B: Broker> Subscription<B> {
     }
 
     /// Handles one delivery and hands its settlement, with its permit, to the settler.
-    async fn handle_one(&self, handler: &dyn ErasedHandler, held: Held<B>, lane: &Lane<B>) {
+    async fn handle_one(&self, handler: &dyn ErasedHandler, mut held: Held<B>, lane: &Lane<B>) {
+        held.0.info.cancel = Watch(lane.signals.clone());
         let delivery = &held.0;
         let span = tracing::info_span!(
             "handle",
@@ -320,6 +335,13 @@ impl<B: Broker> Subscription<B> {
         #[cfg(feature = "otel")] consumer: crate::otel::Consumer,
     ) {
         let meters = &lane.meters;
+        if let Some(signals) = &lane.signals {
+            // A signal means the broker recorded the cancel before this settle: it wins.
+            if signals.is_signalled(&delivery.info.message_id) {
+                settlement = Settlement::Cancelled;
+            }
+            signals.forget(&delivery.info.message_id);
+        }
         if let Settlement::Retry { .. } = settlement {
             match self.source.retries() {
                 Retries::Redeliver => {}
@@ -374,7 +396,18 @@ impl<B: Broker> Subscription<B> {
                     Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
                 })
             });
-        let handled = within(deadline, run, || Handled::TimedOut).await;
+        let run = within(deadline, run, || Handled::TimedOut);
+        let handled = match &d.info.cancel.0 {
+            None => run.await,
+            Some(signals) => tokio::select! {
+                handled = run => handled,
+                () = signals.expired(&d.info.message_id) => {
+                    tracing::warn!(subscription = %self.name, message_id = %d.info.message_id,
+                        grace = ?lane.opts.cancel_grace, "cancelled handler still running after its grace: dropped");
+                    return Settlement::Cancelled;
+                }
+            },
+        };
         *outcome = handled.decided();
         self.settlement(&d.info, handled, lane).await
     }
@@ -477,6 +510,24 @@ impl<B: Broker> Subscription<B> {
             }
             None => self.publisher.send(vec![reply]).await.map(drop),
         }
+    }
+}
+
+/// Hands the ids `heard` to `signals` until the stop, or the subscription is gone.
+async fn forward_signals(
+    mut heard: futures::stream::BoxStream<'static, String>,
+    signals: std::sync::Weak<Signals>,
+    stop: CancellationToken,
+) {
+    loop {
+        let id = tokio::select! {
+            id = heard.next() => id,
+            () = stop.cancelled() => None,
+        };
+        let (Some(id), Some(signals)) = (id, signals.upgrade()) else {
+            break;
+        };
+        signals.signal(id);
     }
 }
 

@@ -51,6 +51,12 @@ pub enum Error {
         /// The dead letter's reason (`dropped`, `max-attempts`, `decode: ..`).
         reason: String,
     },
+    /// A job awaited with `await_result` was cancelled (`publisher.cancel(..)`).
+    #[error("job {id} was cancelled")]
+    Cancelled {
+        /// The job's (message's) id.
+        id: String,
+    },
     /// No result came within the time given to `await_result`.
     #[error(
         "no result for job {id} within {waited:?}: it may still run; read it later with `publisher.job_state(\"{id}\")`"
@@ -98,6 +104,8 @@ pub enum ErrorKind {
     NotConnected,
     /// An awaited job failed ([`Error::JobFailed`]).
     JobFailed,
+    /// An awaited job was cancelled ([`Error::Cancelled`]).
+    Cancelled,
     /// Something did not answer in time: a command, or an awaited result
     /// ([`Error::ResultTimeout`]).
     Timeout,
@@ -175,6 +183,7 @@ impl Error {
             Self::Decode(_) => ErrorKind::Decode,
             Self::Broker { kind, .. } => *kind,
             Self::JobFailed { .. } => ErrorKind::JobFailed,
+            Self::Cancelled { .. } => ErrorKind::Cancelled,
             Self::ResultTimeout { .. } => ErrorKind::Timeout,
             Self::NotConnected => ErrorKind::NotConnected,
             Self::NotDurable { .. } => ErrorKind::NotDurable,

@@ -140,6 +140,12 @@ pub(crate) async fn wait<R: DeserializeOwned>(
             Ok(Some(JobRecord {
                 error: Some(reason),
                 ..
+            })) if reason == crate::cancel::CANCELLED => {
+                return Err(Error::Cancelled { id: id.to_owned() });
+            }
+            Ok(Some(JobRecord {
+                error: Some(reason),
+                ..
             })) => {
                 return Err(Error::JobFailed {
                     id: id.to_owned(),

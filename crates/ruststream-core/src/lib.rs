@@ -2,8 +2,8 @@
 //!
 //! Users depend on the `ruststream` crate; this crate holds what every broker shares: the
 //! [`Handle`] trait and [`HandlerOutcome`], batch handlers ([`HandleBatch`]), the per-message
-//! [`Context`] (with job progress and results, see [`job`]), message types ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the
-//! dispatch loop (concurrency, panics, retries, snoozes, deadlines, graceful shutdown), [`RustStream`] apps and the
+//! [`Context`] (with job progress and results, see [`job`]; cancellation, see [`cancel`]), message types ([`MessageType`]), the [`Publisher`], the [`Broker`] contract, the
+//! dispatch loop (concurrency, panics, retries, snoozes, deadlines, cancellation, graceful shutdown), [`RustStream`] apps and the
 //! AsyncAPI document.
 //! It sends no command to any server itself.
 //!
@@ -18,6 +18,7 @@ pub mod app;
 pub mod asyncapi;
 pub mod batch;
 pub mod broker;
+pub mod cancel;
 pub mod context;
 mod dispatch;
 pub mod durable;
@@ -43,6 +44,7 @@ pub use broker::{
     Broker, BrokerSource, ChannelDoc, DEFAULT_MAX_SNOOZES, Delivery, Receiver, Retries, Settler,
     Source, SubscribeOptions,
 };
+pub use cancel::CancelOutcome;
 pub use context::{Context, DeliveryInfo};
 pub use durable::Durability;
 pub use error::{Error, ErrorKind, Result};

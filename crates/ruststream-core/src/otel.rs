@@ -151,6 +151,7 @@ impl Consumer {
             Settlement::Ack => "ack",
             Settlement::Retry { .. } if retries == Retries::Ignored => "ignored",
             Settlement::Retry { .. } => "retry",
+            Settlement::Cancelled => "cancelled",
             Settlement::Dead { reason } => {
                 span.set_attribute(KeyValue::new(
                     "ruststream.dead_letter.reason",

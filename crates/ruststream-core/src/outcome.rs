@@ -145,4 +145,7 @@ pub enum Settlement {
         /// (stored as a header).
         reason: String,
     },
+    /// Remove the message: it was cancelled (`publisher.cancel(..)`) while it ran. It goes to
+    /// no dead-letter list: a cancel is an order, not a failure.
+    Cancelled,
 }

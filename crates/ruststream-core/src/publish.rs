@@ -110,6 +110,22 @@ pub trait PublishBackend: Send + Sync + 'static {
     fn jobs(&self) -> Option<&dyn crate::JobStore> {
         None
     }
+
+    /// Cancels message `id` of `destination` wherever it is (see
+    /// [`Publisher::cancel`]); a call made again answers what the first did. The default
+    /// refuses: the broker cannot cancel.
+    fn cancel<'a>(
+        &'a self,
+        destination: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<crate::CancelOutcome>> {
+        let _ = (destination, id);
+        Box::pin(async {
+            Err(Error::config(
+                "this broker cannot cancel messages: use a broker that does (RedisBroker)",
+            ))
+        })
+    }
 }
 
 /// A cheap, cloneable handle that publishes messages through a broker.
@@ -364,7 +380,8 @@ impl<T: MessageType> Publishing<'_, T> {
     ///
     /// The message gets an id (a UUID v7) unless `.id(..)` gave one; it is the job's id. When
     /// the message ends in the dead-letter list (dropped, out of attempts, undecodable), this
-    /// fails at once with [`Error::JobFailed`] and the reason; with no result in time, with
+    /// fails at once with [`Error::JobFailed`] and the reason; when it is cancelled
+    /// ([`Publisher::cancel`]), with [`Error::Cancelled`]; with no result in time, with
     /// [`Error::ResultTimeout`], which names the job so that
     /// [`Publisher::job_state`] can read it later. A publish that `.unique_for(..)` finds a
     /// duplicate of awaits the result of the job already enqueued under that id (whose failure
@@ -441,6 +458,26 @@ impl Publisher {
         timeout: Duration,
     ) -> Result<R> {
         crate::job::wait(self.job_store()?, id, timeout).await
+    }
+
+    /// Cancels message `id` of the queue `destination` wherever it is, and says what it did
+    /// ([`CancelOutcome`](crate::CancelOutcome)): delayed, it is removed; running in any
+    /// process, its handler is told ([`Context::cancelled`](crate::Context::cancelled)) and
+    /// dropped if it has not finished within its subscription's
+    /// [`cancel_grace`](crate::SubscribeOptions::cancel_grace); queued, it is settled as
+    /// cancelled when claimed. A cancel and a settle of the same message race atomically: the
+    /// one that reaches the broker first wins (a handler that acks after the cancel still
+    /// settles as cancelled; a cancel after the ack finds nothing running). An awaited job
+    /// cancelled fails its `await_result` with [`Error::Cancelled`].
+    ///
+    /// Safe to call again after an error (a lost reply): the broker records the cancel, so the
+    /// second call answers what the first did, and cancels nothing twice.
+    pub async fn cancel(&self, destination: &str, id: &str) -> Result<crate::CancelOutcome> {
+        let outcome = self.0.cancel(destination, id).await?;
+        match self.0.jobs() {
+            Some(store) => crate::cancel::with_job(store, id, outcome).await,
+            None => Ok(outcome),
+        }
     }
 
     /// This broker's job store, or the error saying it has none.

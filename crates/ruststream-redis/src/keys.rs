@@ -9,6 +9,8 @@
 //! | `K.processing` | a reliable list's claimed entries (or the name `.processing(..)` gives) |
 //! | `K.delayed`, `K.delayed.payloads` | delayed publishes and retries waiting for their time |
 //! | `K.dead` | dead letters, with a `reason` header (or the name `.dead_letter(..)` gives) |
+//! | `K.cancels` | the queue's cancel record: message id → what the cancel did (`crate::cancel`); at most 10,000 ids, expires 24 h after the last cancel |
+//! | `K.cancel` | the Pub/Sub channel a cancel signals a running message's id on (stores nothing) |
 //! | `K.paused` | present while an operator has paused the subscription (`pause`/`resume`) |
 //! | `K.rate` | a rate limit's state (`.rate_limit(n, per)`): a string, expires when idle |
 //! | `K.rate.keys` | a per-key rate limit's state (`.rate_limit_by(..)`): a sorted set, key → its state |
@@ -84,6 +86,16 @@ impl KeySpace {
     /// gets an entry, to wake readers blocked on level 0.
     pub(crate) fn level(&self, full: &str, level: u8) -> String {
         self.derived(full, &format!(".p{level}"))
+    }
+
+    /// The cancel record of the full key `full` (`crate::cancel`), in its slot.
+    pub(crate) fn cancels(&self, full: &str) -> String {
+        self.derived(full, ".cancels")
+    }
+
+    /// The Pub/Sub channel a cancel of a running message of the full key `full` is signalled on.
+    pub(crate) fn cancel_channel(&self, full: &str) -> String {
+        self.derived(full, ".cancel")
     }
 
     /// The key whose existence pauses every reader of the full key `full`.

@@ -15,6 +15,9 @@
 //!   [`RedisStream::max_in_flight`]): at most `n` of the queue's messages handled at once across
 //!   every instance, a gate of the claim that counts what the queue records in flight.
 //! - [`RedisBroker`]: connections, key prefix, credentials.
+//! - Cancelling a message by id (`publisher.cancel(destination, id)`): removed when delayed,
+//!   its handler told (and dropped after a grace) when running, dropped at its claim when
+//!   queued, through a cancel record per queue (`cancel/`).
 //! - Job progress and results (`Context::set_result`, `publish().await_result(..)`): one hash
 //!   per job with a ttl ([`RedisBroker::result_ttl`]), written by `job.lua` (`results.rs`).
 //!
@@ -65,6 +68,7 @@
 
 mod back;
 mod broker;
+mod cancel;
 mod claim;
 mod conn;
 mod dead;
@@ -99,6 +103,10 @@ mod transport;
 mod unique;
 
 pub use broker::RedisBroker;
+/// The cancel script's typed call, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use cancel::{CancelKeys, CancelList};
 pub use claim::limit::RateLimit;
 /// The claim scripts' typed calls, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]

@@ -162,6 +162,20 @@ impl MemorySlot {
         false
     }
 
+    /// On the in-memory server, the messages published to `channel`; `None` on a real server.
+    #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]
+    pub(crate) fn messages(
+        &self,
+        channel: &str,
+    ) -> Option<tokio::sync::broadcast::Receiver<Bytes>> {
+        #[cfg(feature = "testing")]
+        if let Some(server) = self.server.get() {
+            return Some(server.subscribe(channel));
+        }
+        let _ = channel;
+        None
+    }
+
     /// On the in-memory server, wakes `notify` on every message published to `channel` and
     /// returns `true`; returns `false` (doing nothing) on a real server.
     #[cfg_attr(not(feature = "testing"), allow(clippy::unused_self))]

@@ -220,6 +220,14 @@ macro_rules! source_setters {
                 self
             }
 
+            /// How long a handler has to finish once its message is cancelled
+            /// (`publisher.cancel(..)`: `ctx.cancelled()` resolves) before its future is
+            /// dropped and the message settles as cancelled (default 5 s).
+            pub fn cancel_grace(mut self, grace: ::std::time::Duration) -> Self {
+                self.options.core.cancel_grace = grace;
+                self
+            }
+
             /// Whether this subscription moves due entries of its delayed set (default on).
             /// Off makes the node a pure handler: other nodes move them.
             pub fn scheduling(mut self, on: bool) -> Self {

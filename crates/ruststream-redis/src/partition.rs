@@ -352,6 +352,16 @@ impl Receive for Partitioned {
         let probes: Vec<_> = self.parts.iter().filter_map(Receiver::probe).collect();
         Some(std::sync::Arc::new(move || probes.iter().all(|p| p())))
     }
+
+    /// Every partition's cancel signals, as one stream.
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        let all: Vec<_> = self
+            .parts
+            .iter_mut()
+            .filter_map(Receiver::cancel_signals)
+            .collect();
+        (!all.is_empty()).then(|| futures::StreamExt::boxed(futures::stream::select_all(all)))
+    }
 }
 
 /// Settles each partition's deliveries with that partition's settler.

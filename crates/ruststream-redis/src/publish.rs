@@ -53,6 +53,18 @@ impl PublishBackend for RedisPublisher {
     fn jobs(&self) -> Option<&dyn ruststream_core::JobStore> {
         Some(self)
     }
+
+    /// `cancel.lua` on each partition of the list (`crate::cancel`).
+    fn cancel<'a>(
+        &'a self,
+        destination: &'a str,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<ruststream_core::CancelOutcome>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            crate::cancel::cancel(&self.conns, destination, id).await
+        })
+    }
 }
 
 /// Messages for one key with one policy.

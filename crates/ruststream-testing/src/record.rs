@@ -85,6 +85,7 @@ fn settlement(s: &Settlement) -> String {
             snooze: true,
         } => format!("snooze for {:?}", delay.unwrap_or_default()),
         Settlement::Dead { reason } => format!("dead ({reason})"),
+        Settlement::Cancelled => "cancelled".to_owned(),
     }
 }
 

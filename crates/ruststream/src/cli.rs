@@ -1,6 +1,6 @@
 //! The command line every RustStream service gets from [`run_main`]: `run` (the default),
 //! `check`, `asyncapi [-o FILE] [--yaml]`, `dashboard [--addr ADDR] [--token TOKEN]`, and the
-//! operator's `inspect`, `dead`, `delayed`, `pause` and `resume` (see [`operate`](crate::operate));
+//! operator's `inspect`, `dead`, `delayed`, `pause`, `resume` and `cancel` (see [`operate`](crate::operate));
 //! `--help` and `-V` name the app (its [`AppInfo`](crate::AppInfo)), `--log-format text|json` sets
 //! the log output (see `logs`).
 

@@ -17,8 +17,8 @@ pub use cli::{run_main, run_main_from};
 #[cfg(feature = "otel")]
 pub use ruststream_core::opentelemetry;
 pub use ruststream_core::{
-    App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, DeliveryInfo, Due, Durability,
-    Enqueued, Error, ErrorKind, Handle, HandleBatch, HandlerOutcome, Headers, Health,
+    App, AppInfo, Backoff, BatchContext, BatchOutcome, CancelOutcome, Context, DeliveryInfo, Due,
+    Durability, Enqueued, Error, ErrorKind, Handle, HandleBatch, HandlerOutcome, Headers, Health,
     IntoBatchOutcome, IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage,
     PublishBuilder, Publisher, Publishing, Result, RunningApp, RustStream, Settlement, Source,
     Subscriber, SubscriptionState, asyncapi, outgoing, subscriber,

@@ -18,6 +18,7 @@ pub(super) fn failure(
     }
     match (settlement, retries) {
         (Settlement::Dead { reason }, _) => Some(reason.clone()),
+        (Settlement::Cancelled, _) => Some(crate::cancel::CANCELLED.to_owned()),
         (Settlement::Retry { .. }, Retries::Ignored) => Some(
             "retried on a source that cannot redeliver (a simple list): the message is gone"
                 .to_owned(),

@@ -1,6 +1,6 @@
 //! The metrics of one subscription (`ruststream_handled_total`, `ruststream_in_flight`,
 //! `ruststream_handler_duration_seconds`, `ruststream_dead_lettered_total`,
-//! `ruststream_timeouts_total`), registered once so
+//! `ruststream_timeouts_total`, `ruststream_cancelled_total`), registered once so
 //! the hot path only increments. Sends no command.
 
 use metrics::{Counter, Gauge, Histogram};
@@ -13,6 +13,7 @@ pub(super) struct Meters {
     retried: Counter,
     pub(super) ignored: Counter,
     dead: Counter,
+    cancelled: Counter,
     pub(super) duration: Histogram,
     pub(super) in_flight: Gauge,
     /// `ruststream_timeouts_total`: messages whose handler call was stopped at its deadline.
@@ -40,6 +41,7 @@ impl Meters {
             retried: handled("retry"),
             ignored: handled("ignored"),
             dead: handled("dead"),
+            cancelled: metrics::counter!("ruststream_cancelled_total", "subscription" => subscription.to_owned()),
             duration: metrics::histogram!("ruststream_handler_duration_seconds", "subscription" => subscription.to_owned()),
             in_flight: metrics::gauge!("ruststream_in_flight", "subscription" => subscription.to_owned()),
             timeouts: metrics::counter!("ruststream_timeouts_total", "subscription" => subscription.to_owned()),
@@ -52,6 +54,7 @@ impl Meters {
             Settlement::Retry { .. } if retries == Retries::Ignored => {}
             Settlement::Ack => self.acked.increment(1),
             Settlement::Retry { .. } => self.retried.increment(1),
+            Settlement::Cancelled => self.cancelled.increment(1),
             Settlement::Dead { reason } => {
                 self.dead.increment(1);
                 self.dead_lettered[reason_index(reason)].increment(1);

@@ -12,7 +12,9 @@
 --                   ms until it may, changing nothing: an entry it refuses stays where it is;
 --   pass(v)         (with accept) records that `v` passed every gate;
 --   charge(took)    (optional) records that `took` entries passed; returns the ms until the
---                   next may pass (0: at once or not known).
+--                   next may pass (0: at once or not known);
+--   sift(taken)     (optional, list claims only) the entries taken that are still to be
+--                   delivered, and how many it dropped (they are gone: a cancel's).
 -- In the caller's ARGV a gate is `name, number of its keys, number of its args, args..`, and
 -- its keys follow one another in KEYS in the same order, so a script never lists a gate's
 -- arguments itself (the Rust side builds them: `crate::claim::Gate`).
@@ -84,6 +86,19 @@ local function gates_filter(gates)
     end
     return true, 0
   end
+end
+
+-- The entries of `taken` every gate's sift keeps, and how many the sifts dropped.
+local function gates_sift(gates, taken)
+  local dropped = 0
+  for _, g in ipairs(gates) do
+    if g.sift then
+      local d
+      taken, d = g.sift(taken)
+      dropped = dropped + d
+    end
+  end
+  return taken, dropped
 end
 
 -- Charges the gates for `took` entries; returns the longest wait a gate gave for the next one.

@@ -1,6 +1,7 @@
 //! The claim pipeline: one script per transport decides what a claim takes, built from Lua
 //! parts: where entries come from (a list's levels, `list/take.lua`; a stream's group), the gates
-//! that hold it back (`gates.lua`, with one part per gate: `paused.lua`, `limit.lua`, `cap.lua`), and what
+//! that hold it back (`gates.lua`, with one part per gate: `paused.lua`, `limit.lua`, `cap.lua`;
+//! `cancels.lua` drops a cancelled message's entry after the take), and what
 //! it records (a list's processing list and recovery set). This module holds the typed calls of
 //! those scripts: [`Claim`] (`list/claim.lua`, simple and reliable lists) and [`StreamRead`]
 //! (`stream/read.lua`), each building its script's KEYS and ARGV and parsing its reply, and
@@ -32,10 +33,11 @@ pub(crate) use reserve::{Refund, Reserve};
 const GATES: &str = include_str!("gates.lua");
 
 /// Each gate's part, registering its `GATES.<name>`, in the claim scripts after [`GATES`].
-const GATE_PARTS: [&str; 3] = [
+const GATE_PARTS: [&str; 4] = [
     include_str!("paused.lua"),
     limit::LUA,
     include_str!("cap.lua"),
+    include_str!("cancels.lua"),
 ];
 
 /// A claim script of `main`: `before`, the gates, then `after` put in front of its body.
@@ -117,6 +119,12 @@ impl Gate {
     /// The pause gate of the pause key `key` (full name): nothing passes while it exists.
     pub fn paused(key: String) -> Self {
         Self::new(PAUSED, vec![key], Vec::new())
+    }
+
+    /// The cancel gate of a list's cancel record `record` (full name): an entry taken whose id
+    /// the record holds is dropped, not delivered (`cancels.lua`, see `crate::cancel`).
+    pub fn cancels(record: String) -> Self {
+        Self::new("cancels", vec![record], Vec::new())
     }
 
     /// Appends this gate's keys to `keys` and `name, #keys, #args, args..` to `args`.

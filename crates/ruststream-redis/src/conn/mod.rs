@@ -7,7 +7,8 @@
 //! the shared connections; every Pub/Sub subscription gets a `SubscriberClient` of its own. All
 //! reconnect with capped exponential backoff, and their losses and returns are logged.
 //!
-//! Commands sent here: `SUBSCRIBE` to wake-up channels ([`Connections::notifier`]); on a
+//! Commands sent here: `SUBSCRIBE` to wake-up channels ([`Connections::notifier`]) and to
+//! signal channels ([`Connections::signals`]); on a
 //! [`ReadConn`], `PING` to interrupt a blocking read (fred then sends `CLIENT UNBLOCK`).
 //!
 //! With the `testing` feature a broker may run on an in-memory server (see
@@ -52,6 +53,8 @@ pub(crate) struct Connections {
     connecting: tokio::sync::Mutex<()>,
     /// Wake-up channel name → the notifier of its readers.
     wakes: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+    /// Signal channel name → the sender of its messages to their listeners.
+    signals: Mutex<HashMap<String, tokio::sync::broadcast::Sender<bytes::Bytes>>>,
     subscriber: tokio::sync::OnceCell<SubscriberClient>,
     /// Pause key → whether it is set, shared by every reader of that key in this process.
     pub(crate) pauses: crate::pause::Pauses,
@@ -74,6 +77,7 @@ impl Connections {
             pool: RwLock::new(None),
             connecting: tokio::sync::Mutex::new(()),
             wakes: Arc::default(),
+            signals: Mutex::default(),
             subscriber: tokio::sync::OnceCell::new(),
             pauses: crate::pause::Pauses::default(),
             memory: MemorySlot::default(),
@@ -170,11 +174,52 @@ impl Connections {
         if self.memory.forward_wakes(channel, &notify) {
             return Ok(notify);
         }
-        let subscriber = self
-            .subscriber
+        self.wake_subscriber()
+            .await?
+            .subscribe(channel)
+            .await
+            .map_err(core)?;
+        Ok(notify)
+    }
+
+    /// The messages `PUBLISH`ed on `channel` (full name) from now on, for one listener;
+    /// subscribes on first use, on the wake-up connection. A listener more than
+    /// [`wakes::SIGNAL_BUFFER`] messages behind loses the oldest.
+    pub(crate) async fn signals(
+        &self,
+        channel: &str,
+    ) -> Result<tokio::sync::broadcast::Receiver<bytes::Bytes>> {
+        let sender = {
+            let mut signals = self.signals.lock().map_err(poisoned)?;
+            if let Some(s) = signals.get(channel) {
+                return Ok(s.subscribe());
+            }
+            let (sender, _) = tokio::sync::broadcast::channel(wakes::SIGNAL_BUFFER);
+            signals.insert(channel.to_owned(), sender.clone());
+            sender
+        };
+        let listener = sender.subscribe();
+        if let Some(messages) = self.memory.messages(channel) {
+            tokio::spawn(wakes::forward_memory_signals(messages, sender));
+            return Ok(listener);
+        }
+        let subscriber = self.wake_subscriber().await?;
+        tokio::spawn(wakes::forward_signals(
+            subscriber.message_rx(),
+            channel.to_owned(),
+            sender,
+        ));
+        subscriber.subscribe(channel).await.map_err(core)?;
+        Ok(listener)
+    }
+
+    /// The connection that subscribes to wake-up and signal channels, connected on first use.
+    async fn wake_subscriber(&self) -> Result<&SubscriberClient> {
+        self.subscriber
             .get_or_try_init(|| async {
-                // fred's default capacity (32): wake-ups are rare and a missed one only delays a poll.
-                let client = self.subscriber(32).await?;
+                // fred's default capacity (32) at least: wake-ups are rare and a missed one only
+                // delays a poll; a cancel's signal is rare too.
+                let client = self.subscriber(wakes::SIGNAL_BUFFER).await?;
                 let _resubscribe = client.manage_subscriptions();
                 tokio::spawn(wakes::forward_wakes(
                     client.message_rx(),
@@ -182,9 +227,7 @@ impl Connections {
                 ));
                 Ok::<_, CoreError>(client)
             })
-            .await?;
-        subscriber.subscribe(channel).await.map_err(core)?;
-        Ok(notify)
+            .await
     }
 
     /// `Ok` when every connection of the shared pool is up; else what is down (no I/O).

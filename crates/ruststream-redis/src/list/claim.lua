@@ -7,6 +7,8 @@
 -- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, claim/gates.lua, the gates'
 -- parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
 --
+-- Entries a gate sifts out after the take (a cancelled message, claim/cancels.lua) are gone and
+-- neither recorded nor returned.
 -- KEYS: the levels, lowest first (level 0 is the queue; ARGV[8] of them), the processing list
 --       (record 'list' or 'claims'), the recovery set (record 'claims'), then each gate's keys.
 -- ARGV: most entries to claim, record ('' = none: a simple list's pop, 'list', 'claims'),
@@ -74,6 +76,7 @@ local n, closed, wait = gates_admit(gates, want)
 out[5] = closed
 local taken, refused, fwait = {}, 0, 0
 if n > 0 then taken, refused, fwait = take_levels(levels, n, gates_filter(gates)) end
+taken = gates_sift(gates, taken)
 local cwait = gates_charge(gates, #taken)
 local held = refused
 if n < want then held = math.max(held, levels_len(levels, want - #taken)) end

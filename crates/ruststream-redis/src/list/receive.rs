@@ -14,6 +14,10 @@
 //!   for the resume.
 //!
 //! Before each read the subscription's [`Mover`] moves due delayed entries into the queue.
+//!
+//! Cancels (`crate::cancel`): the claim's last gate drops entries of cancelled messages, and
+//! the reader listens on the queue's signal channel (`SUBSCRIBE K.cancel`) for cancels of
+//! running ones, which it hands to the dispatch loop.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,7 +44,9 @@ use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};
 use crate::rejoin::Rejoin;
-use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery, watch_source};
+use crate::transport::{
+    Receive, RedisReceiver, RedisSettler, Token, list_delivery, signal_ids, watch_source,
+};
 
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
@@ -82,7 +88,9 @@ pub(super) async fn open(
         .max_in_flight
         .zip(keys.processing.clone())
         .map(|(n, processing)| claim::Gate::cap_list(processing, n));
-    let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
+    let mut gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
+    gates.push(claim::Gate::cancels(keys.cancels.clone()));
+    let signals = Some(conns.signals(&keys.cancel_channel).await?);
     let mut levels = vec![keys.queue.clone()];
     levels.extend(keys.levels.iter().cloned());
     let reader = Reader {
@@ -96,6 +104,7 @@ pub(super) async fn open(
         gates,
         levels,
         wakes: Wakes::open(conns, &keys.levels).await?,
+        signals,
     };
     let receiver = match list.mode {
         Mode::Simple => RedisReceiver::new(SimpleList {
@@ -187,6 +196,8 @@ struct Reader {
     levels: Vec<String>,
     /// With priority levels: woken when a level above 0 gets its first entry.
     wakes: Wakes,
+    /// The ids cancels signal on the queue's channel, until the dispatch loop takes them.
+    signals: Option<tokio::sync::broadcast::Receiver<Bytes>>,
 }
 
 impl Reader {
@@ -337,6 +348,10 @@ impl Receive for SimpleList {
     fn probe(&self) -> Option<ruststream_core::Probe> {
         Some(self.reader.conn.probe())
     }
+
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        self.reader.signals.take().map(signal_ids)
+    }
 }
 
 /// A `min_idle` no claim reaches (about 31,700 years): a claim call that must not sweep.
@@ -449,6 +464,10 @@ impl Receive for ReliableList {
 
     fn probe(&self) -> Option<ruststream_core::Probe> {
         Some(self.reader.conn.probe())
+    }
+
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        self.reader.signals.take().map(signal_ids)
     }
 }
 

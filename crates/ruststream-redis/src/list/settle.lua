@@ -5,8 +5,8 @@
 -- `crate::list::settle::SettleList`.
 --
 -- KEYS: processing, dead-letter list, delayed set, delayed payload hash, the recovery set (with
---       recovery) or the settle-token set (without), then the destination's keys (back.lua: the
---       queue's levels).
+--       recovery) or the settle-token set (without), the cancel record (K.cancels), then the
+--       destination's keys (back.lua: the queue's levels).
 -- ARGV: a settle token ('' with recovery), the destination (back.lua), then groups of five,
 --       `claimed member op new arg` (`crate::settle::Op` writes the last three):
 --   a  ack: LREM processing -1 claimed
@@ -23,16 +23,19 @@
 -- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
 -- set expires 10 minutes after the last settle), and a
 -- token already there makes the call a no-op.
+-- An entry whose id is in the cancel record (a cancel ran before this settle: it won the race,
+-- see crate::cancel) is only removed, whatever the op: settled as cancelled. One EXISTS per
+-- call; only while the record exists, one HEXISTS per owned entry.
 -- Returns {how many claims were still owned (-1: the token was settled already), how many dead
 -- letters the bound trimmed}.
-local dest, derr = dest_of(6, 2)
+local dest, derr = dest_of(7, 2)
 if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
 if (#ARGV - first + 1) % 5 ~= 0 then
   return redis.error_reply('RSARGS settle.lua takes a token, a destination and groups of five arguments, got ' .. #ARGV)
 end
 local bad = wrong_types(dest_checks(dest, {{KEYS[1], 'list'}, {KEYS[2], 'list'},
-  {KEYS[3], 'zset'}, {KEYS[4], 'hash'}, {KEYS[5], 'zset'}}))
+  {KEYS[3], 'zset'}, {KEYS[4], 'hash'}, {KEYS[5], 'zset'}, {KEYS[6], 'hash'}}))
 if bad then return redis.error_reply(bad) end
 for i = first, #ARGV, 5 do
   local op = ARGV[i + 2]
@@ -54,6 +57,13 @@ end
 local found = 0
 local retried = {}
 local bound, now
+local cancels = redis.call('EXISTS', KEYS[6]) == 1
+-- Whether the claimed value `v` is of a cancelled message.
+local function cancelled(v)
+  if not cancels then return false end
+  local l = frame_layout(v)
+  return l ~= nil and redis.call('HEXISTS', KEYS[6], string.sub(v, l.id[1], l.id[2])) == 1
+end
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned
@@ -65,6 +75,9 @@ for i = first, #ARGV, 5 do
   end
   if owned then
     found = found + 1
+    if cancelled(ARGV[i]) then
+      op = 'a'
+    end
     if op == 'r' then
       retried[#retried + 1] = dest_item(dest, new)
     elseif op == 'x' then

@@ -1,4 +1,5 @@
-//! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack `LREM`, retry
+//! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack (or
+//! cancelled: a cancel's, or any settle of a message in the cancel record) `LREM`, retry
 //! `LPUSH` onto the entry's priority level (`back.lua`), retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
 //! with recovery, each only while the claim's member is still in the recovery set, which it
 //! leaves with `ZREM`).
@@ -40,6 +41,8 @@ pub struct SettleKeys {
     pub payloads: String,
     /// The recovery set (with recovery) or the settle-token set (without).
     pub record: String,
+    /// The cancel record (`crate::cancel`): a settle of a cancelled message only removes it.
+    pub cancels: String,
 }
 
 /// One call of `list/settle.lua`: settles claims of one list, retries going back onto `dest`.
@@ -74,6 +77,7 @@ impl Call for SettleList<'_> {
             k.delayed.clone(),
             k.payloads.clone(),
             k.record.clone(),
+            k.cancels.clone(),
         ];
         let mut args = Vec::with_capacity(4 + self.entries.len() * 5);
         args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
@@ -141,6 +145,7 @@ impl ReliableSettle {
                     .clone()
                     .or_else(|| keys.settle_tokens.clone())
                     .unwrap_or_default(),
+                cancels: keys.cancels.clone(),
             },
             dest: Dest::list(levels),
             token_prefix: keys.recovery.is_none().then(|| reader_id.to_owned()),
@@ -165,7 +170,7 @@ impl ReliableSettle {
             .iter()
             .map(|(t, s)| {
                 let op = match s {
-                    Settlement::Ack => Op::Ack,
+                    Settlement::Ack | Settlement::Cancelled => Op::Ack,
                     Settlement::Dead { reason } if !self.has_dead => {
                         discarded(t, reason);
                         Op::Ack

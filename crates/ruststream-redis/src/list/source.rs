@@ -280,6 +280,8 @@ impl RedisList {
             dead: space.dead(&self.key, &self.options.dead_letter),
             rate: self.rate.as_ref().map(|r| r.key(space, &queue)),
             levels: levels::keys(space, &queue, self.priorities),
+            cancels: space.cancels(&queue),
+            cancel_channel: space.cancel_channel(&queue),
             queue,
         }
     }
@@ -341,6 +343,10 @@ pub(super) struct ListKeys {
     pub(super) rate: Option<String>,
     /// Priority levels 1 … n-1 (level 0 is the queue); empty without levels.
     pub(super) levels: Vec<String>,
+    /// The cancel record (`crate::cancel`).
+    pub(super) cancels: String,
+    /// The channel a cancel of a running message is signalled on.
+    pub(super) cancel_channel: String,
 }
 
 impl ListKeys {
@@ -354,6 +360,7 @@ impl ListKeys {
         keys.extend(self.settle_tokens.clone());
         keys.extend(self.rate.clone());
         keys.extend(self.levels.iter().cloned());
+        keys.push(self.cancels.clone());
         keys
     }
 }

@@ -161,6 +161,50 @@ impl Operator {
         Ok(())
     }
 
+    /// Cancels message `id` of the list subscription `name` (a partition, or every partition of
+    /// the queue `name`) wherever it is, as
+    /// [`Publisher::cancel`](ruststream_core::Publisher::cancel) does, on the subscription's own
+    /// keys (its processing list, its levels).
+    pub async fn cancel_message(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<ruststream_core::CancelOutcome> {
+        let parts = self.partitions_of(name);
+        let queues: Vec<&SourceKeys> = if parts.is_empty() {
+            vec![self.queue(name)?]
+        } else {
+            parts
+        };
+        let space = &self.conns.keys;
+        let mut keys = Vec::new();
+        for q in queues {
+            if q.transport != "list" {
+                return Err(Error::config(format!(
+                    "`{name}` is a {} subscription: only list queues can be cancelled from",
+                    q.transport
+                )));
+            }
+            let mut levels = vec![q.queue.clone()];
+            levels.extend(q.levels.iter().cloned());
+            keys.push(crate::cancel::CancelKeys {
+                record: space.cancels(&q.queue),
+                channel: space.cancel_channel(&q.queue),
+                delayed: q.delayed.clone().unwrap_or_default(),
+                payloads: q.delayed_payloads.clone().unwrap_or_default(),
+                levels,
+                processing: q.processing.clone(),
+            });
+        }
+        let pool = self.conns.pool()?;
+        let outcome = crate::cancel::on_each(&pool, keys, id).await?;
+        let jobs = crate::publish::RedisPublisher {
+            conns: self.conns.clone(),
+            routes: self.conns.routes.clone(),
+        };
+        ruststream_core::cancel::with_job(&jobs, id, outcome).await
+    }
+
     /// The partitions of the queue `name`, when it has some.
     pub fn partitions_of(&self, name: &str) -> Vec<&SourceKeys> {
         self.queues

@@ -18,7 +18,7 @@ mod token;
 mod watch;
 
 pub(crate) use self::delivery::{delivery, list_delivery, unreadable};
-pub(crate) use self::receiver::{Receive, RedisReceiver};
+pub(crate) use self::receiver::{Receive, RedisReceiver, signal_ids};
 pub(crate) use self::settler::{RedisSettler, Settle};
 pub use self::source::RedisSource;
 pub(crate) use self::source::Transport;

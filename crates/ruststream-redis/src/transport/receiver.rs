@@ -24,6 +24,30 @@ pub(crate) trait Receive: Send + 'static {
     fn settler(&self) -> RedisSettler;
     /// Whether its connection is up (see [`Receiver::probe`]).
     fn probe(&self) -> Option<ruststream_core::Probe>;
+    /// The ids of its messages cancelled while they run (see [`Receiver::cancel_signals`]).
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        None
+    }
+}
+
+/// The ids a signal channel's listener `heard` gets, as the core takes them.
+pub(crate) fn signal_ids(
+    heard: tokio::sync::broadcast::Receiver<bytes::Bytes>,
+) -> futures::stream::BoxStream<'static, String> {
+    use futures::StreamExt;
+    futures::stream::unfold(heard, |mut heard| async move {
+        loop {
+            match heard.recv().await {
+                Ok(id) => return Some((String::from_utf8_lossy(&id).into_owned(), heard)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
+                    // Their settles still settle as cancelled (the record says so).
+                    tracing::warn!(lost, "cancel signals lost: their handlers are not told");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .boxed()
 }
 
 /// The `hurry` of a read that no one hurries.
@@ -97,5 +121,9 @@ impl Receiver for RedisReceiver {
 
     fn probe(&self) -> Option<ruststream_core::Probe> {
         self.receive.probe()
+    }
+
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        self.receive.cancel_signals()
     }
 }

@@ -42,6 +42,7 @@ async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
         delayed: key(".delayed"),
         payloads: key(".delayed.payloads"),
         record: key(".settles"),
+        cancels: key(".cancels"),
     };
     let settled = SettleList {
         keys: &keys,

@@ -115,6 +115,7 @@ async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, 
         delayed: k("q.delayed"),
         payloads: k("q.delayed.payloads"),
         record: k("q.settles"),
+        cancels: k("q.cancels"),
     };
     let dest = Dest::list(vec![k("q")]);
     let settled = SettleList {

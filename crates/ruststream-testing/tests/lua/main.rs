@@ -7,11 +7,13 @@
 //!
 //! `adhoc`: ad-hoc scripts; `claims`: the claim scripts and their gates through their typed calls;
 //! `calls`: the other scripts' typed calls; `back`: every way back to a queue; `dead`: the
-//! dead-letter list's bound in every script that pushes dead letters.
+//! dead-letter list's bound in every script that pushes dead letters; `cancels`: the cancel
+//! script, the claim's cancel gate and the settle's race with a cancel.
 
 mod adhoc;
 mod back;
 mod calls;
+mod cancels;
 mod claims;
 mod dead;
 

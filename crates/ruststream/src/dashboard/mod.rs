@@ -1,6 +1,6 @@
 //! The operator's web dashboard: what `inspect` shows, for every subscription of the app, with
 //! dead letters to browse, requeue and purge, delayed entries to promote and cancel, pause and
-//! resume buttons and, when served beside the running app (`run --dashboard ADDR`), live
+//! resume buttons, a form that cancels one message of a list by id, and, when served beside the running app (`run --dashboard ADDR`), live
 //! handled and failed rates. `dashboard [--addr ADDR]` serves it alone, for an operator.
 //!
 //! Pages are rendered on the server (`page.rs`); every action is done through the app's own
@@ -257,7 +257,8 @@ async fn subscription(State(s): State<Shared>, uri: Uri) -> Response {
     Html(page::subscription(&ctx, &detail).into_string()).into_response()
 }
 
-/// A change: `op` (requeue, purge, promote, cancel, pause, resume) on subscription `name` of
+/// A change: `op` (requeue, purge, promote, cancel, pause, resume, cancel-message: one message
+/// by id wherever it is) on subscription `name` of
 /// broker `b`, entry `id` or every entry; then back to the subscription's page.
 async fn act(State(s): State<Shared>, body: Bytes) -> Response {
     let form = fields(&body);
@@ -297,6 +298,13 @@ async fn act(State(s): State<Shared>, body: Bytes) -> Response {
             .await
             .map(|()| "paused".to_owned()),
         "resume" => op.resume(&name).await.map(|()| "resumed".to_owned()),
+        "cancel-message" => match field(&form, "id").filter(|id| !id.is_empty()) {
+            Some(id) => op
+                .cancel_message(&name, id)
+                .await
+                .map(|outcome| format!("cancel `{id}`: {outcome}")),
+            None => return failure(StatusCode::BAD_REQUEST, "cancel-message needs an id"),
+        },
         _ => return failure(StatusCode::BAD_REQUEST, "unknown action"),
     };
     match done {

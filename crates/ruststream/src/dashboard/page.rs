@@ -198,6 +198,7 @@ pub(super) fn subscription(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
         }
         @if k.dead.is_some() { (dead_letters(ctx, d)) }
         @if k.delayed.is_some() { (delayed(ctx, d)) }
+        @if k.transport == "list" { (cancel_message(ctx, d.b, &k.name)) }
     };
     layout(&k.name, false, ctx, body)
 }
@@ -246,6 +247,24 @@ fn delayed(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
                     td { (action(ctx, d.b, name, "promote", Some(&e.id), "Promote")) (action(ctx, d.b, name, "cancel", Some(&e.id), "Cancel")) }
                 }
             }
+        }
+    }
+}
+
+/// The form that cancels one message of a list by id, wherever it is (`cancel SUB --id ID`).
+fn cancel_message(ctx: &Ctx<'_>, b: usize, name: &str) -> Markup {
+    html! {
+        h2 { "Cancel a message" }
+        form #cancel-message method="post" action="/action" data-op="cancel-message" {
+            input type="hidden" name="csrf" value=(ctx.csrf);
+            input type="hidden" name="b" value=(b);
+            input type="hidden" name="name" value=(name);
+            input type="hidden" name="op" value="cancel-message";
+            input type="text" name="id" placeholder="message id" required;
+            " "
+            button type="submit" { "Cancel it" }
+            " "
+            small { "delayed: removed; running: its handler is told, and dropped after its grace; queued: dropped when claimed" }
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The operator's subcommands of [`run_main`](crate::run_main): `inspect`, `dead`, `delayed`,
-//! `pause` and `resume`, on the app's own subscriptions, and `periodic`, the periodic jobs
+//! `pause`, `resume` and `cancel`, on the app's own subscriptions, and `periodic`, the periodic jobs
 //! registered under the app's brokers' prefixes (see `ruststream_redis::operate`).
 //!
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
@@ -72,6 +72,15 @@ pub(crate) enum Operate {
     Resume {
         /// The subscription.
         subscription: String,
+    },
+    /// Cancels one message by id wherever it is: delayed → removed; running → its handler is
+    /// told, and dropped after the grace; queued → dropped when claimed. Exit code 3: not found.
+    Cancel {
+        /// The subscription (a list).
+        subscription: String,
+        /// The message id.
+        #[arg(long)]
+        id: String,
     },
     /// Periodic jobs every instance registered: schedule, zone, destination, last and next tick.
     Periodic {
@@ -288,6 +297,14 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
             println!("resumed `{subscription}`");
             Ok(ExitCode::SUCCESS)
         }
+        Operate::Cancel { subscription, id } => {
+            let outcome = targets[0].cancel_message(&subscription, &id).await?;
+            println!("cancel `{id}` of `{subscription}`: {outcome}");
+            Ok(match outcome {
+                ruststream_core::CancelOutcome::NotFound => ExitCode::from(NOTHING_MATCHED),
+                _ => ExitCode::SUCCESS,
+            })
+        }
         Operate::Dead(d) => dead(targets[0], d).await,
         Operate::Delayed(d) => delayed(targets[0], d).await,
         Operate::Periodic { json } => periodic(&ops, json).await,
@@ -308,7 +325,9 @@ async fn periodic(ops: &[Operator], json: bool) -> Result<ExitCode> {
 fn subscription_of(command: &Operate) -> &str {
     match command {
         Operate::Inspect { subscription, .. } => subscription.as_deref().unwrap_or(""),
-        Operate::Pause { subscription, .. } | Operate::Resume { subscription } => subscription,
+        Operate::Pause { subscription, .. }
+        | Operate::Resume { subscription }
+        | Operate::Cancel { subscription, .. } => subscription,
         Operate::Periodic { .. } => "",
         Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => &a.subscription,
         Operate::Dead(Dead::Show(a)) => &a.subscription,

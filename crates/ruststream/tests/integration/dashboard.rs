@@ -198,14 +198,7 @@ async fn the_operator_requeues_a_fixed_dead_letter_in_chromium(env: &Env) {
             .contains(&(Order { poison: false }, 1))
     })
     .await;
-    publisher
-        .message(&Order { poison: false })
-        .to("{orders}")
-        .id("cancelled-order")
-        .delay(Duration::from_secs(3600))
-        .publish()
-        .await
-        .expect("publish a delayed order");
+    delay_an_order(&publisher, "cancelled-order").await;
     browser.refresh().await.expect("reload the page");
     click(
         &browser,
@@ -215,6 +208,18 @@ async fn the_operator_requeues_a_fixed_dead_letter_in_chromium(env: &Env) {
     wait_for_done(&browser, "cancelled 1").await;
     assert_eq!(env.zcard("{orders}.delayed").await, 0);
     assert_eq!(env.hlen("{orders}.delayed.payloads").await, 0);
+
+    // Cancel one message by id (`cancel SUB --id ID`): a delayed one is removed.
+    delay_an_order(&publisher, "by-id-order").await;
+    browser.refresh().await.expect("reload the page");
+    element(&browser, r#"#cancel-message input[name="id"]"#)
+        .await
+        .send_keys("by-id-order")
+        .await
+        .expect("type the id");
+    click(&browser, "#cancel-message button").await;
+    wait_for_done(&browser, "cancel `by-id-order`: removed").await;
+    assert_eq!(env.zcard("{orders}.delayed").await, 0, "removed");
 
     let _ = browser.close().await;
     env.stop(running).await;
@@ -332,6 +337,18 @@ async fn http(
 }
 
 /// Navigates and waits for the page.
+/// Publishes an order `id` due in an hour.
+async fn delay_an_order(publisher: &Publisher, id: &str) {
+    publisher
+        .message(&Order { poison: false })
+        .to("{orders}")
+        .id(id)
+        .delay(Duration::from_secs(3600))
+        .publish()
+        .await
+        .expect("publish a delayed order");
+}
+
 async fn goto(browser: &Client, url: &str) {
     bounded("a page load", BROWSER_WAIT, browser.goto(url))
         .await

@@ -23,6 +23,7 @@ mod harness;
 
 mod batch;
 mod bounded;
+mod cancel;
 mod cap;
 mod combinations;
 mod conformance;

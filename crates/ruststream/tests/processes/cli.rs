@@ -197,3 +197,54 @@ async fn startup_lines_name_keys_and_mode_without_the_password_in_text_and_json(
         json.stderr
     );
 }
+
+/// `cancel SUB --id ID` (issue 22): a delayed message of the list is removed, and a second run
+/// (a retried command) says the same; an id that is nowhere is not found, and the command fails.
+#[tokio::test]
+async fn cancel_removes_a_delayed_message_and_says_not_found_for_an_unknown_id() {
+    let Some(url) = redis_url() else { return };
+    let prefix = format!("{}:", unique("cli-cancel"));
+    let broker = RedisBroker::standalone(url.clone()).prefix(prefix.clone());
+    broker.connect().await.expect("connect");
+    broker
+        .publisher()
+        .message(&Job { n: 1 })
+        .to("{jobs}")
+        .id("late")
+        .delay(Duration::from_secs(3600))
+        .publish()
+        .await
+        .expect("publish");
+
+    for _ in 0..2 {
+        let removed = run("cancel {jobs} --id late", &url, &prefix).await;
+        assert_eq!(removed.code, Some(0), "{}", removed.stderr);
+        assert!(
+            removed
+                .stdout
+                .contains("cancel `late` of `{jobs}`: removed"),
+            "{}",
+            removed.stdout
+        );
+    }
+    let client = harness::stand::node_client(&url).await;
+    let delayed: i64 = client
+        .zcard(format!("{prefix}{{jobs}}.delayed"))
+        .await
+        .expect("ZCARD");
+    assert_eq!(delayed, 0, "gone from the delayed set");
+
+    let missing = run("cancel {jobs} --id nobody", &url, &prefix).await;
+    assert_eq!(missing.code, Some(1), "{}", missing.stderr);
+    assert!(missing.stdout.contains("not found"), "{}", missing.stdout);
+    let _: i64 = client
+        .del(vec![
+            format!("{prefix}{{jobs}}.cancels"),
+            format!("{prefix}{{jobs}}.delayed"),
+            format!("{prefix}{{jobs}}.delayed.payloads"),
+            format!("{prefix}ruststream:job:{{late}}"),
+        ])
+        .await
+        .unwrap_or(0);
+    let _ = client.quit().await;
+}

@@ -4,6 +4,10 @@
 //!   nothing left behind, duplicates bounded by what was in flight at the kills;
 //! - a worker killed with SIGKILL while it holds all of a queue's concurrency cap: the other
 //!   workers take nothing until its claims are swept back, then the cap frees;
+//! - cancels sent from the test's process to messages running in two worker processes and
+//!   queued behind them: each running one is signalled and dropped after the grace, each queued
+//!   one dropped at its claim, every cancel resent (as after a lost reply) answers the same,
+//!   and none of them completes;
 //! - the Redis server killed and restarted (its own, with `--appendonly yes --appendfsync
 //!   always`): workers log the outage, reconnect, finish, and nothing acknowledged is lost;
 //! - a cluster master killed and its replica promoted (a cluster of the test's own);
@@ -40,6 +44,7 @@ on!(
     workers_killed_mid_handler_lose_nothing,
     sigterm_with_a_settle_that_keeps_failing_exits_in_time,
     a_worker_killed_holding_the_cap_frees_it_when_swept,
+    cancels_from_one_process_reach_the_handlers_of_two_others,
 );
 
 /// The queue every fault test uses (hash-tagged: it runs on a cluster too).
@@ -107,6 +112,10 @@ fn fault_worker_process() {
     if let Ok(cap) = var("RUSTSTREAM_FAULT_CAP").parse() {
         list = list.max_in_flight(cap);
     }
+    if let Ok(ms) = var("RUSTSTREAM_FAULT_GRACE_MS").parse() {
+        list = list.cancel_grace(Duration::from_millis(ms));
+    }
+    let fixed = !var("RUSTSTREAM_FAULT_FIXED_WORK").is_empty();
     tracing_subscriber::fmt()
         .with_env_filter("info")
         .with_ansi(false)
@@ -131,6 +140,7 @@ fn fault_worker_process() {
             handled: format!("{prefix}{QUEUE}.handled"),
             pid: std::process::id().to_string(),
             work_ms,
+            fixed,
         };
         serve_until_sigterm(
             RustStream::new(AppInfo::new("fault-worker", "0"))
@@ -149,6 +159,8 @@ struct Recorder {
     handled: String,
     pid: String,
     work_ms: u64,
+    /// Each job takes `work_ms` exactly (else up to it, at random).
+    fixed: bool,
 }
 
 impl Handle<Job> for Recorder {
@@ -159,7 +171,11 @@ impl Handle<Job> for Recorder {
         _: &mut Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> {
         let n = job.n.to_string();
-        let work = Duration::from_millis(fastrand::u64(1..=self.work_ms));
+        let work = Duration::from_millis(if self.fixed {
+            self.work_ms
+        } else {
+            fastrand::u64(1..=self.work_ms)
+        });
         async move {
             let started: Result<i64, _> = self
                 .client
@@ -489,6 +505,104 @@ async fn a_worker_killed_holding_the_cap_frees_it_when_swept(env: &Env) {
         logs.contains("claims idle longer than min_idle went back to the queue"),
         "the dead worker's claims were swept back: {logs}"
     );
+    forget_run(&r, &prefix, &dir).await;
+}
+
+/// Two worker processes (2 permits each, jobs of a minute, a 300 ms cancel grace) run 4 jobs;
+/// 2 more wait in the queue. The test's process cancels all 6, each twice (the second as a
+/// call resent after its reply was lost): the 4 running are signalled in whichever process runs
+/// them and dropped after the grace, the 2 queued are marked and dropped at their claim. None
+/// completes, nothing is left queued, claimed or dead, and each answer was given twice.
+async fn cancels_from_one_process_reach_the_handlers_of_two_others(env: &Env) {
+    let url = env.url().expect("the standalone server").to_owned();
+    let prefix = env.prefix.clone();
+    let dir = temp_dir("cancel");
+    let r = env.client.clone();
+    let workers: Vec<WorkerProcess> = (0..2)
+        .map(|i| {
+            let env = [
+                ("RUSTSTREAM_FAULT_WORKER", url.clone()),
+                ("RUSTSTREAM_FAULT_PREFIX", prefix.clone()),
+                ("RUSTSTREAM_FAULT_MIN_IDLE_MS", "30000".to_owned()),
+                ("RUSTSTREAM_FAULT_CONCURRENCY", "2".to_owned()),
+                ("RUSTSTREAM_FAULT_WORK_MS", "60000".to_owned()),
+                ("RUSTSTREAM_FAULT_FIXED_WORK", "1".to_owned()),
+                ("RUSTSTREAM_FAULT_GRACE_MS", "300".to_owned()),
+            ];
+            let log = dir.join(format!("worker-{i}.log"));
+            WorkerProcess::spawn(
+                &test_name(module_path!(), "fault_worker_process"),
+                &env,
+                Some(log),
+            )
+        })
+        .collect();
+    for w in &workers {
+        w.ready(Duration::from_secs(20)).await;
+    }
+    publish_jobs(&url, &prefix, 0..4).await;
+    let processing = format!("{prefix}{QUEUE}.processing");
+    wait_until("4 running", Duration::from_secs(10), async || {
+        r.hlen::<i64, _>(format!("{prefix}{QUEUE}.owner"))
+            .await
+            .unwrap_or(0)
+            == 4
+    })
+    .await;
+    publish_jobs(&url, &prefix, 4..6).await;
+    let ids = |key: String| {
+        let r = r.clone();
+        async move {
+            let values: Vec<bytes::Bytes> = r.lrange(key, 0, -1).await.unwrap();
+            values
+                .into_iter()
+                .map(|v| Frame::decode(v).id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let running = ids(processing.clone()).await;
+    let queued = ids(format!("{prefix}{QUEUE}")).await;
+    assert_eq!((running.len(), queued.len()), (4, 2));
+    let owners: HashMap<String, String> =
+        r.hgetall(format!("{prefix}{QUEUE}.owner")).await.unwrap();
+    let pids: std::collections::HashSet<&String> = owners.values().collect();
+    assert_eq!(pids.len(), 2, "both processes run jobs: {owners:?}");
+
+    let canceller = RedisBroker::standalone(url.clone()).prefix(&prefix);
+    canceller.connect().await.unwrap();
+    let publisher = canceller.publisher();
+    for (ids, expected) in [
+        (&running, ruststream::CancelOutcome::Signalled),
+        (&queued, ruststream::CancelOutcome::Marked),
+    ] {
+        for id in ids {
+            for _ in 0..2 {
+                let got = publisher.cancel(QUEUE, id).await.unwrap();
+                assert_eq!(got, expected, "cancel of {id}");
+            }
+        }
+    }
+    wait_until("nothing left", Duration::from_secs(20), async || {
+        leftovers(&r, &prefix).await == 0
+    })
+    .await;
+    // Past a claim of the queued two: nothing else ran.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let owners: HashMap<String, String> =
+        r.hgetall(format!("{prefix}{QUEUE}.owner")).await.unwrap();
+    let logs: String = workers.iter().map(WorkerProcess::log).collect();
+    for w in workers {
+        w.stop(Duration::from_secs(15)).await;
+    }
+    assert_eq!(handled_counts(&r, &prefix).await, (0, 0), "none completed");
+    assert_eq!(owners.len(), 4, "the queued two never started: {owners:?}");
+    assert_eq!(
+        logs.matches("cancelled handler still running after its grace: dropped")
+            .count(),
+        4,
+        "{logs}"
+    );
+    let _: i64 = r.del(format!("{prefix}{QUEUE}.cancels")).await.unwrap_or(0);
     forget_run(&r, &prefix, &dir).await;
 }
 

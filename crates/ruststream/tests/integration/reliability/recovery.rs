@@ -270,8 +270,9 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
-    // claim.lua with recovery: four keys (queue, processing, claims, pause), the queue first.
-    proxy.cut_after(&script_call(4, &env.key(Q)));
+    // claim.lua with recovery: five keys (queue, processing, claims, pause, cancel record),
+    // the queue first.
+    proxy.cut_after(&script_call(5, &env.key(Q)));
     let rec = Rec::acking();
     let r = rec.clone();
     // One handler at a time: each claim takes exactly one entry.
@@ -348,8 +349,9 @@ async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env:
     load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
-    // claim.lua without recovery: three keys (queue, processing, pause), the queue first.
-    proxy.cut_after(&script_call(3, &env.key(Q)));
+    // claim.lua without recovery: four keys (queue, processing, pause, cancel record), the
+    // queue first.
+    proxy.cut_after(&script_call(4, &env.key(Q)));
     // One handler at a time: each claim takes exactly one entry.
     let source = || {
         RedisList::new(Q)
@@ -418,7 +420,7 @@ async fn identical_values_of_a_claim_sent_twice_are_two_claims(env: &Env) {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
     }
     let proxy = Proxy::start(env.url().expect("standalone")).await;
-    proxy.cut_after(&script_call(4, &env.key(Q)));
+    proxy.cut_after(&script_call(5, &env.key(Q)));
     let rec = Rec::acking();
     let r = rec.clone();
     let app = start(app_on(via(&proxy, env), Duration::from_millis(100), |b| {
@@ -453,8 +455,8 @@ async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
     for _ in 0..2 {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
     }
-    // settle.lua of a reliable list: six keys, the processing list first.
-    let settle_call = script_call(6, &env.key(&k(".processing")));
+    // settle.lua of a reliable list: seven keys, the processing list first.
+    let settle_call = script_call(7, &env.key(&k(".processing")));
     proxy.cut_after(&settle_call);
     let cut = proxy.clone();
     let rec = Rec::deciding(move |_, attempt, i| match (attempt, i) {

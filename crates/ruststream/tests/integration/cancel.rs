@@ -1,0 +1,400 @@
+//! Cancellation by id (issue 22, point 2): `publisher.cancel(destination, id)` on a reliable
+//! list, wherever the message is. Queued: marked, then dropped at its claim, never handled.
+//! Delayed: removed. Running: its handler sees `ctx.cancelled()` and the message settles as
+//! cancelled whatever the handler returns; a handler that ignores it is dropped after the grace
+//! (on the virtual clock on the model). A cancel and a settle race atomically: the one that runs
+//! first wins (both orders, made deterministic by holding the handler until the test lets it
+//! go). An awaited job cancelled fails with `Error::Cancelled`. Each cancel is called twice, as
+//! a client resends it when its reply was lost: the second answers the same and cancels
+//! nothing twice. Also with priority levels, a concurrency cap (a dropped handler frees it) and
+//! partitions (the cancel tries each; the readers of every partition hear the signal).
+
+use crate::harness;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use harness::{Env, WAIT, on};
+use ruststream::prelude::*;
+use ruststream::{CancelOutcome, ErrorKind, PublishBuilder, RunningApp};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+on!(
+    [memory, standalone, cluster]
+    a_queued_message_is_marked_and_never_handled,
+    a_delayed_message_is_removed,
+    a_running_handler_sees_the_cancel_and_settles_cancelled,
+    a_handler_ignoring_the_cancel_is_dropped_after_the_grace,
+    a_cancel_before_the_settle_wins_and_fails_the_awaiter,
+    a_settle_before_the_cancel_wins_and_the_cancel_says_already_done,
+    an_unknown_id_is_not_found,
+    a_cancel_covers_every_priority_level,
+    a_dropped_handler_frees_the_cap,
+    a_cancel_reaches_each_partition,
+);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Job {
+    /// What the handler does: `ack`, `watch` (waits for the cancel, then acks), `ignore` (runs
+    /// for ever), `hold` (waits until the test lets it go, then asks for a retry), `result`.
+    mode: String,
+}
+
+outgoing!(Job);
+
+/// The handler: records each call, and does what the job's mode says.
+#[derive(Clone, Default)]
+struct Worker {
+    calls: Arc<Mutex<Vec<String>>>,
+    saw_cancel: Arc<AtomicUsize>,
+    dropped: Arc<Mutex<Option<Instant>>>,
+    go: Arc<Notify>,
+}
+
+/// Records when the future holding it is dropped.
+struct DropClock(Arc<Mutex<Option<Instant>>>);
+
+impl Drop for DropClock {
+    fn drop(&mut self) {
+        *self.0.lock().expect("lock") = Some(Instant::now());
+    }
+}
+
+impl Worker {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().expect("lock").clone()
+    }
+
+    fn called(&self, id: &str) -> usize {
+        self.calls().iter().filter(|c| *c == id).count()
+    }
+
+    fn dropped_at(&self) -> Option<Instant> {
+        *self.dropped.lock().expect("lock")
+    }
+}
+
+// ANCHOR: handler
+impl Handle<Job> for Worker {
+    async fn handle(&self, m: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        self.calls
+            .lock()
+            .expect("lock")
+            .push(ctx.message_id().to_owned());
+        match m.mode.as_str() {
+            "watch" => {
+                ctx.cancelled().await;
+                self.saw_cancel.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+            "ignore" => {
+                let _clock = DropClock(self.dropped.clone());
+                std::future::pending().await
+            }
+            "hold" => {
+                self.go.notified().await;
+                Err(HandlerOutcome::retry())
+            }
+            "result" => {
+                ctx.set_result(&7u32)
+                    .await
+                    .map_err(|_| HandlerOutcome::retry())?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+// ANCHOR_END: handler
+
+/// Starts an app reading `list` into `worker`.
+async fn run(env: &Env, list: RedisList, worker: &Worker) -> RunningApp {
+    let w = worker.clone();
+    env.start_with(move |m| {
+        m.include(subscriber(list, w).build());
+    })
+    .await
+}
+
+/// A publish of job `id` in `mode` to `to`.
+fn job<'a>(publisher: &'a Publisher, job: &'a Job, to: &str, id: &str) -> PublishBuilder<'a, Job> {
+    publisher.message(job).to(to).id(id)
+}
+
+impl Job {
+    fn new(mode: &str) -> Self {
+        Self { mode: mode.into() }
+    }
+}
+
+async fn publish(env: &Env, to: &str, id: &str, mode: &str) {
+    let broker = env.broker();
+    broker.connect().await.expect("connect");
+    let publisher = broker.publisher();
+    job(&publisher, &Job::new(mode), to, id)
+        .publish()
+        .await
+        .expect("publish");
+}
+
+/// Cancels `id` of `to` twice (the second as the resend of a call whose reply was lost): both
+/// answer the same; returns the answer.
+async fn cancel_twice(env: &Env, to: &str, id: &str) -> CancelOutcome {
+    // ANCHOR: cancel
+    let publisher = env.broker().publisher();
+    let first = publisher.cancel(to, id).await.expect("cancel");
+    let again = publisher.cancel(to, id).await.expect("cancel again");
+    assert_eq!(first, again, "a resent cancel answers what the first did");
+    // ANCHOR_END: cancel
+    first
+}
+
+/// Publishes job `id` to `to` and awaits its result.
+async fn awaited(broker: &RedisBroker, to: &str, id: &str, mode: &str) -> ruststream::Result<u32> {
+    broker.connect().await?;
+    let publisher = broker.publisher();
+    job(&publisher, &Job::new(mode), to, id)
+        .publish()
+        .await_result::<u32>(WAIT)
+        .await
+}
+
+/// Waits until nothing of `key` is claimed.
+async fn settled(env: &Env, key: &str) {
+    let processing = format!("{key}.processing");
+    env.eventually("settled", async || env.llen(&processing).await == 0)
+        .await;
+}
+
+fn list(key: &str) -> RedisList {
+    RedisList::new(key)
+        .reliable()
+        .block(Duration::from_millis(100))
+        .cancel_grace(Duration::from_millis(500))
+}
+
+async fn a_queued_message_is_marked_and_never_handled(env: &Env) {
+    publish(env, "{cq}", "a", "ack").await;
+    publish(env, "{cq}", "b", "ack").await;
+    assert_eq!(cancel_twice(env, "{cq}", "a").await, CancelOutcome::Marked);
+    let worker = Worker::default();
+    let app = run(env, list("{cq}"), &worker).await;
+    env.eventually("b handled", async || worker.called("b") == 1)
+        .await;
+    env.stop(app).await;
+    assert_eq!(worker.calls(), ["b"], "the cancelled message never ran");
+    assert_eq!(env.llen("{cq}").await, 0, "nothing left queued");
+    assert_eq!(env.llen("{cq}.processing").await, 0, "nothing left claimed");
+    assert_eq!(env.llen("{cq}.dead").await, 0, "a cancel is no dead letter");
+    assert!(
+        env.pttl("{cq}.cancels").await > 0,
+        "the cancel record has a ttl"
+    );
+}
+
+async fn a_delayed_message_is_removed(env: &Env) {
+    let broker = env.broker();
+    broker.connect().await.expect("connect");
+    let publisher = broker.publisher();
+    job(&publisher, &Job::new("ack"), "{cd}", "later")
+        .delay(Duration::from_secs(3600))
+        .publish()
+        .await
+        .expect("publish");
+    assert_eq!(env.zcard("{cd}.delayed").await, 1);
+    assert_eq!(
+        cancel_twice(env, "{cd}", "later").await,
+        CancelOutcome::Removed
+    );
+    assert_eq!(
+        env.zcard("{cd}.delayed").await,
+        0,
+        "gone from the delayed set"
+    );
+    assert_eq!(
+        env.hlen("{cd}.delayed.payloads").await,
+        0,
+        "and its payload"
+    );
+}
+
+async fn a_running_handler_sees_the_cancel_and_settles_cancelled(env: &Env) {
+    let worker = Worker::default();
+    let app = run(env, list("{cr}"), &worker).await;
+    publish(env, "{cr}", "r", "watch").await;
+    env.eventually("r running", async || worker.called("r") == 1)
+        .await;
+    assert_eq!(
+        cancel_twice(env, "{cr}", "r").await,
+        CancelOutcome::Signalled
+    );
+    settled(env, "{cr}").await;
+    assert_eq!(worker.saw_cancel.load(Ordering::SeqCst), 1, "told once");
+    // Another read's time: a cancelled message is not delivered again.
+    env.advance(Duration::from_millis(300)).await;
+    env.stop(app).await;
+    assert_eq!(worker.calls(), ["r"], "handled once");
+    assert_eq!(env.llen("{cr}").await, 0);
+    assert_eq!(env.llen("{cr}.dead").await, 0, "a cancel is no dead letter");
+}
+
+async fn a_handler_ignoring_the_cancel_is_dropped_after_the_grace(env: &Env) {
+    let worker = Worker::default();
+    let app = run(env, list("{ci}"), &worker).await;
+    publish(env, "{ci}", "i", "ignore").await;
+    env.eventually("i running", async || worker.called("i") == 1)
+        .await;
+    let cancelled = Instant::now();
+    assert_eq!(
+        cancel_twice(env, "{ci}", "i").await,
+        CancelOutcome::Signalled
+    );
+    env.eventually("i dropped", async || worker.dropped_at().is_some())
+        .await;
+    let after = worker.dropped_at().expect("dropped") - cancelled;
+    assert!(
+        after >= Duration::from_millis(500) && after < WAIT,
+        "dropped {after:?} after the cancel, the grace is 500 ms"
+    );
+    settled(env, "{ci}").await;
+    env.stop(app).await;
+    assert_eq!(worker.calls(), ["i"], "not delivered again");
+    assert_eq!(env.llen("{ci}").await, 0);
+}
+
+/// The cancel runs while the handler is held; the handler then asks for a retry: the cancel
+/// ran first, so the message settles as cancelled (no retry), and the awaiter fails with
+/// `Cancelled`.
+async fn a_cancel_before_the_settle_wins_and_fails_the_awaiter(env: &Env) {
+    let worker = Worker::default();
+    let held = list("{cw}").cancel_grace(Duration::from_secs(30));
+    let app = run(env, held, &worker).await;
+    let broker = env.broker();
+    let awaiting = tokio::spawn(async move { awaited(&broker, "{cw}", "w", "hold").await });
+    env.eventually("w running", async || worker.called("w") == 1)
+        .await;
+    assert_eq!(
+        cancel_twice(env, "{cw}", "w").await,
+        CancelOutcome::Signalled
+    );
+    let e = harness::bounded("await_result", WAIT, awaiting)
+        .await
+        .expect("the awaiting task")
+        .expect_err("a cancelled job has no result");
+    assert_eq!(e.kind(), ErrorKind::Cancelled, "{e}");
+    worker.go.notify_one();
+    settled(env, "{cw}").await;
+    env.advance(Duration::from_millis(300)).await;
+    env.stop(app).await;
+    assert_eq!(worker.calls(), ["w"], "its retry was not carried out");
+    assert_eq!(env.llen("{cw}").await, 0);
+    assert_eq!(env.zcard("{cw}.delayed").await, 0);
+}
+
+/// The handler settles first: the cancel finds nothing running, and the job's record says it
+/// is done.
+async fn a_settle_before_the_cancel_wins_and_the_cancel_says_already_done(env: &Env) {
+    let worker = Worker::default();
+    let app = run(env, list("{ca}"), &worker).await;
+    let broker = env.broker();
+    let result = awaited(&broker, "{ca}", "done", "result")
+        .await
+        .expect("the result");
+    assert_eq!(result, 7);
+    settled(env, "{ca}").await;
+    assert_eq!(
+        cancel_twice(env, "{ca}", "done").await,
+        CancelOutcome::AlreadyDone
+    );
+    let record = broker
+        .publisher()
+        .job_state("done")
+        .await
+        .expect("read")
+        .expect("a record");
+    assert_eq!(record.error, None, "the cancel changed nothing");
+    env.stop(app).await;
+    assert!(!env.exists("{ca}.cancels").await, "nothing recorded");
+}
+
+async fn an_unknown_id_is_not_found(env: &Env) {
+    assert_eq!(
+        cancel_twice(env, "{cn}", "nobody").await,
+        CancelOutcome::NotFound
+    );
+    assert!(!env.exists("{cn}.cancels").await, "nothing recorded");
+}
+
+async fn a_cancel_covers_every_priority_level(env: &Env) {
+    let broker =
+        env.broker_with(|b| b.route("{cp}", ruststream::list::Publish::new().priorities(3)));
+    broker.connect().await.expect("connect");
+    let publisher = broker.publisher();
+    for (id, level) in [("low", 0), ("high", 2), ("mid", 1)] {
+        job(&publisher, &Job::new("ack"), "{cp}", id)
+            .priority(level)
+            .publish()
+            .await
+            .expect("publish");
+    }
+    assert_eq!(
+        publisher.cancel("{cp}", "high").await.expect("cancel"),
+        CancelOutcome::Marked
+    );
+    let worker = Worker::default();
+    let app = run(env, list("{cp}").priorities(3).concurrency(1), &worker).await;
+    env.eventually("the others handled", async || worker.calls().len() == 2)
+        .await;
+    env.advance(Duration::from_millis(300)).await;
+    env.stop(app).await;
+    assert_eq!(
+        worker.calls(),
+        ["mid", "low"],
+        "the cancelled top level never ran"
+    );
+}
+
+/// A cap of 1: the first message's handler ignores its cancel and holds the cap until it is
+/// dropped after the grace; then the second runs.
+async fn a_dropped_handler_frees_the_cap(env: &Env) {
+    let worker = Worker::default();
+    let app = run(env, list("{cc}").max_in_flight(1), &worker).await;
+    publish(env, "{cc}", "first", "ignore").await;
+    env.eventually("first running", async || worker.called("first") == 1)
+        .await;
+    publish(env, "{cc}", "second", "ack").await;
+    env.advance(Duration::from_millis(300)).await;
+    assert_eq!(worker.calls(), ["first"], "the cap holds the second back");
+    assert_eq!(
+        cancel_twice(env, "{cc}", "first").await,
+        CancelOutcome::Signalled
+    );
+    env.eventually("second handled", async || worker.called("second") == 1)
+        .await;
+    env.stop(app).await;
+    assert!(worker.dropped_at().is_some(), "the first was dropped");
+    assert_eq!(env.llen("{cc}.processing").await, 0);
+}
+
+async fn a_cancel_reaches_each_partition(env: &Env) {
+    let worker = Worker::default();
+    let app = run(env, list("cpart").partitions(2), &worker).await;
+    for id in ["p0", "p1", "p2"] {
+        publish(env, "cpart", id, "watch").await;
+    }
+    env.eventually("all running", async || worker.calls().len() == 3)
+        .await;
+    for id in ["p0", "p1", "p2"] {
+        assert_eq!(
+            cancel_twice(env, "cpart", id).await,
+            CancelOutcome::Signalled
+        );
+    }
+    settled(env, "{cpart:0}").await;
+    settled(env, "{cpart:1}").await;
+    env.stop(app).await;
+    assert_eq!(worker.saw_cancel.load(Ordering::SeqCst), 3, "each told");
+    assert_eq!(worker.calls().len(), 3, "none delivered again");
+}
