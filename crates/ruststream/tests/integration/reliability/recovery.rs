@@ -30,6 +30,7 @@ on!(
     a_settle_sent_twice_on_a_default_reliable_list_runs_once,
     identical_values_of_a_claim_sent_twice_are_two_claims,
     a_stream_read_whose_reply_is_lost_comes_back_after_min_idle,
+    a_cancel_whose_reply_is_lost_is_resent_and_answers_the_same,
 );
 
 // Standalone only: the scripts run with EVAL on no key.
@@ -820,4 +821,121 @@ return out
         }
     }
     assert!(frames > 1000, "enough of them were frames: {frames}");
+}
+
+/// A handler that waits (bounded) for its message's cancel, counting calls and cancels seen.
+#[derive(Clone, Default)]
+struct AwaitsCancel {
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    told: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Handle<Job> for AwaitsCancel {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.calls.fetch_add(1, SeqCst);
+        if tokio::time::timeout(crate::harness::WAIT, ctx.cancelled())
+            .await
+            .is_ok()
+        {
+            self.told.fetch_add(1, SeqCst);
+        }
+        Ok(())
+    }
+}
+
+// A cancel's script ran and its reply was lost (the connection dropped after the command was
+// sent): the client resends it, and the resend must answer what the first run did (from the
+// cancel record), cancel nothing twice, and leave nothing behind. Both a running message
+// (Signalled) and a delayed one (Removed), each cancelled through a proxy that cuts the first
+// reply of the cancel script.
+async fn a_cancel_whose_reply_is_lost_is_resent_and_answers_the_same(env: &Env) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let handler = AwaitsCancel::default();
+    let h = handler.clone();
+    // The app reads without the proxy: only the canceller's commands go through it.
+    let source = RedisList::new(Q)
+        .reliable()
+        .block(Duration::from_millis(200))
+        .cancel_grace(Duration::from_secs(5));
+    let app = start(app_on(env.broker(), Duration::from_secs(1), |b| {
+        b.include(subscriber(source, h).build());
+    }))
+    .await;
+    let producer = env.broker();
+    producer.connect().await.expect("connect");
+    let publisher = producer.publisher();
+    let job = Job { n: 1 };
+    publisher
+        .message(&job)
+        .to(Q)
+        .id("running")
+        .publish()
+        .await
+        .expect("publish");
+    publisher
+        .message(&job)
+        .to(Q)
+        .id("later")
+        .delay(Duration::from_secs(3600))
+        .publish()
+        .await
+        .expect("publish delayed");
+    eventually("the job runs", async || handler.calls.load(SeqCst) == 1).await;
+
+    let proxy = Proxy::start(env.url().expect("standalone")).await;
+    let canceller = via(&proxy, env);
+    canceller
+        .connect()
+        .await
+        .expect("connect through the proxy");
+    let cancels = canceller.publisher();
+    // cancel.lua's first key is the cancel record.
+    let record = env.key(&k(".cancels"));
+    for (id, expected) in [
+        ("running", ruststream::CancelOutcome::Signalled),
+        ("later", ruststream::CancelOutcome::Removed),
+    ] {
+        let before = proxy.cuts();
+        proxy.cut_after(record.as_bytes());
+        let answer = crate::harness::bounded(
+            "a cancel whose reply was lost",
+            crate::harness::WAIT,
+            async {
+                // fred resends a command whose connection dropped; a call that still failed is
+                // sent again by the caller, as the method's docs say.
+                match cancels.cancel(Q, id).await {
+                    Ok(answer) => answer,
+                    Err(_) => cancels.cancel(Q, id).await.expect("the cancel, sent again"),
+                }
+            },
+        )
+        .await;
+        assert_eq!(proxy.cuts(), before + 1, "{id}: the cancel's reply was cut");
+        assert_eq!(
+            answer, expected,
+            "{id}: the resend answers what the first run did"
+        );
+        assert_eq!(
+            cancels.cancel(Q, id).await.expect("a third cancel"),
+            expected,
+            "{id}: and so does every later one"
+        );
+    }
+    assert!(
+        proxy.sent_count(record.as_bytes()) >= 4,
+        "the cut cancels were sent again"
+    );
+    eventually("the running job settles as cancelled", async || {
+        handler.told.load(SeqCst) == 1 && env.llen(&k(".processing")).await == 0
+    })
+    .await;
+    assert_eq!(handler.calls.load(SeqCst), 1, "the cancelled job ran once");
+    assert_eq!(
+        env.zcard(&k(".delayed")).await,
+        0,
+        "the delayed job is gone"
+    );
+    assert_eq!(env.llen(&k(".dead")).await, 0, "a cancel is no dead letter");
+    stop(app).await;
 }
