@@ -158,7 +158,7 @@ pub use transport::RedisSource;
 #[doc(hidden)]
 pub use {
     back::Dest,
-    dead::PushDead,
+    dead::push::PushDead,
     delayed::{Later, MoveDue, Moved, ScheduleLater},
     list::settle::{SettleKeys, SettleList},
     operate::dead::{Purge, Requeue, Taken},

@@ -27,7 +27,6 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-#[cfg(feature = "testing")]
 use bytes::Bytes;
 #[cfg(feature = "testing")]
 use futures::future::BoxFuture;

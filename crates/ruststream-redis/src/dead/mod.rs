@@ -14,7 +14,6 @@ use ruststream_core::{Error, Result, Settlement};
 
 use crate::transport::Token;
 
-pub use push::PushDead;
 pub(crate) use push::PushDeadLetters;
 
 /// The Lua every script that pushes dead letters is prepended with, after `frame.lua`
