@@ -43,6 +43,8 @@ on!(
     a_stream_cancel_before_the_settle_wins,
     a_stream_settle_before_the_cancel_wins,
     the_operator_cancels_on_a_stream_subscription,
+    a_dropped_stream_handler_frees_the_cap,
+    a_stream_cancel_reaches_each_partition,
 );
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -225,9 +227,14 @@ impl Queue {
     }
 
     async fn run(self, env: &Env, worker: &Worker) -> RunningApp {
+        self.source().run(env, worker).await
+    }
+
+    /// Its subscription, as the tests read it.
+    fn source(self) -> Source {
         match self {
-            Self::List(k) => run(env, list(k), worker).await,
-            Self::Stream(k) => run_stream(env, stream(k), worker).await,
+            Self::List(k) => Source::List(list(k)),
+            Self::Stream(k) => Source::Stream(stream(k)),
         }
     }
 
@@ -243,6 +250,35 @@ impl Queue {
         }
         let dead = format!("{}.dead", self.key());
         assert_eq!(env.llen(&dead).await, 0, "a cancel is no dead letter");
+    }
+}
+
+/// A list or stream subscription, for the cases that add an option to [`Queue::source`].
+enum Source {
+    List(RedisList),
+    Stream(RedisStream),
+}
+
+impl Source {
+    fn max_in_flight(self, n: u32) -> Self {
+        match self {
+            Self::List(l) => Self::List(l.max_in_flight(n)),
+            Self::Stream(s) => Self::Stream(s.max_in_flight(n)),
+        }
+    }
+
+    fn partitions(self, n: u16) -> Self {
+        match self {
+            Self::List(l) => Self::List(l.partitions(n)),
+            Self::Stream(s) => Self::Stream(s.partitions(n)),
+        }
+    }
+
+    async fn run(self, env: &Env, worker: &Worker) -> RunningApp {
+        match self {
+            Self::List(l) => run(env, l, worker).await,
+            Self::Stream(s) => run_stream(env, s, worker).await,
+        }
     }
 }
 
@@ -436,41 +472,76 @@ async fn a_cancel_covers_every_priority_level(env: &Env) {
 /// A cap of 1: the first message's handler ignores its cancel and holds the cap until it is
 /// dropped after the grace; then the second runs.
 async fn a_dropped_handler_frees_the_cap(env: &Env) {
+    dropped_frees_the_cap(env, Queue::List("{cc}")).await;
+}
+
+async fn a_dropped_stream_handler_frees_the_cap(env: &Env) {
+    dropped_frees_the_cap(env, Queue::Stream("{sc}")).await;
+}
+
+async fn dropped_frees_the_cap(env: &Env, q: Queue) {
     let worker = Worker::default();
-    let app = run(env, list("{cc}").max_in_flight(1), &worker).await;
-    publish(env, "{cc}", "first", "ignore").await;
+    let app = q.source().max_in_flight(1).run(env, &worker).await;
+    q.publish(env, "first", "ignore", None).await;
     env.eventually("first running", async || worker.called("first") == 1)
         .await;
-    publish(env, "{cc}", "second", "ack").await;
+    q.publish(env, "second", "ack", None).await;
     env.advance(Duration::from_millis(300)).await;
     assert_eq!(worker.calls(), ["first"], "the cap holds the second back");
-    assert_eq!(
-        cancel_twice(env, "{cc}", "first").await,
-        CancelOutcome::Signalled
-    );
+    assert_eq!(q.cancel_twice(env, "first").await, CancelOutcome::Signalled);
     env.eventually("second handled", async || worker.called("second") == 1)
         .await;
+    q.settled(env).await;
     env.stop(app).await;
     assert!(worker.dropped_at().is_some(), "the first was dropped");
-    assert_eq!(env.llen("{cc}.processing").await, 0);
 }
 
 async fn a_cancel_reaches_each_partition(env: &Env) {
+    cancel_reaches_each_partition(env, Queue::List("cpart")).await;
+}
+
+async fn a_stream_cancel_reaches_each_partition(env: &Env) {
+    cancel_reaches_each_partition(env, Queue::Stream("spart")).await;
+}
+
+/// Three running messages over two partitions: the cancel finds each (it tries every
+/// partition), and each partition's reader hears the signal.
+async fn cancel_reaches_each_partition(env: &Env, q: Queue) {
     let worker = Worker::default();
-    let app = run(env, list("cpart").partitions(2), &worker).await;
+    let app = q.source().partitions(2).run(env, &worker).await;
+    let key = q.key();
+    let broker = match q {
+        Queue::List(_) => env.broker(),
+        Queue::Stream(_) => {
+            env.broker_with(|b| b.route(key, ruststream::stream::Publish::new().partitions(2)))
+        }
+    };
+    broker.connect().await.expect("connect");
+    let publisher = broker.publisher();
     for id in ["p0", "p1", "p2"] {
-        publish(env, "cpart", id, "watch").await;
+        let j = Job::new("watch");
+        job(&publisher, &j, key, id)
+            .publish()
+            .await
+            .expect("publish");
     }
     env.eventually("all running", async || worker.calls().len() == 3)
         .await;
     for id in ["p0", "p1", "p2"] {
+        let first = publisher.cancel(key, id).await.expect("cancel");
+        let again = publisher.cancel(key, id).await.expect("cancel again");
         assert_eq!(
-            cancel_twice(env, "cpart", id).await,
-            CancelOutcome::Signalled
+            (first, again),
+            (CancelOutcome::Signalled, CancelOutcome::Signalled)
         );
     }
-    settled(env, "{cpart:0}").await;
-    settled(env, "{cpart:1}").await;
+    for part in ["{%:0}", "{%:1}"] {
+        let part = part.replace('%', key);
+        match q {
+            Queue::List(_) => settled(env, &part).await,
+            Queue::Stream(_) => stream_settled(env, &part).await,
+        }
+    }
     env.stop(app).await;
     assert_eq!(worker.saw_cancel.load(Ordering::SeqCst), 3, "each told");
     assert_eq!(worker.calls().len(), 3, "none delivered again");
