@@ -472,6 +472,12 @@ impl Publisher {
     ///
     /// Safe to call again after an error (a lost reply): the broker records the cancel, so the
     /// second call answers what the first did, and cancels nothing twice.
+    ///
+    /// On Redis, `destination` is a list queue or a stream (a stream cancel holds for every
+    /// consumer group), as its route says (`RedisBroker::route`; unrouted, a list). The route
+    /// does not name a list's processing list: a list read with a processing list named other
+    /// than the default `<key>.processing` is not found running from here; the operator's
+    /// `cancel SUB --id ID`, which has the subscription's keys, finds it.
     pub async fn cancel(&self, destination: &str, id: &str) -> Result<crate::CancelOutcome> {
         let outcome = self.0.cancel(destination, id).await?;
         match self.0.jobs() {

@@ -17,7 +17,7 @@
 //! - [`RedisBroker`]: connections, key prefix, credentials.
 //! - Cancelling a message by id (`publisher.cancel(destination, id)`): removed when delayed,
 //!   its handler told (and dropped after a grace) when running, dropped at its claim when
-//!   queued, through a cancel record per queue (`cancel/`).
+//!   queued, through a cancel record per list queue or stream (`cancel/`).
 //! - Job progress and results (`Context::set_result`, `publish().await_result(..)`): one hash
 //!   per job with a ttl ([`RedisBroker::result_ttl`]), written by `job.lua` (`results.rs`).
 //!
@@ -106,7 +106,7 @@ pub use broker::RedisBroker;
 /// The cancel script's typed call, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]
 #[doc(hidden)]
-pub use cancel::{CancelKeys, CancelList};
+pub use cancel::{CancelKeys, CancelList, CancelStream, StreamCancelKeys};
 pub use claim::limit::RateLimit;
 /// The claim scripts' typed calls, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]

@@ -1,7 +1,7 @@
 #!lua
 -- CANCEL: cancels message ARGV[1] of one list queue (one partition) wherever it is, once (see
--- crate::cancel). Called through `crate::cancel::CancelList`. Prepended with guard.lua and
--- frame.lua.
+-- crate::cancel). Called through `crate::cancel::CancelList`. Prepended with guard.lua,
+-- frame.lua and cancel/record.lua.
 --
 -- KEYS: the cancel record (K.cancels, a hash id → what the cancel did), the delayed set, the
 --       delayed payload hash, the queue's levels (lowest first, ARGV[5] of them), then the
@@ -59,16 +59,5 @@ else
     end
   end
 end
-if outcome == 'missing' then return outcome end
-if redis.call('HLEN', record) >= most then
-  return redis.error_reply('RSFULL the cancel record ' .. record .. ' holds ' .. most ..
-    ' cancels: it expires ' .. ttl .. ' ms after the last one; cancel again later')
-end
-if outcome == 'removed' then
-  redis.call('ZREM', delayed, id)
-  redis.call('HDEL', payloads, id)
-end
-redis.call('HSET', record, id, outcome)
-redis.call('PEXPIRE', record, ttl)
-if outcome ~= 'removed' then redis.call('PUBLISH', channel, id) end
-return outcome
+return record_cancel({record = record, id = id, channel = channel, most = most, ttl = ttl,
+  delayed = delayed, payloads = payloads}, outcome)

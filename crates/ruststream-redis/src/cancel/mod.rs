@@ -1,6 +1,7 @@
-//! Cancelling a message of a list queue by id (`publisher.cancel(destination, id)`, the
-//! operator's `cancel`): [`CancelList`], the typed call of `cancel.lua`, and [`cancel`], which
-//! runs it on each partition of a destination.
+//! Cancelling a message of a list queue or a stream by id (`publisher.cancel(destination, id)`,
+//! the operator's `cancel`): [`CancelList`], the typed call of `cancel.lua`, [`CancelStream`]
+//! (`stream.rs`, `stream.lua`: a stream read by groups), and [`cancel`], which runs one of them
+//! on each partition of a destination.
 //!
 //! The queue's cancel record `K.cancels` (a hash, message id → what the cancel did, in the
 //! queue's slot) is what makes a cancel exact under every race, and a resent cancel a no-op:
@@ -11,12 +12,17 @@
 //!   records what it did, once.
 //! - The claim consults the record (`claim/cancels.lua`, a gate that sifts what was taken): an
 //!   entry of a recorded id is dropped there, never delivered. One `EXISTS` per claim.
+//! - A stream's read consults it (`stream/read.lua`): an entry read whose `rs.id` is recorded
+//!   is acked there, never delivered; `stream/settle.lua` only acks a recorded message.
 //! - The settle consults it (`list/settle.lua`): a settle of a recorded id only removes the
 //!   entry, whatever the handler decided. So a cancel and an ack race atomically: the script
 //!   that runs first wins.
 //!
 //! The record holds at most [`MOST`] ids and expires [`TTL`] after the last cancel: a message
 //! queued longer than that after its cancel runs after all.
+//!
+//! A stream's record is the stream's, not a group's: a cancel cancels the message for every group
+//! reading the stream.
 //!
 //! Commands: `EVALSHA` of `cancel.lua` (`HGET`, `ZSCORE`, `LRANGE`, `LLEN`, `HLEN`, `ZREM`,
 //! `HDEL`, `HSET`, `PEXPIRE`, `PUBLISH`).
@@ -32,14 +38,24 @@ use crate::conn::Connections;
 use crate::keys::KeySpace;
 use crate::lua::{self, Call};
 
+mod stream;
+pub use stream::{CancelStream, StreamCancelKeys};
+
 /// Most ids a queue's cancel record holds; a cancel past it is refused (`RSFULL`).
 pub(crate) const MOST: usize = 10_000;
 
 /// How long a queue's cancel record lives after its last cancel.
 pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 
-static CANCEL: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("cancel.lua"), &[lua::GUARD, crate::frame::LUA]));
+static CANCEL: LazyLock<Script> = LazyLock::new(|| {
+    lua::script(
+        include_str!("cancel.lua"),
+        &[lua::GUARD, crate::frame::LUA, RECORD],
+    )
+});
+
+/// The writes both cancel scripts end with (`record.lua`).
+const RECORD: &str = include_str!("record.lua");
 
 /// The keys a cancel of one list queue (or partition) touches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,15 +136,20 @@ impl Call for CancelList<'_> {
     }
 
     fn parse(&self, reply: Value) -> Option<CancelOutcome> {
-        let b = crate::reply::value_bytes(reply)?;
-        Some(match &b[..] {
-            b"removed" => CancelOutcome::Removed,
-            b"signalled" => CancelOutcome::Signalled,
-            b"marked" => CancelOutcome::Marked,
-            b"missing" => CancelOutcome::NotFound,
-            _ => return None,
-        })
+        outcome(reply)
     }
+}
+
+/// A cancel script's reply read as what it did; `None` for a reply the scripts do not give.
+fn outcome(reply: Value) -> Option<CancelOutcome> {
+    let b = crate::reply::value_bytes(reply)?;
+    Some(match &b[..] {
+        b"removed" => CancelOutcome::Removed,
+        b"signalled" => CancelOutcome::Signalled,
+        b"marked" => CancelOutcome::Marked,
+        b"missing" => CancelOutcome::NotFound,
+        _ => return None,
+    })
 }
 
 /// Cancels message `id` of the list `destination` (as the user names it), on each of its
@@ -141,12 +162,29 @@ pub(crate) async fn cancel(
 ) -> Result<CancelOutcome> {
     let pool = conns.pool()?;
     let route = conns.routes.get(destination).unwrap_or_default();
-    let (priorities, partitions) = match route {
+    let (priorities, partitions) = match &route {
         crate::PublishPolicy::List(p) => (p.priorities, p.partitions),
-        crate::PublishPolicy::Stream(_) | crate::PublishPolicy::PubSub(_) => {
+        crate::PublishPolicy::Stream(p) => {
+            let mut names = crate::partition::keys(destination, p.partitions);
+            if names.is_empty() {
+                names.push(destination.to_owned());
+            }
+            let streams: Vec<StreamCancelKeys> = names
+                .iter()
+                .map(|name| StreamCancelKeys::of(&conns.keys, &conns.keys.key(name)))
+                .collect();
+            return on_each(
+                &pool,
+                streams
+                    .iter()
+                    .map(|keys| CancelStream { keys, id })
+                    .collect(),
+            )
+            .await;
+        }
+        crate::PublishPolicy::PubSub(_) => {
             return Err(Error::config(format!(
-                "cancel `{destination}`: only list queues can be cancelled from; `{destination}` is published as a {}",
-                route.transport()
+                "cancel `{destination}`: only list queues and streams can be cancelled from; `{destination}` is published on Pub/Sub, which stores nothing"
             )));
         }
     };
@@ -162,27 +200,27 @@ pub(crate) async fn cancel(
             CancelKeys::of(&conns.keys, &queue, priorities, processing)
         })
         .collect();
-    on_each(&pool, queues, id).await
+    on_each(
+        &pool,
+        queues.iter().map(|keys| CancelList { keys, id }).collect(),
+    )
+    .await
 }
 
-/// Cancels message `id` on each of `queues` until one finds it: the first `removed` or
-/// `signalled`, else `marked` if any queue marked it, else not found.
-pub(crate) async fn on_each(
+/// Runs each cancel of `calls` (one per queue or stream) until one finds the message: the first
+/// `removed` or `signalled`, else `marked` if any marked it, else not found.
+pub(crate) async fn on_each<C: Call<Reply = Option<CancelOutcome>> + Sync>(
     pool: &Pool,
-    queues: impl IntoIterator<Item = CancelKeys>,
-    id: &str,
+    calls: Vec<C>,
 ) -> Result<CancelOutcome> {
     let mut marked = false;
-    for keys in queues {
-        let outcome = CancelList { keys: &keys, id }
-            .call(pool.next())
-            .await?
-            .ok_or_else(|| {
-                Error::broker(
-                    ErrorKind::UnexpectedReply,
-                    "cancel.lua answered something else than removed, signalled, marked or missing",
-                )
-            })?;
+    for call in calls {
+        let outcome = call.call(pool.next()).await?.ok_or_else(|| {
+            Error::broker(
+                ErrorKind::UnexpectedReply,
+                "the cancel script answered something else than removed, signalled, marked or missing",
+            )
+        })?;
         match outcome {
             CancelOutcome::Removed | CancelOutcome::Signalled => return Ok(outcome),
             CancelOutcome::Marked => marked = true,

@@ -294,6 +294,9 @@ pub struct StreamRead<'a> {
     pub group: &'a str,
     /// The consumer.
     pub consumer: &'a str,
+    /// The stream's cancel record (`K.cancels`): entries of the messages it holds are acked,
+    /// not delivered.
+    pub cancels: &'a str,
     /// The gates, in the order they are asked.
     pub gates: &'a [Gate],
     /// Most entries to read.
@@ -329,7 +332,7 @@ impl Call for StreamRead<'_> {
 
     /// KEYS and ARGV: see `stream/read.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
-        let mut keys = vec![self.stream.to_owned()];
+        let mut keys = vec![self.stream.to_owned(), self.cancels.to_owned()];
         let mut args: Vec<Value> =
             vec![self.group.into(), self.consumer.into(), lua::int(self.max)];
         for g in self.gates {

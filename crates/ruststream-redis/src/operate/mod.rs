@@ -161,7 +161,7 @@ impl Operator {
         Ok(())
     }
 
-    /// Cancels message `id` of the list subscription `name` (a partition, or every partition of
+    /// Cancels message `id` of the list or stream subscription `name` (a partition, or every partition of
     /// the queue `name`) wherever it is, as
     /// [`Publisher::cancel`](ruststream_core::Publisher::cancel) does, on the subscription's own
     /// keys (its processing list, its levels).
@@ -177,27 +177,43 @@ impl Operator {
             parts
         };
         let space = &self.conns.keys;
-        let mut keys = Vec::new();
-        for q in queues {
-            if q.transport != "list" {
-                return Err(Error::config(format!(
-                    "`{name}` is a {} subscription: only list queues can be cancelled from",
-                    q.transport
-                )));
-            }
-            let mut levels = vec![q.queue.clone()];
-            levels.extend(q.levels.iter().cloned());
-            keys.push(crate::cancel::CancelKeys {
-                record: space.cancels(&q.queue),
-                channel: space.cancel_channel(&q.queue),
-                delayed: q.delayed.clone().unwrap_or_default(),
-                payloads: q.delayed_payloads.clone().unwrap_or_default(),
-                levels,
-                processing: q.processing.clone(),
-            });
-        }
         let pool = self.conns.pool()?;
-        let outcome = crate::cancel::on_each(&pool, keys, id).await?;
+        let outcome = if queues.iter().all(|q| q.transport == "stream") {
+            let streams: Vec<crate::cancel::StreamCancelKeys> = queues
+                .iter()
+                .map(|q| crate::cancel::StreamCancelKeys::of(space, &q.queue))
+                .collect();
+            let calls = streams
+                .iter()
+                .map(|keys| crate::cancel::CancelStream { keys, id })
+                .collect();
+            crate::cancel::on_each(&pool, calls).await?
+        } else {
+            let mut lists = Vec::new();
+            for q in queues {
+                if q.transport != "list" {
+                    return Err(Error::config(format!(
+                        "`{name}` is a {} subscription: only list queues and streams can be cancelled from",
+                        q.transport
+                    )));
+                }
+                let mut levels = vec![q.queue.clone()];
+                levels.extend(q.levels.iter().cloned());
+                lists.push(crate::cancel::CancelKeys {
+                    record: space.cancels(&q.queue),
+                    channel: space.cancel_channel(&q.queue),
+                    delayed: q.delayed.clone().unwrap_or_default(),
+                    payloads: q.delayed_payloads.clone().unwrap_or_default(),
+                    levels,
+                    processing: q.processing.clone(),
+                });
+            }
+            let calls = lists
+                .iter()
+                .map(|keys| crate::cancel::CancelList { keys, id })
+                .collect();
+            crate::cancel::on_each(&pool, calls).await?
+        };
         let jobs = crate::publish::RedisPublisher {
             conns: self.conns.clone(),
             routes: self.conns.routes.clone(),

@@ -7,11 +7,11 @@
 //! |---|---|---|
 //! | `source.rs` | [`RedisStream`]: the source's options and keys | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description; creating the group; opening the receiver | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept), `XINFO GROUPS key` |
-//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause, concurrency-cap and rate-limit gates, `XREADGROUP` without `BLOCK`, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait; `XGROUP CREATE` again after its connection came back |
+//! | `receive.rs` | reading | `read.lua` (see `crate::claim`: the pause, concurrency-cap and rate-limit gates, `XREADGROUP` without `BLOCK`, `XACK` of entries of cancelled messages, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait; `XGROUP CREATE` again after its connection came back; `SUBSCRIBE key.cancel` (cancel signals, on the broker's wake-up connection) |
 //! | `recover.rs` | crash recovery: its own pending entries at start, sweeps of a dead consumer's, lease renewal | `XPENDING key group [IDLE ms] - + n [consumer]`, `XCLAIM key group consumer ms id.. [JUSTID]` |
 //! | `consumers.rs` | forgetting the consumers of gone instances (no pending entry, idle past a bound), from the sweep | `forget_consumers.lua`: `XINFO CONSUMERS key group`, `XGROUP DELCONSUMER` |
 //! | `entries.rs` | the reserved fields; `XREADGROUP` and `XCLAIM` replies read into entries | none |
-//! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters) for the rest |
+//! | `settle.rs` | settling | `XACK key group id..` for acks; `settle.lua` (`XACK`, then `XADD` / delayed set / `LPUSH` dead letters, none for a cancelled message) for the rest |
 //! | `publish.rs` | publishing | `XADD key [MAXLEN ~ n \| MINID ~ id] * ..`, pipelined |
 //! | `bound.lua` | a route's bound, for the scripts that re-add entries | `XTRIM key MAXLEN ~ n` or `MINID ~ <TIME - age>` |
 //! | `trim.rs` | [`trim_acked`](RedisStream::trim_acked) | `trim.lua`: `XINFO GROUPS`, `XPENDING key group`, `XTRIM key MINID ~ id` |

@@ -5,6 +5,10 @@
 //! cap, as long as the script says; for new entries, with `XREAD BLOCK ms STREAMS key <last
 //! id>`, which delivers nothing to the group, then reads once more. Paused, it returns nothing and its pause gate waits.
 //!
+//! Cancels (`crate::cancel`): `read.lua` acks the entries of cancelled messages instead of
+//! returning them, and the reader listens on the stream's signal channel (`SUBSCRIBE
+//! K.cancel`) for cancels of running ones, which it hands to the dispatch loop.
+//!
 //! When its connection comes back (fred reconnected it, or it was replaced after a failed read),
 //! the reader creates its group again before it next reads (`XGROUP CREATE key group 0
 //! MKSTREAM`, an existing group kept): what came back may be a server that lost the group (a
@@ -38,7 +42,7 @@ use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
 use crate::pause::{Gate, Hold};
 use crate::transport::{
-    Receive, RedisReceiver, RedisSettler, Token, delivery, unreadable, watch_source,
+    Receive, RedisReceiver, RedisSettler, Token, delivery, signal_ids, unreadable, watch_source,
 };
 
 /// Opens the receiver of `stream`: its keys, mover, gauges and settler.
@@ -88,6 +92,7 @@ pub(super) async fn open(
         .max_in_flight
         .map(|n| claim::Gate::cap_group(keys.stream.clone(), &group, n));
     let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
+    let signals = Some(conns.signals(&keys.cancel_channel).await?);
     let regroup = Arc::new(AtomicBool::new(false));
     let mark = regroup.clone();
     conn.on_reconnect(move || mark.store(true, Ordering::Release));
@@ -131,6 +136,8 @@ pub(super) async fn open(
             group,
             consumer,
         },
+        cancels: keys.cancels,
+        signals,
         block: stream.options.block,
         mover,
         recovery,
@@ -149,6 +156,10 @@ struct StreamReceiver {
     /// The key as the user named it: each delivery's source.
     source: Arc<str>,
     group: Group,
+    /// The stream's cancel record: the read acks entries of the messages it holds.
+    cancels: String,
+    /// The ids cancels signal on the stream's channel, until the dispatch loop takes them.
+    signals: Option<tokio::sync::broadcast::Receiver<Bytes>>,
     block: Duration,
     mover: Option<Mover>,
     recovery: Option<Recovery>,
@@ -251,6 +262,7 @@ impl StreamReceiver {
             stream: &g.key,
             group: &g.group,
             consumer: &g.consumer,
+            cancels: &self.cancels,
             gates: &self.gates,
             max,
         }
@@ -301,6 +313,10 @@ impl Receive for StreamReceiver {
     }
     fn probe(&self) -> Option<ruststream_core::Probe> {
         Some(self.conn.probe())
+    }
+
+    fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {
+        self.signals.take().map(signal_ids)
     }
 }
 

@@ -4,8 +4,8 @@
 -- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
 -- `crate::stream::settle::SettleStream`.
 --
--- KEYS: dead-letter list, delayed set, delayed payload hash, then the destination's key
---       (back.lua: the stream itself).
+-- KEYS: dead-letter list, delayed set, delayed payload hash, the stream's cancel record
+--       (K.cancels), then the destination's key (back.lua: the stream itself).
 -- ARGV: group, the destination (back.lua: the stream and its bound), then groups of four,
 --       `entry_id op new arg` (`crate::settle::Op` writes the last three):
 --   a  ack: XACK
@@ -14,9 +14,11 @@
 --   d  retry later: XACK, then schedule the frame `new` after arg = `delay_ms:id`
 --   x  dead: XACK, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
 --      bound (dead/trim.lua), to which the list is trimmed after the last push
--- Follow-up writes happen only when XACK found the entry pending. Returns {how many were found,
+-- Follow-up writes happen only when XACK found the entry pending, and not for a cancelled
+-- message (its frame's id in the cancel record, see crate::cancel): that one is only acked,
+-- whatever the op. Returns {how many were found,
 -- how many dead letters the bound trimmed}.
-local dest, derr = dest_of(4, 2)
+local dest, derr = dest_of(5, 2)
 if not dest then return redis.error_reply(derr) end
 if dest.kind ~= 'stream' then
   return redis.error_reply('RSARGS settle.lua: the destination must be the stream')
@@ -27,7 +29,7 @@ if (#ARGV - first + 1) % 4 ~= 0 then
   return redis.error_reply('RSARGS settle.lua takes a group, a destination and groups of four arguments, got ' .. #ARGV)
 end
 -- Without a dead-letter list the stream stands in for it, and nothing is pushed there.
-local checks = dest_checks(dest, {{KEYS[2], 'zset'}, {KEYS[3], 'hash'}})
+local checks = dest_checks(dest, {{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'}})
 if KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
@@ -50,10 +52,20 @@ end
 local found = 0
 local retried = {}
 local bound, now
+local cancels = redis.call('EXISTS', KEYS[4]) == 1
+-- Whether the frame `v` (a retry's or dead letter's) is of a cancelled message.
+local function cancelled(v)
+  if not cancels then return false end
+  local l = frame_layout(v)
+  return l ~= nil and redis.call('HEXISTS', KEYS[4], string.sub(v, l.id[1], l.id[2])) == 1
+end
 for i = first, #ARGV, 4 do
   local op = ARGV[i + 1]
   if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then
     found = found + 1
+    if op ~= 'a' and cancelled(ARGV[i + 2]) then
+      op = 'a'
+    end
     if op == 'r' then
       retried[#retried + 1] = items[i]
     elseif op == 'x' and KEYS[1] ~= stream then

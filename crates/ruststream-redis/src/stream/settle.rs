@@ -44,6 +44,8 @@ pub struct SettleStream<'a> {
     pub delayed: &'a str,
     /// The delayed payload hash.
     pub payloads: &'a str,
+    /// The stream's cancel record (`K.cancels`): a message it holds is only acked.
+    pub cancels: &'a str,
     /// Per entry: its id, and what to do with it.
     pub entries: Vec<(Bytes, Op)>,
 }
@@ -62,6 +64,7 @@ impl Call for SettleStream<'_> {
             self.dead.to_owned(),
             self.delayed.to_owned(),
             self.payloads.to_owned(),
+            self.cancels.to_owned(),
         ];
         let mut args = Vec::with_capacity(4 + self.entries.len() * 4);
         args.push(Value::from(self.group));
@@ -87,6 +90,7 @@ pub(super) struct StreamSettle {
     dead: String,
     delayed: String,
     payloads: String,
+    cancels: String,
     group: String,
     has_dead: bool,
     /// The dead-letter list's bound.
@@ -120,6 +124,7 @@ impl StreamSettle {
             dead: keys.dead.clone().unwrap_or_else(|| keys.stream.clone()),
             delayed: keys.delayed.set.clone(),
             payloads: keys.delayed.payloads.clone(),
+            cancels: keys.cancels.clone(),
             group,
             has_dead: keys.dead.is_some(),
             bound: dead_bound,
@@ -190,6 +195,7 @@ impl StreamSettle {
             dead: &self.dead,
             delayed: &self.delayed,
             payloads: &self.payloads,
+            cancels: &self.cancels,
             entries,
         };
         let script = async {

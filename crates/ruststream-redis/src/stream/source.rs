@@ -175,6 +175,8 @@ impl RedisStream {
             delayed: space.delayed(&stream),
             dead: space.dead(&self.key, &self.options.dead_letter),
             rate: self.rate.as_ref().map(|r| r.key(space, &stream)),
+            cancels: space.cancels(&stream),
+            cancel_channel: space.cancel_channel(&stream),
             stream,
         }
     }
@@ -188,6 +190,10 @@ pub(super) struct StreamKeys {
     pub(super) delayed: Delayed,
     /// With a rate limit: the limiter's key.
     pub(super) rate: Option<String>,
+    /// The cancel record (`K.cancels`, see `crate::cancel`).
+    pub(super) cancels: String,
+    /// The channel cancels of running messages are signalled on (`K.cancel`).
+    pub(super) cancel_channel: String,
 }
 
 impl StreamKeys {
@@ -197,6 +203,7 @@ impl StreamKeys {
             self.stream.clone(),
             self.delayed.set.clone(),
             self.delayed.payloads.clone(),
+            self.cancels.clone(),
         ];
         keys.extend(self.dead.clone());
         keys.extend(self.rate.clone());

@@ -109,6 +109,7 @@ async fn typed_cap(client: &Client, prefix: &str) -> CapRun {
         stream: &stream,
         group: "g",
         consumer: "c",
+        cancels: &format!("{stream}.cancels"),
         gates: &gates,
         max: 5,
     };

@@ -195,6 +195,7 @@ async fn stream_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String
         dead: &dead,
         delayed: &key(&prefix, "s.delayed"),
         payloads: &key(&prefix, "s.delayed.payloads"),
+        cancels: &key(&prefix, "s.cancels"),
         entries,
     }
     .call(&client)

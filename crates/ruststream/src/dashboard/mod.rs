@@ -1,6 +1,6 @@
 //! The operator's web dashboard: what `inspect` shows, for every subscription of the app, with
 //! dead letters to browse, requeue and purge, delayed entries to promote and cancel, pause and
-//! resume buttons, a form that cancels one message of a list by id, and, when served beside the running app (`run --dashboard ADDR`), live
+//! resume buttons, a form that cancels one message of a list or stream by id, and, when served beside the running app (`run --dashboard ADDR`), live
 //! handled and failed rates. `dashboard [--addr ADDR]` serves it alone, for an operator.
 //!
 //! Pages are rendered on the server (`page.rs`); every action is done through the app's own

@@ -198,7 +198,7 @@ pub(super) fn subscription(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
         }
         @if k.dead.is_some() { (dead_letters(ctx, d)) }
         @if k.delayed.is_some() { (delayed(ctx, d)) }
-        @if k.transport == "list" { (cancel_message(ctx, d.b, &k.name)) }
+        @if k.transport == "list" || k.transport == "stream" { (cancel_message(ctx, d.b, &k.name)) }
     };
     layout(&k.name, false, ctx, body)
 }
@@ -251,7 +251,7 @@ fn delayed(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
     }
 }
 
-/// The form that cancels one message of a list by id, wherever it is (`cancel SUB --id ID`).
+/// The form that cancels one message of a list or stream by id, wherever it is (`cancel SUB --id ID`).
 fn cancel_message(ctx: &Ctx<'_>, b: usize, name: &str) -> Markup {
     html! {
         h2 { "Cancel a message" }

@@ -734,7 +734,7 @@ fn needle(transport: Transport, fault: Fault, rng: &mut fastrand::Rng) -> Vec<u8
         (Transport::Stream, Fault::CutSettle) => {
             format!("{QUEUE}.dead\r\n{}", bulk(&key(".delayed")))
         }
-        (Transport::Stream, _) => format!("{QUEUE}\r\n{}", bulk(&key(".paused"))),
+        (Transport::Stream, _) => format!("{QUEUE}\r\n{}", bulk(&key(".cancels"))),
     };
     text.into_bytes()
 }

@@ -1,0 +1,22 @@
+-- RECORD: the writes both cancel scripts (cancel.lua, stream.lua) end with, once they know what
+-- the cancel finds (`outcome`). Prepended to them after guard.lua.
+--
+-- `missing`: nothing written. Else, past the record's `most` ids a new cancel is refused with
+-- `RSFULL` before any write; `removed` deletes the delayed entry (the set's member and the
+-- payload field are the id); the outcome is recorded and the record's ttl re-armed; and, but
+-- for `removed`, the id is PUBLISHed on the signal channel. Returns the outcome (or the error).
+local function record_cancel(c, outcome)
+  if outcome == 'missing' then return outcome end
+  if redis.call('HLEN', c.record) >= c.most then
+    return redis.error_reply('RSFULL the cancel record ' .. c.record .. ' holds ' .. c.most ..
+      ' cancels: it expires ' .. c.ttl .. ' ms after the last one; cancel again later')
+  end
+  if outcome == 'removed' then
+    redis.call('ZREM', c.delayed, c.id)
+    redis.call('HDEL', c.payloads, c.id)
+  end
+  redis.call('HSET', c.record, c.id, outcome)
+  redis.call('PEXPIRE', c.record, c.ttl)
+  if outcome ~= 'removed' then redis.call('PUBLISH', c.channel, c.id) end
+  return outcome
+end
