@@ -28,7 +28,7 @@ use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
 
 use super::entries::entries;
-use super::recover::{Group, Recovery};
+use super::recover::{Claimed, Group, Recovery};
 use super::settle::StreamSettle;
 use super::source::RedisStream;
 use crate::back::Dest;
@@ -174,6 +174,45 @@ struct StreamReceiver {
 }
 
 impl StreamReceiver {
+    /// The claimed entries whose messages were not cancelled. A cancelled one (its consumer was
+    /// signalled, then died before its settle) is acked here, as the read acks a cancelled
+    /// entry, and not delivered again: `HMGET` of the cancel record, then `XACK`. Only a sweep
+    /// or a restart's own pending entries come here, so the read's hot path pays nothing.
+    async fn uncancelled(&self, claimed: Vec<Claimed>) -> Result<Vec<Claimed>> {
+        let ids: Vec<&str> = claimed.iter().map(|(_, f, _)| f.id.as_str()).collect();
+        if claimed.is_empty() || ids.iter().all(|id| id.is_empty()) {
+            return Ok(claimed);
+        }
+        let client = self.conn.client();
+        let recorded: Vec<Option<Bytes>> = client
+            .hmget(&self.cancels, ids)
+            .await
+            .map_err(crate::error::core)?;
+        if recorded.iter().all(Option::is_none) {
+            return Ok(claimed);
+        }
+        let (cancelled, kept): (Vec<_>, Vec<_>) = claimed
+            .into_iter()
+            .zip(recorded)
+            .partition(|((_, f, _), r)| r.is_some() && !f.id.is_empty());
+        let acked: Vec<Bytes> = cancelled.into_iter().map(|((id, _, _), _)| id).collect();
+        let mut args: Vec<Value> = vec![
+            self.group.key.as_str().into(),
+            self.group.group.as_str().into(),
+        ];
+        args.extend(acked.iter().cloned().map(Value::Bytes));
+        let _: i64 = client
+            .custom(fred::cmd!("XACK"), args)
+            .await
+            .map_err(crate::error::core)?;
+        if let Some(r) = &self.recovery {
+            r.held.release(&acked);
+        }
+        tracing::info!(stream = %self.group.key, group = %self.group.group, entries = acked.len(),
+            "claimed entries of cancelled messages acked, not delivered");
+        Ok(kept.into_iter().map(|(c, _)| c).collect())
+    }
+
     async fn receive(
         &mut self,
         max: usize,
@@ -185,6 +224,7 @@ impl StreamReceiver {
         self.regroup().await?;
         if let Some(r) = &mut self.recovery {
             let claimed = r.claim(self.conn.client(), &self.group, max).await?;
+            let claimed = self.uncancelled(claimed).await?;
             if !claimed.is_empty() {
                 return Ok(self.deliver(
                     claimed

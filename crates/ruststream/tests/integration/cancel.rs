@@ -6,7 +6,8 @@
 //! first wins (both orders, made deterministic by holding the handler until the test lets it
 //! go). An awaited job cancelled fails with `Error::Cancelled`. Each cancel is called twice, as
 //! a client resends it when its reply was lost: the second answers the same and cancels
-//! nothing twice. Also with priority levels, a concurrency cap (a dropped handler frees it) and
+//! nothing twice. A cancelled stream entry left pending by a dead consumer is acked by the sweep
+//! of another, not run again. Also with priority levels, a concurrency cap (a dropped handler frees it) and
 //! partitions (the cancel tries each; the readers of every partition hear the signal). The same
 //! for a stream read by a group: queued (marked, acked at the read), delayed, running, ignored,
 //! and both orders of the race.
@@ -45,6 +46,7 @@ on!(
     the_operator_cancels_on_a_stream_subscription,
     a_dropped_stream_handler_frees_the_cap,
     a_stream_cancel_reaches_each_partition,
+    a_cancelled_stream_entry_of_a_dead_consumer_is_not_run_again,
 );
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -676,4 +678,48 @@ async fn the_operator_cancels_on_a_stream_subscription(env: &Env) {
     env.stop(app).await;
     assert_eq!(worker.calls(), ["b"], "the marked message never ran");
     assert_eq!(env.zcard("{so}.delayed").await, 0);
+}
+
+/// A consumer signalled, then dead before its settle (its handler ignored the cancel and its app
+/// stopped before the grace, leaving the entry pending): another consumer's sweep claims the
+/// entry, acks it, and does not run it again.
+async fn a_cancelled_stream_entry_of_a_dead_consumer_is_not_run_again(env: &Env) {
+    let key = "{sd}";
+    let source = |name: &str| {
+        stream(key)
+            .consumer(name)
+            .min_idle(Duration::from_millis(300))
+            .cancel_grace(Duration::from_secs(60))
+    };
+    let dying = Worker::default();
+    let (s, d) = (source("a"), dying.clone());
+    let app = env
+        .app(move |m| {
+            m.include(subscriber(s, d).build());
+        })
+        .shutdown_timeout(Duration::from_millis(100));
+    let app = env.start(app).await;
+    publish_stream(env, key, "x", "ignore", None).await;
+    env.eventually("x running", async || dying.called("x") == 1)
+        .await;
+    assert_eq!(
+        cancel_stream_twice(env, key, "x").await,
+        CancelOutcome::Signalled
+    );
+    env.stop(app).await;
+    assert_eq!(
+        env.pending(key, "g").await,
+        1,
+        "left pending by its dead consumer"
+    );
+    let worker = Worker::default();
+    let app = run_stream(env, source("b"), &worker).await;
+    env.advance(Duration::from_millis(400)).await;
+    stream_settled(env, key).await;
+    env.stop(app).await;
+    assert_eq!(
+        worker.calls(),
+        Vec::<String>::new(),
+        "the cancelled entry ran again"
+    );
 }
