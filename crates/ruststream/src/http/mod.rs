@@ -25,6 +25,8 @@ pub struct HttpServer {
 impl HttpServer {
     /// Binds `addr` (port 0 picks a free port) and serves `router` on the current tokio runtime.
     /// `what` names the server in the error and the log line (`metrics`).
+    // Only the metrics endpoint starts one: with `http` alone (no `prometheus`) it is unused.
+    #[cfg_attr(not(feature = "prometheus"), allow(dead_code))]
     pub(crate) async fn start(
         addr: SocketAddr,
         router: axum::Router,
