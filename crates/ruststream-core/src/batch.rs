@@ -234,6 +234,32 @@ impl<'a> BatchContext<'a> {
         self.infos.iter().copied()
     }
 
+    /// Resolves once item `i`'s message is cancelled, as
+    /// [`Context::cancelled`](crate::Context::cancelled) does for one message; never for an
+    /// index past the batch or on a source that cannot be cancelled (Pub/Sub). A cancel does not
+    /// drop the batch call (the other items' work would go with it): the cancelled items settle
+    /// as cancelled whatever the call returns, and the subscription's `timeout` bounds the call.
+    pub async fn cancelled(&self, i: usize) {
+        let watched = self
+            .infos
+            .get(i)
+            .and_then(|info| info.cancel.0.as_ref().map(|s| (s, &info.message_id)));
+        match watched {
+            Some((signals, id)) => signals.signalled(id).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether item `i`'s message was cancelled while the batch runs, without waiting.
+    pub fn is_cancelled(&self, i: usize) -> bool {
+        self.infos.get(i).is_some_and(|info| {
+            info.cancel
+                .0
+                .as_ref()
+                .is_some_and(|s| s.is_signalled(&info.message_id))
+        })
+    }
+
     /// A publisher on the broker the batch came from.
     pub fn publisher(&self) -> &'a Publisher {
         self.publisher

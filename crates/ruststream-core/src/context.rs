@@ -147,8 +147,8 @@ impl<'a> Context<'a> {
     /// operator's `cancel`) while this handler runs: stop the work, and return. Whatever the
     /// handler returns then, the message settles as cancelled; a handler still running
     /// [`cancel_grace`](crate::SubscribeOptions::cancel_grace) after the signal is dropped.
-    /// On a source that cannot be cancelled (Pub/Sub), and in a batch handler, it never
-    /// resolves.
+    /// On a source that cannot be cancelled (Pub/Sub) it never resolves; a batch handler has
+    /// [`BatchContext::cancelled`](crate::BatchContext::cancelled) for each item.
     ///
     /// ```no_run
     /// use ruststream_core::{Context, Result};

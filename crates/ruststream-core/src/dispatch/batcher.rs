@@ -66,10 +66,14 @@ impl<B: Broker> Subscription<B> {
     /// dead-letter list as a single message's would) and settles every item.
     async fn run_batch_handler(
         self: Arc<Self>,
-        batch: Vec<Held<B>>,
+        mut batch: Vec<Held<B>>,
         handler: Arc<dyn ErasedBatchHandler>,
         lane: Lane<B>,
     ) {
+        // What `BatchContext::cancelled` waits on; `finish` settles a signalled item cancelled.
+        for (d, _) in &mut batch {
+            d.info.cancel = crate::cancel::Watch(lane.signals.clone());
+        }
         let started = Instant::now();
         lane.meters.in_flight.increment(batch.len() as f64);
         #[cfg(feature = "otel")]

@@ -7,7 +7,8 @@
 //! go). An awaited job cancelled fails with `Error::Cancelled`. Each cancel is called twice, as
 //! a client resends it when its reply was lost: the second answers the same and cancels
 //! nothing twice. A cancelled stream entry left pending by a dead consumer is acked by the sweep
-//! of another, not run again. Also with priority levels, a concurrency cap (a dropped handler frees it) and
+//! of another, not run again. A batch handler is told of its cancelled item, which settles
+//! cancelled. Also with priority levels, a concurrency cap (a dropped handler frees it) and
 //! partitions (the cancel tries each; the readers of every partition hear the signal). The same
 //! for a stream read by a group: queued (marked, acked at the read), delayed, running, ignored,
 //! and both orders of the race.
@@ -47,6 +48,7 @@ on!(
     a_dropped_stream_handler_frees_the_cap,
     a_stream_cancel_reaches_each_partition,
     a_cancelled_stream_entry_of_a_dead_consumer_is_not_run_again,
+    a_batch_handler_is_told_of_its_cancelled_item,
 );
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -721,5 +723,89 @@ async fn a_cancelled_stream_entry_of_a_dead_consumer_is_not_run_again(env: &Env)
         worker.calls(),
         Vec::<String>::new(),
         "the cancelled entry ran again"
+    );
+}
+
+/// A batch handler that waits (bounded) for each `watch` item's cancel, counting those told.
+#[derive(Clone, Default)]
+struct BatchWorker {
+    batches: Arc<Mutex<Vec<Vec<String>>>>,
+    told: Arc<AtomicUsize>,
+}
+
+impl ruststream::HandleBatch<Job> for BatchWorker {
+    async fn handle_batch(
+        &self,
+        jobs: &[Job],
+        ctx: &mut ruststream::BatchContext<'_>,
+    ) -> ruststream::BatchOutcome {
+        let ids = ctx.infos().map(|i| i.message_id.clone()).collect();
+        self.batches.lock().expect("lock").push(ids);
+        for (i, job) in jobs.iter().enumerate() {
+            if job.mode == "watch"
+                && tokio::time::timeout(WAIT, ctx.cancelled(i)).await.is_ok()
+                && ctx.is_cancelled(i)
+            {
+                self.told.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        ruststream::BatchOutcome::ack()
+    }
+}
+
+/// A batch of two, one item cancelled while the batch runs: the handler is told of that item
+/// (`BatchContext::cancelled(i)`), the batch call is not dropped, the other item is acked, and
+/// the cancelled one settles cancelled (its awaiter fails with `Error::Cancelled`) although the
+/// batch acked it.
+async fn a_batch_handler_is_told_of_its_cancelled_item(env: &Env) {
+    let key = "{cb}";
+    publish(env, key, "plain", "ack").await;
+    let producer = env.broker();
+    let waiting = {
+        let producer = producer.clone();
+        tokio::spawn(async move { awaited(&producer, key, "watched", "watch").await })
+    };
+    env.eventually("both queued", async || env.llen(key).await == 2)
+        .await;
+    let worker = BatchWorker::default();
+    let w = worker.clone();
+    let app = env
+        .start_with(move |m| {
+            m.include(
+                subscriber(list(key), w)
+                    .batch(2)
+                    .max_wait(Duration::from_secs(1))
+                    .build(),
+            );
+        })
+        .await;
+    env.eventually("the batch runs", async || {
+        !worker.batches.lock().expect("lock").is_empty()
+    })
+    .await;
+    assert_eq!(
+        cancel_twice(env, key, "watched").await,
+        CancelOutcome::Signalled
+    );
+    let awaited = harness::bounded("the awaiter", WAIT, waiting)
+        .await
+        .expect("the awaiter's task");
+    assert_eq!(
+        awaited
+            .expect_err("a cancelled job fails its awaiter")
+            .kind(),
+        ErrorKind::Cancelled
+    );
+    settled(env, key).await;
+    env.stop(app).await;
+    assert_eq!(worker.told.load(Ordering::SeqCst), 1, "told of its item");
+    let batches = worker.batches.lock().expect("lock").clone();
+    assert_eq!(batches.len(), 1, "one batch, not run again: {batches:?}");
+    assert_eq!(batches[0].len(), 2, "both items in it: {batches:?}");
+    assert_eq!(env.llen(key).await, 0, "nothing left queued");
+    assert_eq!(
+        env.llen(&format!("{key}.dead")).await,
+        0,
+        "a cancel is no dead letter"
     );
 }
