@@ -32,9 +32,6 @@ if processing then checks[#checks + 1] = {processing, 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
 
-local before = redis.call('HGET', record, id)
-if before then return before end
-
 -- Whether a frame of message `id` is claimed.
 local function running()
   if not processing then return false end
@@ -46,18 +43,13 @@ local function running()
   return false
 end
 
-local outcome = 'missing'
-if redis.call('ZSCORE', delayed, id) then
-  outcome = 'removed'
-elseif running() then
-  outcome = 'signalled'
-else
+-- Whether one of the queue's levels holds entries.
+local function queued()
   for i = 4, 3 + nlevels do
-    if redis.call('LLEN', KEYS[i]) > 0 then
-      outcome = 'marked'
-      break
-    end
+    if redis.call('LLEN', KEYS[i]) > 0 then return true end
   end
+  return false
 end
-return record_cancel({record = record, id = id, channel = channel, most = most, ttl = ttl,
-  delayed = delayed, payloads = payloads}, outcome)
+
+return cancel_once({record = record, id = id, channel = channel, most = most, ttl = ttl,
+  delayed = delayed, payloads = payloads}, running, queued)

@@ -1,5 +1,6 @@
--- RECORD: the writes both cancel scripts (cancel.lua, stream.lua) end with, once they know what
--- the cancel finds (`outcome`). Prepended to them after guard.lua.
+-- RECORD: what both cancel scripts (cancel.lua, stream.lua) do once they have checked their
+-- arguments: `cancel_once` decides what the cancel finds and `record_cancel` writes it. Prepended
+-- to them after guard.lua.
 --
 -- `missing`: nothing written. Else, past the record's `most` ids a new cancel is refused with
 -- `RSFULL` before any write; `removed` deletes the delayed entry (the set's member and the
@@ -19,4 +20,22 @@ local function record_cancel(c, outcome)
   redis.call('PEXPIRE', c.record, c.ttl)
   if outcome ~= 'removed' then redis.call('PUBLISH', c.channel, c.id) end
   return outcome
+end
+
+-- Cancels `c.id` once: a call made again (its reply lost) finds the record and answers what the
+-- first did, writing nothing. Else the outcome is `removed` when the id is in the delayed set,
+-- `signalled` when `running()` (a claim of the message is in flight), `marked` when `queued()`
+-- (entries wait that may be the message), else `missing`; then record_cancel.
+local function cancel_once(c, running, queued)
+  local before = redis.call('HGET', c.record, c.id)
+  if before then return before end
+  local outcome = 'missing'
+  if redis.call('ZSCORE', c.delayed, c.id) then
+    outcome = 'removed'
+  elseif running() then
+    outcome = 'signalled'
+  elseif queued() then
+    outcome = 'marked'
+  end
+  return record_cancel(c, outcome)
 end

@@ -25,9 +25,6 @@ local record, delayed, payloads, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local bad = wrong_types({{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {stream, 'stream'}})
 if bad then return redis.error_reply(bad) end
 
-local before = redis.call('HGET', record, id)
-if before then return before end
-
 -- The value of field `name` in a flat {name, value, ..} list.
 local function field(list, name)
   for i = 1, #list - 1, 2 do
@@ -74,13 +71,5 @@ local function unread()
   return false
 end
 
-local outcome = 'missing'
-if redis.call('ZSCORE', delayed, id) then
-  outcome = 'removed'
-elseif running() then
-  outcome = 'signalled'
-elseif unread() then
-  outcome = 'marked'
-end
-return record_cancel({record = record, id = id, channel = channel, most = most, ttl = ttl,
-  delayed = delayed, payloads = payloads}, outcome)
+return cancel_once({record = record, id = id, channel = channel, most = most, ttl = ttl,
+  delayed = delayed, payloads = payloads}, running, unread)
