@@ -19,6 +19,7 @@ mod child;
 mod cluster;
 mod common;
 mod durable;
+mod fair;
 mod priorities;
 mod rate_limit;
 mod raw;
@@ -62,7 +63,8 @@ const DELAYED_AHEAD: Duration = Duration::from_millis(100);
 )]
 struct Cli {
     /// all, publish (both forms), publish-batch, publish-single, simple, reliable, recovery,
-    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key, priorities, cap, deadline.
+    /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key, priorities, cap, deadline,
+    /// durable, fair.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Messages per scenario.
@@ -207,6 +209,10 @@ async fn run_parent(cli: &Cli) -> Result<(), BoxError> {
     // Publishing alone, on a primary with a replica: not one of the fill-and-drain scenarios.
     if cli.scenario == "durable" {
         return durable::run(&cli.redis, usize::try_from(cli.n)?).await;
+    }
+    // One tenant's backlog against 100 small tenants, grouped and plain: not a throughput run.
+    if cli.scenario == "fair" {
+        return fair::run(&cli.redis, cli.n).await;
     }
     let scenarios = Scenario::select(&cli.scenario)
         .ok_or_else(|| format!("unknown scenario `{}`", cli.scenario))?;

@@ -55,7 +55,7 @@ pub use message::{Headers, MessageType};
 pub use outcome::{HandlerOutcome, Settlement};
 pub use periodic::{CatchUp, IntoPeriodic, Periodic};
 pub use publish::{
-    Due, Enqueued, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,
+    Due, Enqueued, GROUP_HEADER, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,
 };
 pub use retry::Backoff;
 pub use subscriber::{

@@ -16,6 +16,9 @@ use futures::future::BoxFuture;
 
 use crate::{Durability, Error, Headers, MessageType, Result};
 
+/// The header that names a message's fair group ([`PublishBuilder::group`]).
+pub const GROUP_HEADER: &str = "rs.group";
+
 /// When a delayed message becomes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Due {
@@ -259,6 +262,16 @@ impl<'a, T: MessageType> PublishBuilder<'a, T> {
     pub fn priority(mut self, level: u8) -> Self {
         self.opts.priority = level;
         self
+    }
+
+    /// Puts the message in the group `group` (a tenant, a customer) of a queue read with fair
+    /// groups (`RedisList::groups`): readers take round robin over the groups with waiting
+    /// messages, so one group's backlog does not delay another's. The group travels in the
+    /// header `rs.group` (handlers see it there), which every way back to the queue (a retry,
+    /// recovery, a delayed message, a requeued dead letter) reads to put the message back onto
+    /// its own group. On a queue without groups it is only that header.
+    pub fn group(self, group: impl Into<String>) -> Self {
+        self.header(GROUP_HEADER, group)
     }
 
     /// Makes the publish durable: it returns `Ok` only once `replicas` replicas of the server

@@ -15,6 +15,13 @@
 --   stream   keys: the stream; spec: its bound (bound.lua: '', maxlen:<n>, minage:<ms>)
 --   sharded  keys: the channel (SPUBLISH obeys its slot as a key's); spec: ''
 --   pubsub   keys: none; spec: the channel
+--   groups   keys: a grouped list's queue (its inbox) and its ring (list/groups.rs); spec: the
+--            ttl in ms set on a group's sub-queue after a put ('0': none). Each frame goes onto
+--            its group's sub-queue `<ring>:<group>` (its `rs.group` header, '' without); a
+--            group whose sub-queue was empty joins the ring (LPUSH: served after those in it)
+--            and the ring's name gets a PUBLISH, since readers wait on the queue. A frame whose
+--            group's key holds another type goes onto the default group '' instead (then onto
+--            the inbox, when that key is wrong too).
 -- A caller reads the destination (dest_of), checks its keys with the rest (dest_checks) and
 -- turns every value into an item (dest_item) before its first write, then puts the items
 -- (put_back).
@@ -22,6 +29,12 @@
 -- The list destination of `levels` (lowest first) with a ttl of `ttl` ms (0: none).
 local function list_dest(levels, ttl)
   return {kind = 'list', keys = levels, spec = tostring(ttl or 0), ttl = tonumber(ttl) or 0}
+end
+
+-- The groups destination of a grouped list: its queue (the inbox) and ring, with a ttl of `ttl`
+-- ms on each sub-queue put to (0: none).
+local function groups_dest(queue, ring, ttl)
+  return {kind = 'groups', keys = {queue, ring}, spec = tostring(ttl or 0), ttl = tonumber(ttl) or 0}
 end
 
 -- The destination read from KEYS[key_at] and ARGV[arg_at] on; its `key_end` and `arg_end` are
@@ -36,6 +49,8 @@ local function dest_of(key_at, arg_at)
   local d
   if kind == 'list' and nk >= 1 and tonumber(spec) then
     d = list_dest(keys, spec)
+  elseif kind == 'groups' and nk == 2 and tonumber(spec) then
+    d = groups_dest(keys[1], keys[2], spec)
   elseif kind == 'stream' and nk == 1 then
     local e = bound_error(spec)
     if e then return nil, e end
@@ -51,8 +66,9 @@ end
 
 -- `checks` with the {key, type} pairs of `d`'s keys (see guard.lua's wrong_types).
 local function dest_checks(d, checks)
-  if d.kind == 'list' or d.kind == 'stream' then
-    for _, k in ipairs(d.keys) do checks[#checks + 1] = {k, d.kind} end
+  if d.kind == 'list' or d.kind == 'stream' or d.kind == 'groups' then
+    local t = d.kind == 'stream' and 'stream' or 'list'
+    for _, k in ipairs(d.keys) do checks[#checks + 1] = {k, t} end
   end
   return checks
 end
@@ -69,20 +85,65 @@ local function dest_item(d, v)
   return fields
 end
 
+-- The value of the header `name` of the frame `v`, or nil.
+local function header_of(v, name)
+  local layout = frame_layout(v)
+  if not layout then return nil end
+  for _, h in ipairs(layout.headers) do
+    if string.sub(v, h[1], h[2]) == name then return string.sub(v, h[3], h[4]) end
+  end
+  return nil
+end
+
 -- The index into `levels` (1 = level 0) of the frame `v`: its `rs.priority` header; a value
 -- without one is level 0, and a level past the highest is the highest.
 local function level_of(v, levels)
   if #levels < 2 then return 1 end
-  local layout = frame_layout(v)
-  if not layout then return 1 end
-  for _, h in ipairs(layout.headers) do
-    if string.sub(v, h[1], h[2]) == 'rs.priority' then
-      local l = tonumber(string.sub(v, h[3], h[4]))
-      if not l or l < 1 then return 1 end
-      return math.min(math.floor(l), #levels - 1) + 1
+  local l = tonumber(header_of(v, 'rs.priority'))
+  if not l or l < 1 then return 1 end
+  return math.min(math.floor(l), #levels - 1) + 1
+end
+
+-- Puts `items` (frames) onto the groups destination `d`, each onto its group's sub-queue, with
+-- `cmd` (LPUSH or RPUSH); see the header.
+local function put_groups(d, items, cmd)
+  local queue, ring = d.keys[1], d.keys[2]
+  local by, order = {}, {}
+  -- A group whose key holds another type: its frames go to the default group '' (served, with
+  -- their header unchanged), or when that key is wrong too, to the inbox.
+  local usable = {}
+  local function usable_group(g)
+    if usable[g] == nil then
+      local t = redis.call('TYPE', ring .. ':' .. g).ok
+      usable[g] = t == 'list' or t == 'none'
     end
+    return usable[g]
   end
-  return 1
+  for _, v in ipairs(items) do
+    local g = header_of(v, 'rs.group') or ''
+    if not usable_group(g) then g = '' end
+    if not by[g] then
+      by[g] = {}
+      order[#order + 1] = g
+    end
+    by[g][#by[g] + 1] = v
+  end
+  local joined = false
+  for _, g in ipairs(order) do
+    local vals, key = by[g], ring .. ':' .. g
+    if not usable_group(g) then key = queue end
+    local len = 0
+    for i = 1, #vals, 1000 do
+      len = redis.call(cmd, key, unpack(vals, i, math.min(i + 999, #vals)))
+    end
+    if key ~= queue and len == #vals then
+      redis.call('LPUSH', ring, g)
+      joined = true
+    end
+    if d.ttl > 0 then redis.call('PEXPIRE', key, d.ttl) end
+  end
+  if d.ttl > 0 and redis.call('EXISTS', ring) == 1 then redis.call('PEXPIRE', ring, d.ttl) end
+  if joined then redis.call('PUBLISH', ring, '') end
 end
 
 -- Puts `items` (from dest_item) onto `d`, in their order: onto a list at the consuming end
@@ -109,6 +170,8 @@ local function put_back(d, items, next)
         if d.ttl > 0 then redis.call('PEXPIRE', d.keys[l], d.ttl) end
       end
     end
+  elseif d.kind == 'groups' then
+    put_groups(d, items, next and 'RPUSH' or 'LPUSH')
   elseif d.kind == 'stream' then
     for _, fields in ipairs(items) do redis.call('XADD', d.keys[1], '*', unpack(fields)) end
     bound(d.keys[1], d.spec)

@@ -186,6 +186,9 @@ pub struct SourceKeys {
     /// A list with priority levels: the keys of levels 1 … n-1 (level 0 is [`queue`](Self::queue)).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub levels: Vec<String>,
+    /// A list with fair groups: its ring of non-empty groups (`crate::list::groups`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<String>,
     /// The key whose existence pauses the subscription (lists and streams).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paused: Option<String>,

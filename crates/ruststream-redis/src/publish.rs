@@ -9,6 +9,8 @@
 //! goes to the partition its id picks, so its window holds across partitions. A message with a
 //! priority goes onto its level of a list with priority levels (`list::place`).
 //!
+//! A message for a list with fair groups goes onto its group's sub-queue (`list::groups`).
+//!
 //! Messages with a unique window (`crate::unique`) go out through `unique/publish.lua`, or
 //! `schedule.lua` when delayed, which enqueue only those whose id holds no window yet.
 //!
@@ -128,6 +130,9 @@ pub(crate) async fn publish(
             }
             None => conns.keys.key(&m.destination),
         };
+        if let Some(group) = m.headers.get(list::groups::HEADER) {
+            list::groups::check(&m.destination, group)?;
+        }
         // A message's unique window is its destination's (or partition's), whatever its level.
         let base = key.clone();
         let (key, policy) = list::place(&conns.keys, key, policy, &mut m)?;
@@ -210,7 +215,9 @@ fn durable_lead(g: &mut Group, conns: &Connections) -> Vec<crate::durable::Write
         return Vec::new();
     }
     match g.policy {
-        PublishPolicy::List(p) if p.ttl.is_none() && p.level == 0 && g.entries.is_empty() => {
+        PublishPolicy::List(p)
+            if p.ttl.is_none() && p.level == 0 && !p.groups && g.entries.is_empty() =>
+        {
             if g.now.is_empty() {
                 return Vec::new();
             }
@@ -250,6 +257,17 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
     if !g.now.is_empty() {
         match g.policy {
             PublishPolicy::PubSub(p) => pubsub::publish(client, &g.key, p, g.now).await?,
+            PublishPolicy::List(p) if p.groups => {
+                let ring = list::groups::ring(&conns.keys, &g.key);
+                list::groups::GroupPush {
+                    queue: &g.key,
+                    ring: &ring,
+                    ttl: p.ttl,
+                    values: &g.now,
+                }
+                .call(client)
+                .await?;
+            }
             PublishPolicy::List(p) => list::push(client, &g.key, p, g.now).await?,
             PublishPolicy::Stream(_) => {}
         }

@@ -162,8 +162,8 @@ pub(crate) async fn cancel(
 ) -> Result<CancelOutcome> {
     let pool = conns.pool()?;
     let route = conns.routes.get(destination).unwrap_or_default();
-    let (priorities, partitions) = match &route {
-        crate::PublishPolicy::List(p) => (p.priorities, p.partitions),
+    let (priorities, partitions, groups) = match &route {
+        crate::PublishPolicy::List(p) => (p.priorities, p.partitions, p.groups),
         crate::PublishPolicy::Stream(p) => {
             let mut names = crate::partition::keys(destination, p.partitions);
             if names.is_empty() {
@@ -197,7 +197,13 @@ pub(crate) async fn cancel(
         .map(|name| {
             let queue = conns.keys.key(name);
             let processing = conns.keys.processing(name, None);
-            CancelKeys::of(&conns.keys, &queue, priorities, processing)
+            let mut keys = CancelKeys::of(&conns.keys, &queue, priorities, processing);
+            // A grouped queue's entries wait in its groups: its ring is non-empty while any does.
+            if groups {
+                keys.levels
+                    .push(crate::list::groups::ring(&conns.keys, &queue));
+            }
+            keys
         })
         .collect();
     on_each(

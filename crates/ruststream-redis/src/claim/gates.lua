@@ -15,6 +15,9 @@
 --                   next may pass (0: at once or not known);
 --   sift(taken)     (optional, list claims only) the entries taken that are still to be
 --                   delivered, and how many it dropped (they are gone: a cancel's).
+--   source          (optional, list claims only, one gate at most) where the claim takes from
+--                   in place of the levels: `take(n, accept)` as take.lua's take_levels, and
+--                   `len(most)` as its levels_len (list/groups.lua's round robin over groups).
 -- In the caller's ARGV a gate is `name, number of its keys, number of its args, args..`, and
 -- its keys follow one another in KEYS in the same order, so a script never lists a gate's
 -- arguments itself (the Rust side builds them: `crate::claim::Gate`).
@@ -41,6 +44,14 @@ local function gates_of(key_at, arg_at)
     k, a = k + nk, a + 3 + na
   end
   return gates
+end
+
+-- The source a gate brings in place of the levels' take (see the header), or nil.
+local function gates_source(gates)
+  for _, g in ipairs(gates) do
+    if g.source then return g.source end
+  end
+  return nil
 end
 
 -- Adds every gate's type checks to `checks`.

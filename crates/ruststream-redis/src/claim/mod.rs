@@ -1,5 +1,6 @@
 //! The claim pipeline: one script per transport decides what a claim takes, built from Lua
-//! parts: where entries come from (a list's levels, `list/take.lua`; a stream's group), the gates
+//! parts: where entries come from (a list's levels, `list/take.lua`; a grouped list's groups
+//! round robin, `list/groups.lua`; a stream's group), the gates
 //! that hold it back (`gates.lua`, with one part per gate: `paused.lua`, `limit.lua`, `cap.lua`;
 //! `cancels.lua` drops a cancelled message's entry after the take), and what
 //! it records (a list's processing list and recovery set). This module holds the typed calls of
@@ -56,7 +57,10 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     with_gates(
         include_str!("../list/claim.lua"),
         &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
-        &[include_str!("../list/take.lua")],
+        &[
+            include_str!("../list/take.lua"),
+            include_str!("../list/groups.lua"),
+        ],
     )
 });
 

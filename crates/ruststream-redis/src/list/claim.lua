@@ -7,6 +7,8 @@
 -- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, claim/gates.lua, the gates'
 -- parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
 --
+-- A grouped list's source part (list/groups.lua, registered as a gate) takes in place of the
+-- levels; its queue key is then the inbox the sweep puts entries back onto.
 -- Entries a gate sifts out after the take (a cancelled message, claim/cancels.lua) are gone and
 -- neither recorded nor returned.
 -- KEYS: the levels, lowest first (level 0 is the queue; ARGV[8] of them), the processing list
@@ -75,11 +77,20 @@ if want < 1 then return out end
 local n, closed, wait = gates_admit(gates, want)
 out[5] = closed
 local taken, refused, fwait = {}, 0, 0
-if n > 0 then taken, refused, fwait = take_levels(levels, n, gates_filter(gates)) end
+local source = gates_source(gates)
+if n > 0 and source then
+  taken, refused, fwait = source.take(n, gates_filter(gates))
+elseif n > 0 then
+  taken, refused, fwait = take_levels(levels, n, gates_filter(gates))
+end
 taken = gates_sift(gates, taken)
 local cwait = gates_charge(gates, #taken)
 local held = refused
-if n < want then held = math.max(held, levels_len(levels, want - #taken)) end
+if n < want and source then
+  held = math.max(held, source.len(want - #taken))
+elseif n < want then
+  held = math.max(held, levels_len(levels, want - #taken))
+end
 if held > 0 then
   out[3] = held
   out[4] = math.max(wait, cwait, fwait)

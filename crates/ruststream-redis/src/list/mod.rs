@@ -12,10 +12,12 @@
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
 //! | `lease.rs` | a reliable list's claims kept alive while their handlers run | `lease.lua` |
+//! | `groups.rs` | fair groups: their keys, the publish onto a group, the operator's group pause | `group_push.lua`, `HSET`/`HDEL`, `PUBLISH` |
 //! | `levels.rs` | priority levels: their keys, a publish's level, the readers' wake-ups | `SUBSCRIBE`, `PUBLISH` |
 //!
 //! A simple list's settle only pushes dead letters (see `crate::dead`).
 
+pub mod groups;
 pub(crate) mod lease;
 mod levels;
 pub(crate) mod publish;

@@ -51,6 +51,12 @@ use crate::transport::{
 /// Most stale claims one read moves back to the queue.
 const RECOVER_BATCH: u32 = 128;
 
+/// The names whose `PUBLISH` wakes a reader waiting on level 0: the levels above it, and a
+/// grouped queue's ring (a group joining it announces itself there).
+fn wake_keys(keys: &ListKeys) -> Vec<String> {
+    keys.levels.iter().chain(&keys.ring).cloned().collect()
+}
+
 /// Opens the receiver of `list`: its keys, mover, gauges and settler.
 pub(super) async fn open(
     list: &RedisList,
@@ -90,6 +96,9 @@ pub(super) async fn open(
         .map(|(n, processing)| claim::Gate::cap_list(processing, n));
     let mut gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
     gates.push(claim::Gate::cancels(keys.cancels.clone()));
+    if let Some(ring) = &keys.ring {
+        gates.push(super::groups::gate(keys.queue.clone(), ring.clone()));
+    }
     let signals = Some(conns.signals(&keys.cancel_channel).await?);
     let mut levels = vec![keys.queue.clone()];
     levels.extend(keys.levels.iter().cloned());
@@ -103,7 +112,7 @@ pub(super) async fn open(
         pause,
         gates,
         levels,
-        wakes: Wakes::open(conns, &keys.levels).await?,
+        wakes: Wakes::open(conns, &wake_keys(&keys)).await?,
         signals,
     };
     let receiver = match list.mode {

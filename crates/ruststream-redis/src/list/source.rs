@@ -48,6 +48,7 @@ pub struct RedisList {
     pub(super) rate: Option<RateLimit>,
     pub(super) priorities: Option<u8>,
     pub(super) max_in_flight: Option<u32>,
+    pub(super) groups: bool,
     pub(super) options: SourceOptions,
 }
 
@@ -68,6 +69,7 @@ impl RedisList {
             rate: None,
             priorities: None,
             max_in_flight: None,
+            groups: false,
             options: SourceOptions::default(),
         }
     }
@@ -184,6 +186,54 @@ impl RedisList {
         self
     }
 
+    /// Fair groups: one sub-queue per group (a tenant, a customer), and readers take round robin
+    /// over the groups with waiting messages, one entry a group a turn, in one script run across
+    /// every worker of every instance, so a small group's wait does not grow with a large
+    /// group's backlog. A message's group is its
+    /// [`group`](ruststream_core::PublishBuilder::group) (the header `rs.group`; the default
+    /// group '' without one). Retries, recovered claims, delayed messages and requeued dead
+    /// letters go back to their own group. The keys (`<key>.groups`, the ring of non-empty
+    /// groups; `<key>.groups:<group>`, each group's entries; `<key>.groups.paused`) are in the
+    /// key's slot; the operator's `pause --group` passes a group over. A per-group rate limit is
+    /// [`group_rate_limit`](Self::group_rate_limit). Not with
+    /// [`priorities`](Self::priorities). See `crate::list::groups`.
+    ///
+    /// ```no_run
+    /// # use ruststream_core::{MessageType, Publisher, Result};
+    /// # async fn run(publisher: Publisher, job: &impl MessageType) -> Result<()> {
+    /// use ruststream_redis::RedisList;
+    /// let imports = RedisList::new("{imports}").reliable().groups();
+    /// # let _ = imports;
+    /// // ... subscribe a handler to `imports`, then publish for a tenant:
+    /// publisher.message(job).to("{imports}").group("acme").publish().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn groups(mut self) -> Self {
+        self.groups = true;
+        self
+    }
+
+    /// Fair groups ([`groups`](Self::groups)) each taking at most `n` messages per `per`
+    /// across every worker of every instance: a group over its limit is passed over in the
+    /// round robin, the others served. It is the per-key limit
+    /// ([`rate_limit_by`](Self::rate_limit_by)) keyed by the group's header `rs.group`, so it
+    /// replaces a whole-queue limit (one limit a queue).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisList;
+    /// let imports = RedisList::new("{imports}").reliable().group_rate_limit(10, Duration::from_secs(1));
+    /// assert_eq!(imports.rate().and_then(|r| r.header()), Some("rs.group"));
+    /// ```
+    pub fn group_rate_limit(self, n: u32, per: Duration) -> Self {
+        self.groups().rate_limit_by(super::groups::HEADER, n, per)
+    }
+
+    /// Whether the queue has fair groups.
+    pub fn has_groups(&self) -> bool {
+        self.groups
+    }
+
     /// The keys of its priority levels, lowest first (without the broker's prefix, as on a
     /// standalone server; just the key without [`priorities`](Self::priorities)).
     pub fn level_keys(&self) -> Vec<String> {
@@ -280,6 +330,7 @@ impl RedisList {
             dead: space.dead(&self.key, &self.options.dead_letter),
             rate: self.rate.as_ref().map(|r| r.key(space, &queue)),
             levels: levels::keys(space, &queue, self.priorities),
+            ring: self.groups.then(|| super::groups::ring(space, &queue)),
             cancels: space.cancels(&queue),
             cancel_channel: space.cancel_channel(&queue),
             queue,
@@ -343,6 +394,8 @@ pub(super) struct ListKeys {
     pub(super) rate: Option<String>,
     /// Priority levels 1 … n-1 (level 0 is the queue); empty without levels.
     pub(super) levels: Vec<String>,
+    /// With fair groups: the ring of non-empty groups (`crate::list::groups`).
+    pub(super) ring: Option<String>,
     /// The cancel record (`crate::cancel`).
     pub(super) cancels: String,
     /// The channel a cancel of a running message is signalled on.
@@ -360,6 +413,10 @@ impl ListKeys {
         keys.extend(self.settle_tokens.clone());
         keys.extend(self.rate.clone());
         keys.extend(self.levels.iter().cloned());
+        if let Some(ring) = &self.ring {
+            keys.push(ring.clone());
+            keys.push(super::groups::paused(ring));
+        }
         keys.push(self.cancels.clone());
         keys
     }

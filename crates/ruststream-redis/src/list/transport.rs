@@ -42,6 +42,9 @@ impl Transport for RedisList {
         if let Some(n) = self.max_in_flight {
             bindings["maxInFlight"] = json!(n);
         }
+        if self.groups {
+            bindings["groups"] = json!(true);
+        }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
         }
@@ -72,6 +75,7 @@ impl Transport for RedisList {
             mode: mode.to_owned(),
             paused: Some(space.paused(&keys.queue)),
             levels: keys.levels,
+            groups: keys.ring,
             queue: keys.queue,
             processing: keys.processing,
             min_idle_ms: keys
@@ -108,12 +112,13 @@ impl Transport for RedisList {
     /// A partitioned list's publishers spread messages over its partitions; one with priority
     /// levels lets them publish onto its levels.
     fn route(&self) -> Option<PublishPolicy> {
-        if self.partitions.is_none() && self.priorities.is_none() {
+        if self.partitions.is_none() && self.priorities.is_none() && !self.groups {
             return None;
         }
         Some(PublishPolicy::List(Publish {
             partitions: self.partitions,
             priorities: self.priorities,
+            groups: self.groups,
             ..Publish::new()
         }))
     }
@@ -140,6 +145,11 @@ impl Transport for RedisList {
             }
         }
         levels::check(&format!("list `{key}`"), self.priorities)?;
+        if self.groups && self.priorities.is_some() {
+            return Err(Error::config(format!(
+                "list `{key}`: fair groups and priority levels do not combine (a claim takes round robin over the groups, not highest level first); give each priority a queue of its own with groups, or drop `.priorities(n)`"
+            )));
+        }
         let cannot = match (self.mode, self.partitions) {
             (Mode::Simple, _) => Some(
                 "needs a reliable list (a pop records nothing in flight to count): add `.reliable()`",

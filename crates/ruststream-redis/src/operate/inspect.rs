@@ -1,6 +1,7 @@
 //! `inspect`: how much waits, runs, is delayed or dead in each subscription, read in one pipeline
 //! per subscription: `TIME`, `LLEN` (of each priority level too), `ZRANGE 0 0 WITHSCORES`,
 //! `ZCARD`, `EXISTS`, `oldest_claim.lua` (a read-only `ZRANGE` of the recovery set) (lists);
+//! `groups.lua` (a grouped list's largest groups);
 //! `XINFO GROUPS`, `XINFO CONSUMERS`, `XLEN` (streams); `PUBSUB NUMSUB` (Pub/Sub; a sharded
 //! channel's `PUBSUB SHARDNUMSUB`, on the node owning its slot, counts that node's subscribers).
 
@@ -87,6 +88,8 @@ pub struct Inspection {
     pub dead: Option<u64>,
     /// Whether an operator paused the subscription.
     pub paused: Option<bool>,
+    /// A list with fair groups: its largest groups (`ready` counts the inbox and the groups).
+    pub groups: Option<super::Groups>,
     /// A stream's consumer group.
     pub group: Option<GroupState>,
     /// Pub/Sub: subscribers of the channel on the node asked (on a cluster, one node's count).
@@ -149,6 +152,7 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
         next_due_in_ms: None,
         dead: None,
         paused: None,
+        groups: None,
         group: None,
         subscribers: None,
     };
@@ -181,6 +185,18 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
                 }
                 i.ready = Some(levels.iter().sum());
                 i.levels = Some(levels);
+            }
+            if let Some(ring) = &q.groups {
+                let groups = super::groups::GroupsTop {
+                    queue: &q.queue,
+                    ring,
+                    most: super::GROUPS_READ,
+                    top: super::GROUPS_SHOWN,
+                }
+                .call(client)
+                .await?;
+                i.ready = Some(groups.inbox + groups.waiting);
+                i.groups = Some(groups);
             }
             if let Some(p) = &q.processing {
                 i.in_flight = Some(client.llen(p).await.map_err(core)?);

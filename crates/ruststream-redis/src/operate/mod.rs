@@ -11,6 +11,7 @@
 //! | `inspect.rs` | sizes, ages, group state | `TIME`, `LLEN`, `ZRANGE .. WITHSCORES`, `ZCARD`, `XLEN`, `XINFO GROUPS`/`CONSUMERS`, `EXISTS`, `PUBSUB NUMSUB` |
 //! | `dead.rs` | dead letters | `LRANGE`, `requeue.lua` (`LREM`/`LTRIM`, then `RPUSH`, `XADD` or `PUBLISH`), `purge.lua` (`LREM`, `LTRIM`, `DEL`) |
 //! | `periodic.rs` | periodic jobs every instance registered | `TIME`, `HGETALL` of the registry and of the last ticks |
+//! | `groups.rs` | a grouped list's largest groups; pausing one group | `groups.lua` (`LRANGE`, `LLEN`, `HLEN`, `HEXISTS`), `HSET`/`HDEL` + `PUBLISH` |
 //! | `delayed.rs` | delayed entries | `ZRANGE .. WITHSCORES`, `HMGET`, `delayed.lua` (`ZADD XX CH` + `PUBLISH`, or `ZREM` + `HDEL`) |
 //!
 //! Pause and resume are `crate::pause`'s `SET`/`DEL` of `K.paused` with a `PUBLISH`.
@@ -19,6 +20,7 @@
 
 pub(crate) mod dead;
 pub(crate) mod delayed;
+pub(crate) mod groups;
 pub(crate) mod inspect;
 mod periodic;
 
@@ -28,6 +30,7 @@ use ruststream_core::{Error, Result};
 
 pub use self::dead::DeadLetter;
 pub use self::delayed::DelayedEntry;
+pub use self::groups::{GROUPS_READ, GROUPS_SHOWN, GroupLen, Groups};
 pub use self::inspect::{CLAIMS_READ, Consumer, GroupState, Inspection};
 pub use self::periodic::PeriodicJob;
 use crate::conn::Connections;
@@ -199,6 +202,8 @@ impl Operator {
                 }
                 let mut levels = vec![q.queue.clone()];
                 levels.extend(q.levels.iter().cloned());
+                // A grouped queue's entries wait in its groups: its ring is non-empty while any does.
+                levels.extend(q.groups.iter().cloned());
                 lists.push(crate::cancel::CancelKeys {
                     record: space.cancels(&q.queue),
                     channel: space.cancel_channel(&q.queue),

@@ -21,6 +21,7 @@ pub struct ListPublish {
     /// `list::levels::place`), 0 in a route.
     pub(crate) level: u8,
     pub(crate) durable: Option<Durability>,
+    pub(crate) groups: bool,
 }
 
 impl ListPublish {
@@ -60,6 +61,17 @@ impl ListPublish {
     /// ```
     pub fn priorities(mut self, n: u8) -> Self {
         self.priorities = Some(n);
+        self
+    }
+
+    /// The list has fair groups (see [`RedisList::groups`](crate::RedisList::groups)): each
+    /// message goes onto its group's sub-queue (its
+    /// [`group`](ruststream_core::PublishBuilder::group), the default group without one). A
+    /// subscription with groups sets this on its key's route itself; a producer-only process
+    /// says it with [`RedisBroker::route`](crate::RedisBroker::route) (without it, messages
+    /// wait in the queue's inbox until a reader's claim sorts them onto their groups).
+    pub fn groups(mut self) -> Self {
+        self.groups = true;
         self
     }
 

@@ -47,6 +47,7 @@ impl Transport for RedisChannel {
             concurrency: self.options.core.concurrency,
             partition_of: None,
             levels: Vec::new(),
+            groups: None,
         }
     }
 

@@ -69,6 +69,7 @@ impl Transport for RedisStream {
             concurrency: self.options.core.concurrency,
             partition_of: None,
             levels: Vec::new(),
+            groups: None,
         }
     }
 

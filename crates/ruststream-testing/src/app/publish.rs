@@ -76,6 +76,13 @@ impl<T: MessageType> TestPublish<'_, T> {
         self
     }
 
+    /// On a queue with fair groups, the message's group (see
+    /// [`PublishBuilder::group`](ruststream_core::PublishBuilder::group)).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.inner = self.inner.group(group);
+        self
+    }
+
     /// Delivers the message at `when`, on the model's clock: compute it from
     /// [`TestApp::now`] (`tb.now() + d`), which follows the virtual clock.
     pub fn at(mut self, when: SystemTime) -> Self {

@@ -60,18 +60,25 @@ pub(crate) enum Operate {
     /// Delayed entries: list, promote, cancel.
     #[command(subcommand)]
     Delayed(Delayed),
-    /// Every worker of the subscription stops claiming (in-flight work finishes) until `resume`.
+    /// Every worker of the subscription stops claiming (in-flight work finishes) until `resume`;
+    /// with `--group`, only that group of a list with fair groups is passed over.
     Pause {
         /// The subscription.
         subscription: String,
+        /// Pause only this group (a list with fair groups); the others are served.
+        #[arg(long)]
+        group: Option<String>,
         /// Kept with the pause: who and why.
         #[arg(long, default_value = "paused from the command line")]
         note: String,
     },
-    /// The subscription's workers claim again.
+    /// The subscription's workers claim again (with `--group`: that group's messages).
     Resume {
         /// The subscription.
         subscription: String,
+        /// Resume only this group (a list with fair groups).
+        #[arg(long)]
+        group: Option<String>,
     },
     /// Cancels one message by id wherever it is: delayed → removed; running → its handler is
     /// told, and dropped after the grace; queued → dropped when claimed. Exit code 3: not found.
@@ -284,6 +291,25 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Operate::Pause {
+            subscription,
+            group: Some(group),
+            ..
+        } => {
+            targets[0].pause_group(&subscription, &group).await?;
+            println!(
+                "paused group `{group}` of `{subscription}`: its workers pass it over until `resume {subscription} --group {group}`"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Operate::Resume {
+            subscription,
+            group: Some(group),
+        } => {
+            targets[0].resume_group(&subscription, &group).await?;
+            println!("resumed group `{group}` of `{subscription}`");
+            Ok(ExitCode::SUCCESS)
+        }
+        Operate::Pause {
             subscription, note, ..
         } => {
             targets[0].pause(&subscription, &note).await?;
@@ -292,7 +318,7 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Operate::Resume { subscription } => {
+        Operate::Resume { subscription, .. } => {
             targets[0].resume(&subscription).await?;
             println!("resumed `{subscription}`");
             Ok(ExitCode::SUCCESS)
@@ -326,7 +352,7 @@ fn subscription_of(command: &Operate) -> &str {
     match command {
         Operate::Inspect { subscription, .. } => subscription.as_deref().unwrap_or(""),
         Operate::Pause { subscription, .. }
-        | Operate::Resume { subscription }
+        | Operate::Resume { subscription, .. }
         | Operate::Cancel { subscription, .. } => subscription,
         Operate::Periodic { .. } => "",
         Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => &a.subscription,

@@ -107,6 +107,23 @@ fn counts(i: &Inspection) -> Vec<String> {
             let each: Vec<String> = levels.iter().map(u64::to_string).collect();
             ready.push_str(&format!(" (by priority level 0..: {})", each.join(" / ")));
         }
+        if let Some(g) = &i.groups {
+            let largest: Vec<String> = g
+                .largest
+                .iter()
+                .map(|l| {
+                    let paused = if l.paused { ", paused" } else { "" };
+                    format!("{:?} {}{paused}", l.name, l.waiting)
+                })
+                .collect();
+            ready.push_str(&format!(
+                " (in {} groups, {} paused, {} in the inbox; largest: {})",
+                g.groups,
+                g.paused,
+                g.inbox,
+                largest.join(", ")
+            ));
+        }
         parts.push(ready);
         if let Some(in_flight) = i.in_flight {
             let mut flight = format!("in flight {in_flight}");

@@ -7,7 +7,7 @@
 //!   through.
 //! - The matrix: every pair of priorities, rate limit, per-key limit, partitions, pause, batch
 //!   handler, delays, recovery after a killed claim, a concurrency cap, a deadline (some first
-//!   calls hang until it) and snoozes runs on one queue,
+//!   calls hang until it), snoozes and fair groups runs on one queue,
 //!   asserting every message handled exactly once and nothing left queued or claimed (with the
 //!   cap, also that no more than it ran at once); the pairs not supported are refused at
 //!   startup, saying why.
@@ -279,12 +279,15 @@ enum Feature {
     Deadline,
     /// Every third job snoozes once for [`SNOOZE`].
     Snooze,
+    /// `.groups()`, the jobs spread over three groups.
+    Groups,
 }
 
 use Feature::*;
 
-const FEATURES: [Feature; 11] = [
+const FEATURES: [Feature; 12] = [
     Priorities, Rate, KeyRate, Partitions, Pause, Batch, Delays, Recovery, Cap, Deadline, Snooze,
+    Groups,
 ];
 
 /// The deadline of [`Deadline`].
@@ -307,6 +310,9 @@ fn refusal(pair: [Feature; 2]) -> Option<&'static str> {
             Some("per-key rate limit cannot span partitions")
         }
         [Partitions, Cap] | [Cap, Partitions] => Some("max_in_flight cannot span partitions"),
+        [Priorities, Groups] | [Groups, Priorities] => {
+            Some("fair groups and priority levels do not combine")
+        }
         _ => None,
     }
 }
@@ -352,6 +358,7 @@ fn source(name: &str, pair: &[Feature]) -> RedisList {
             Partitions => list.partitions(2),
             Cap => list.max_in_flight(CAP),
             Deadline => list.timeout(TIMEOUT),
+            Groups => list.groups(),
             Pause | Batch | Delays | Recovery | Snooze => list,
         };
     }
@@ -380,6 +387,9 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
     if pair.contains(&Partitions) {
         route = route.partitions(2);
     }
+    if pair.contains(&Groups) {
+        route = route.groups();
+    }
     let producer = env.broker_with(|b| b.route(&key, route));
     producer.connect().await.expect("connect");
     let publisher = producer.publisher();
@@ -392,6 +402,9 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
             }
             if pair.contains(&KeyRate) {
                 m = m.header("customer", format!("c{}", n % 3));
+            }
+            if pair.contains(&Groups) {
+                m = m.group(format!("t{}", n % 3));
             }
             if pair.contains(&Delays) && n % 4 == 0 {
                 m = m.delay(Duration::from_millis(200));
@@ -478,6 +491,10 @@ fn queue_lists(key: &str, pair: &[Feature]) -> Vec<String> {
     for q in queues {
         if pair.contains(&Priorities) {
             lists.extend((1..3).map(|l| format!("{q}.p{l}")));
+        }
+        if pair.contains(&Groups) {
+            lists.extend((0..3).map(|t| format!("{q}.groups:t{t}")));
+            lists.push(format!("{q}.groups"));
         }
         lists.push(format!("{q}.processing"));
         lists.push(q);

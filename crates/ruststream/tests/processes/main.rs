@@ -14,5 +14,6 @@ mod harness;
 mod cli;
 mod failover;
 mod faults;
+mod groups;
 mod ledger;
 mod otel;
