@@ -11,6 +11,8 @@ mod batch;
 mod consumer_groups;
 #[path = "guide/deadlines.rs"]
 mod deadlines;
+#[path = "guide/flows.rs"]
+mod flows;
 #[path = "guide/jobs.rs"]
 mod jobs;
 #[path = "guide/partitions.rs"]

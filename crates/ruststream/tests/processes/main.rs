@@ -14,5 +14,6 @@ mod harness;
 mod cli;
 mod failover;
 mod faults;
+mod flows;
 mod ledger;
 mod otel;
