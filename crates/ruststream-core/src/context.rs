@@ -178,6 +178,28 @@ impl<'a> Context<'a> {
             .is_some_and(|s| s.is_signalled(&self.info.message_id))
     }
 
+    /// The children of the flow this message is the parent of (see [`crate::flow`]), in the
+    /// order they were added: each child's id, how it ended, and its result
+    /// (`child.result::<R>()`).
+    ///
+    /// # Errors
+    /// A configuration error when this message is no flow's parent or its flow's record is gone
+    /// (older than the result ttl); the broker's error when the read fails.
+    pub async fn children(&self) -> Result<Vec<crate::FlowChild>> {
+        let Some(record) = self.header(crate::flow::RECORD_HEADER) else {
+            return Err(crate::Error::config(
+                "ctx.children(): this message is no flow's parent (publish it with `publisher.flow(..)`)",
+            ));
+        };
+        match self.publisher.backend().read_flow(record).await? {
+            Some(state) => Ok(state.children),
+            None => Err(crate::Error::config(format!(
+                "ctx.children(): the record of flow `{}` is gone (expired: older than the result ttl)",
+                self.info.message_id
+            ))),
+        }
+    }
+
     /// A publisher on the broker the message came from:
     /// `ctx.publisher().message(&v).to("k").publish().await?`.
     pub fn publisher(&self) -> &'a Publisher {

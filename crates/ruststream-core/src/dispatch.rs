@@ -21,6 +21,7 @@
 //!   to the broker's recovery (see `settle`). Nothing is lost, and the stop is bounded.
 
 mod batcher;
+mod flows;
 mod jobs;
 mod meters;
 mod observing;
@@ -360,6 +361,13 @@ impl<B: Broker> Subscription<B> {
                 }
             }
         }
+        flows::report(
+            &self.publisher,
+            &delivery.info,
+            &mut settlement,
+            self.source.retries(),
+        )
+        .await;
         if let Some(reason) = jobs::failure(&delivery.info, &settlement, self.source.retries()) {
             jobs::record_failure(&self.publisher, &delivery.info, reason).await;
         }
@@ -423,6 +431,11 @@ impl<B: Broker> Subscription<B> {
             return Some(Settlement::Dead {
                 reason: format!("decode: {why}"),
             });
+        }
+        if let Some(dead) = flows::failed_parent(&d.info) {
+            tracing::warn!(subscription = %self.name, message_id = %d.info.message_id,
+                "a child of this flow failed: the parent goes to the dead-letter list");
+            return Some(dead);
         }
         if d.info.attempt > opts.max_attempts {
             // Recovered after a crash on its last attempt: do not run it again.

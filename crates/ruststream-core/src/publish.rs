@@ -129,6 +129,36 @@ pub trait PublishBackend: Send + Sync + 'static {
             ))
         })
     }
+
+    /// Publishes a flow (see [`crate::flow`]): its record, then its children; a flow published
+    /// again with the same id finishes what the first publish left undone. The default refuses.
+    fn publish_flow(&self, flow: crate::flow::OutFlow) -> BoxFuture<'_, Result<()>> {
+        let _ = flow;
+        Box::pin(async { Err(crate::flow::unsupported()) })
+    }
+
+    /// Records that the flow child `child_id` (whose headers are `headers`) ended with
+    /// `outcome`, before the child is settled; enqueues the parent when it was the last. A call
+    /// made again changes nothing. The default does nothing (it published no flow).
+    fn flow_child<'a>(
+        &'a self,
+        headers: &'a crate::Headers,
+        child_id: &'a str,
+        outcome: crate::flow::ChildOutcome,
+    ) -> BoxFuture<'a, Result<()>> {
+        let _ = (headers, child_id, outcome);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The state of the flow whose record a parent's [`RECORD_HEADER`](crate::flow::RECORD_HEADER)
+    /// names; `None` when there is none (expired). The default refuses.
+    fn read_flow<'a>(
+        &'a self,
+        record: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::flow::FlowState>>> {
+        let _ = record;
+        Box::pin(async { Err(crate::flow::unsupported()) })
+    }
 }
 
 /// A cheap, cloneable handle that publishes messages through a broker.
@@ -163,6 +193,18 @@ impl Publisher {
             values,
             opts: Options::default(),
         }
+    }
+
+    /// Starts a flow: `parent` runs once every child added with
+    /// [`child`](crate::flow::FlowBuilder::child) is done, and reads their results
+    /// ([`Context::children`](crate::Context::children)); see [`crate::flow`].
+    pub fn flow<'a, T: MessageType>(&'a self, parent: &T) -> crate::flow::FlowBuilder<'a> {
+        crate::flow::FlowBuilder::new(self, parent)
+    }
+
+    /// The broker's publish backend.
+    pub(crate) fn backend(&self) -> &dyn PublishBackend {
+        &*self.0
     }
 
     /// Publishes already encoded messages. With the `otel` feature, in a producer span whose

@@ -57,6 +57,50 @@ impl Dest {
         }
     }
 
+    /// The destination as one line-separated string (kind, spec, keys), for a header that
+    /// names where an entry goes later (a flow's parent, `crate::flow`); read back by
+    /// [`decode`](Self::decode).
+    pub(crate) fn encode(&self) -> String {
+        let (kind, spec, keys): (&str, String, Vec<&str>) = match self {
+            Self::List { levels, ttl_ms } => (
+                "list",
+                ttl_ms.to_string(),
+                levels.iter().map(String::as_str).collect(),
+            ),
+            Self::Stream { key, bound } => ("stream", bound.clone(), vec![key.as_str()]),
+            Self::Sharded { channel } => ("sharded", String::new(), vec![channel.as_str()]),
+            Self::PubSub { channel } => ("pubsub", channel.clone(), Vec::new()),
+        };
+        let mut out = format!("{kind}\n{spec}");
+        for k in keys {
+            out.push('\n');
+            out.push_str(k);
+        }
+        out
+    }
+
+    /// The destination [`encode`](Self::encode) wrote; `None` when `s` is not one.
+    pub(crate) fn decode(s: &str) -> Option<Self> {
+        let mut parts = s.split('\n');
+        let (kind, spec) = (parts.next()?, parts.next()?.to_owned());
+        let keys: Vec<String> = parts.map(str::to_owned).collect();
+        match (kind, keys.len()) {
+            ("list", 1..) => Some(Self::List {
+                levels: keys,
+                ttl_ms: spec.parse().ok()?,
+            }),
+            ("stream", 1) => Some(Self::Stream {
+                key: keys.into_iter().next()?,
+                bound: spec,
+            }),
+            ("sharded", 1) => Some(Self::Sharded {
+                channel: keys.into_iter().next()?,
+            }),
+            ("pubsub", 0) => Some(Self::PubSub { channel: spec }),
+            _ => None,
+        }
+    }
+
     /// Appends the destination's keys to `keys` and `kind, number of keys, spec` to `args`.
     pub(crate) fn push(&self, keys: &mut Vec<String>, args: &mut Vec<Value>) {
         let before = keys.len();
@@ -93,6 +137,19 @@ mod tests {
         }
         .push(&mut keys, &mut args);
         assert_eq!(keys, ["q", "q.p1"]);
+        for d in [
+            Dest::list(vec!["q".into(), "q.p1".into()]),
+            Dest::Stream {
+                key: "s".into(),
+                bound: "maxlen:5".into(),
+            },
+            Dest::PubSub {
+                channel: "c".into(),
+            },
+        ] {
+            assert_eq!(Dest::decode(&d.encode()), Some(d));
+        }
+        assert_eq!(Dest::decode("list\n0"), None);
         assert_eq!(
             args,
             [

@@ -75,6 +75,7 @@ mod dead;
 mod delayed;
 mod durable;
 pub mod error;
+mod flow;
 pub mod frame;
 mod gauges;
 mod keys;
@@ -115,6 +116,10 @@ pub use claim::{Claim, Claimed, Gate, Record, StreamClaimed, StreamRead};
 pub use dead::{
     DEAD_AT_HEADER, DEFAULT_DEAD_LETTER_MAX_AGE, DEFAULT_DEAD_LETTER_MAX_LEN, DeadBound,
 };
+/// The flow scripts' typed calls, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub use flow::{ChildDone, MarkSent, StartFlow};
 pub use frame::REASON_HEADER;
 pub use keys::SourceKeys;
 pub use list::RedisList;

@@ -67,6 +67,38 @@ impl PublishBackend for RedisPublisher {
             crate::cancel::cancel(&self.conns, destination, id).await
         })
     }
+
+    /// The record, then the children (`crate::flow`).
+    fn publish_flow(&self, flow: ruststream_core::flow::OutFlow) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            crate::flow::publish_flow(&self.conns, &self.routes, flow, Default::default()).await
+        })
+    }
+
+    /// `flow/done.lua` (`crate::flow`).
+    fn flow_child<'a>(
+        &'a self,
+        headers: &'a ruststream_core::Headers,
+        child_id: &'a str,
+        outcome: ruststream_core::ChildOutcome,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            crate::flow::child_done(&self.conns, headers, child_id, outcome).await
+        })
+    }
+
+    /// One `HGETALL` of the record.
+    fn read_flow<'a>(
+        &'a self,
+        record: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ruststream_core::FlowState>>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            crate::flow::read(self.conns.pool()?.next(), record).await
+        })
+    }
 }
 
 /// Messages for one key with one policy.
@@ -274,22 +306,7 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
     }
     if !g.unique.is_empty() {
         // Pub/Sub has no unique messages: `publish` refused them.
-        let dest = match g.policy {
-            PublishPolicy::Stream(p) => Some(Dest::Stream {
-                key: g.key.clone(),
-                bound: p.script_arg(),
-            }),
-            // The levels up to the messages' own: `back.lua` puts each onto the level its
-            // header names, and announces a level above 0 that was empty.
-            PublishPolicy::List(p) => Some(Dest::List {
-                levels: std::iter::once(g.base.clone())
-                    .chain((1..=p.level).map(|i| conns.keys.level(&g.base, i)))
-                    .collect(),
-                ttl_ms: p.ttl.map_or(0, list::ttl_ms),
-            }),
-            PublishPolicy::PubSub(_) => None,
-        };
-        if let Some(dest) = dest {
+        if let Some(dest) = queue_dest(&conns.keys, &g.key, &g.base, g.policy) {
             let call = PublishUnique {
                 dest: &dest,
                 token,
@@ -317,4 +334,29 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
         crate::durable::confirm(client, conns, &key, d, (enqueued > 0, lead), &before).await?;
     }
     Ok(enqueued)
+}
+
+/// The queue a message placed at `key` (its level, on a list with levels) of the destination or
+/// partition `base` goes onto through `back.lua`; `None` for a channel.
+pub(crate) fn queue_dest(
+    keys: &crate::keys::KeySpace,
+    key: &str,
+    base: &str,
+    policy: PublishPolicy,
+) -> Option<Dest> {
+    match policy {
+        PublishPolicy::Stream(p) => Some(Dest::Stream {
+            key: key.to_owned(),
+            bound: p.script_arg(),
+        }),
+        // The levels up to the message's own: `back.lua` puts each onto the level its header
+        // names, and announces a level above 0 that was empty.
+        PublishPolicy::List(p) => Some(Dest::List {
+            levels: std::iter::once(base.to_owned())
+                .chain((1..=p.level).map(|i| keys.level(base, i)))
+                .collect(),
+            ttl_ms: p.ttl.map_or(0, list::ttl_ms),
+        }),
+        PublishPolicy::PubSub(_) => None,
+    }
 }

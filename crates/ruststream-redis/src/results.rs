@@ -78,7 +78,7 @@ impl Call for WriteJob<'_> {
 }
 
 /// The full key of job `id`'s record.
-fn job_key(prefix: &str, id: &str) -> String {
+pub(crate) fn job_key(prefix: &str, id: &str) -> String {
     format!("{prefix}ruststream:job:{{{id}}}")
 }
 

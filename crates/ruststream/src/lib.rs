@@ -25,6 +25,8 @@ pub use ruststream_core::{
 };
 /// Periodic jobs: `Periodic`, `CatchUp`, `#[periodic(..)]`.
 pub use ruststream_core::{CatchUp, IntoPeriodic, Periodic, periodic};
+/// Flows: a parent after its children (`publisher.flow(&parent)`, `ctx.children()`).
+pub use ruststream_core::{ChildFailure, ChildOutcome, FlowChild, FlowState, flow};
 /// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
 pub use ruststream_core::{JobRecord, job};
 pub use ruststream_macros::{Outgoing, app, periodic, subscriber};
@@ -46,10 +48,10 @@ pub mod testing {
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        App, AppInfo, Backoff, BatchContext, BatchOutcome, CatchUp, Context, Handle, HandleBatch,
-        HandlerOutcome, MessageType, Outgoing, Periodic, Publisher, RedisBroker, RedisChannel,
-        RedisList, RedisStream, RustStream, list, outgoing, periodic, pubsub, run_main, stream,
-        subscriber,
+        App, AppInfo, Backoff, BatchContext, BatchOutcome, CatchUp, ChildFailure, ChildOutcome,
+        Context, Handle, HandleBatch, HandlerOutcome, MessageType, Outgoing, Periodic, Publisher,
+        RedisBroker, RedisChannel, RedisList, RedisStream, RustStream, list, outgoing, periodic,
+        pubsub, run_main, stream, subscriber,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

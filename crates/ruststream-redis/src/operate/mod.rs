@@ -226,6 +226,26 @@ impl Operator {
         ruststream_core::cancel::with_job(&jobs, id, outcome).await
     }
 
+    /// The flow `id` whose parent goes to the subscription `name` (a list or a stream; on a
+    /// queue with partitions, each partition is looked in): its state and each child's
+    /// (`crate::flow`); `None` when there is no such record (never published, or expired).
+    pub async fn flow(&self, name: &str, id: &str) -> Result<Option<ruststream_core::FlowState>> {
+        let parts = self.partitions_of(name);
+        let queues: Vec<&SourceKeys> = if parts.is_empty() {
+            vec![self.queue(name)?]
+        } else {
+            parts
+        };
+        let pool = self.conns.pool()?;
+        for q in queues {
+            let record = crate::flow::record_key(&self.conns.keys, &q.queue, id);
+            if let Some(state) = crate::flow::read(pool.next(), &record).await? {
+                return Ok(Some(state));
+            }
+        }
+        Ok(None)
+    }
+
     /// The partitions of the queue `name`, when it has some.
     pub fn partitions_of(&self, name: &str) -> Vec<&SourceKeys> {
         self.queues

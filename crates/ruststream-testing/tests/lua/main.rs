@@ -16,6 +16,7 @@ mod calls;
 mod cancels;
 mod claims;
 mod dead;
+mod flows;
 
 use std::time::Duration;
 

@@ -5,6 +5,7 @@
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
 //! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
 
+mod flow;
 mod print;
 #[cfg(feature = "prometheus")]
 pub mod rates;
@@ -89,8 +90,27 @@ pub(crate) enum Operate {
         #[arg(long)]
         id: String,
     },
+    /// Flows: a flow's state and each child's.
+    #[command(subcommand)]
+    Flow(Flow),
     /// Periodic jobs every instance registered: schedule, zone, destination, last and next tick.
     Periodic {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `flow ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Flow {
+    /// A flow's state (pending, enqueued, failed), policy, and each child's outcome and result.
+    /// Exit code 3: no such flow (never published, or expired).
+    Show {
+        /// The subscription its parent goes to.
+        subscription: String,
+        /// The flow's id (its parent's message id).
+        id: String,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -331,6 +351,22 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
                 _ => ExitCode::SUCCESS,
             })
         }
+        Operate::Flow(Flow::Show {
+            subscription,
+            id,
+            json,
+        }) => match targets[0].flow(&subscription, &id).await? {
+            Some(state) => {
+                print_out(json, &flow::FlowView::of(&state), || {
+                    flow::flow_text(&state)
+                })?;
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("no flow `{id}` on `{subscription}` (never published, or expired)");
+                Ok(ExitCode::from(NOTHING_MATCHED))
+            }
+        },
         Operate::Dead(d) => dead(targets[0], d).await,
         Operate::Delayed(d) => delayed(targets[0], d).await,
         Operate::Periodic { json } => periodic(&ops, json).await,
@@ -353,7 +389,8 @@ fn subscription_of(command: &Operate) -> &str {
         Operate::Inspect { subscription, .. } => subscription.as_deref().unwrap_or(""),
         Operate::Pause { subscription, .. }
         | Operate::Resume { subscription, .. }
-        | Operate::Cancel { subscription, .. } => subscription,
+        | Operate::Cancel { subscription, .. }
+        | Operate::Flow(Flow::Show { subscription, .. }) => subscription,
         Operate::Periodic { .. } => "",
         Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => &a.subscription,
         Operate::Dead(Dead::Show(a)) => &a.subscription,

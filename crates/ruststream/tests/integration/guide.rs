@@ -11,6 +11,8 @@ mod batch;
 mod consumer_groups;
 #[path = "guide/deadlines.rs"]
 mod deadlines;
+#[path = "guide/flows.rs"]
+mod flows;
 #[path = "guide/groups.rs"]
 mod groups;
 #[path = "guide/jobs.rs"]

@@ -31,6 +31,7 @@ mod dashboard;
 mod deadline;
 mod delayed;
 mod durable;
+mod flows;
 mod groups;
 mod guide;
 // `images::images`, `payments::payments`: the example included in its own test module.

@@ -14,6 +14,7 @@ mod harness;
 mod cli;
 mod failover;
 mod faults;
+mod flows;
 mod groups;
 mod ledger;
 mod otel;
