@@ -20,7 +20,8 @@ on!(
     retries_follow_the_backoff_then_land_in_dead_letters,
     streams_get_delayed_publishes_and_delayed_retries,
     a_pure_handler_node_does_not_schedule,
-    stop_subscription_stops_one_and_the_others_go_on
+    stop_subscription_stops_one_and_the_others_go_on,
+    entries_due_a_millisecond_apart_arrive_in_due_order_and_never_early
 );
 
 fn now_ms() -> u64 {
@@ -173,6 +174,39 @@ async fn competing_movers_deliver_each_entry_once_and_never_early(env: &Env) {
         count.values().all(|&c| c == 1),
         "an entry was delivered twice"
     );
+}
+
+/// Entries due one millisecond apart, published latest first (so each is a new earliest and
+/// wakes the reader): one handler at a time gets them in due order, none before it is due. The
+/// reader waits for each next due entry to the millisecond, on top of the wake-ups.
+async fn entries_due_a_millisecond_apart_arrive_in_due_order_and_never_early(env: &Env) {
+    const N: u32 = 20;
+    let h = Record::default();
+    let source = RedisList::new("{pay}").reliable().concurrency(1);
+    let running = start(app(env.broker_with(|b| b), source, h.clone())).await;
+    let publisher = publisher(env).await;
+    let base = now_ms() + 200;
+    for n in (0..N).rev() {
+        let due_ms = base + u64::from(n);
+        publisher
+            .message(&Check { n, due_ms })
+            .to("{pay}")
+            .at(UNIX_EPOCH + Duration::from_millis(due_ms))
+            .publish()
+            .await
+            .unwrap();
+    }
+    wait_until("all delivered", Duration::from_secs(5), || async {
+        h.arrivals().len() >= N as usize
+    })
+    .await;
+    stop(running).await;
+    let arrivals = h.arrivals();
+    let order: Vec<u32> = arrivals.iter().map(|a| a.0).collect();
+    assert_eq!(order, (0..N).collect::<Vec<_>>(), "in due order, each once");
+    for (n, _, at, due) in arrivals {
+        assert!(at + 1 >= due, "entry {n} arrived {}ms early", due - at);
+    }
 }
 
 async fn retries_follow_the_backoff_then_land_in_dead_letters(env: &Env) {
