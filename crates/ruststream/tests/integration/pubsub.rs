@@ -681,11 +681,17 @@ async fn a_disconnect_at_the_output_buffer_limit_is_counted_and_resubscribed() {
     let prefix = format!("{}:", unique("obuf"));
     let admin = stand::node_client(&url).await;
     let limit: Vec<String> = admin
-        .config_get("client-output-buffer-limit")
+        .custom(
+            fred::cmd!("CONFIG"),
+            vec!["GET", "client-output-buffer-limit"],
+        )
         .await
         .expect("CONFIG GET");
     let _: () = admin
-        .config_set("client-output-buffer-limit", "pubsub 256kb 128kb 1")
+        .custom(
+            fred::cmd!("CONFIG"),
+            vec!["SET", "client-output-buffer-limit", "pubsub 256kb 128kb 1"],
+        )
         .await
         .expect("CONFIG SET");
     let broker = RedisBroker::standalone(url.clone()).prefix(prefix.clone());
@@ -751,7 +757,10 @@ async fn a_disconnect_at_the_output_buffer_limit_is_counted_and_resubscribed() {
     );
     await_subscribers(&nodes, &channel, 1).await;
     let _: () = admin
-        .config_set("client-output-buffer-limit", limit[1].as_str())
+        .custom(
+            fred::cmd!("CONFIG"),
+            vec!["SET", "client-output-buffer-limit", limit[1].as_str()],
+        )
         .await
         .expect("CONFIG SET back");
     broker
