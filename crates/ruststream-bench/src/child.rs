@@ -25,8 +25,9 @@ use crate::{BoxError, GROUP, KEY};
 /// How long the pubsub consumer waits for another message before it ends the run.
 pub const PUBSUB_QUIET: Duration = Duration::from_secs(2);
 
-/// Reads the pubsub subscription's `ruststream_pubsub_lagged_total` counter back: a metrics
-/// recorder that keeps that one counter and discards the rest.
+/// Reads the pubsub subscription's `ruststream_pubsub_lagged_total` and
+/// `ruststream_pubsub_disconnects_total` counters back: a metrics recorder that keeps those two
+/// and discards the rest.
 mod lag {
     use std::sync::Arc;
     use std::sync::atomic::AtomicU64;
@@ -35,17 +36,17 @@ mod lag {
         Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
     };
 
-    struct LagOnly(Arc<AtomicU64>);
+    struct LagOnly(Arc<AtomicU64>, Arc<AtomicU64>);
 
     impl Recorder for LagOnly {
         fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
         fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
         fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
         fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-            if key.name() == "ruststream_pubsub_lagged_total" {
-                Counter::from_arc(self.0.clone())
-            } else {
-                Counter::noop()
+            match key.name() {
+                "ruststream_pubsub_lagged_total" => Counter::from_arc(self.0.clone()),
+                "ruststream_pubsub_disconnects_total" => Counter::from_arc(self.1.clone()),
+                _ => Counter::noop(),
             }
         }
         fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
@@ -56,12 +57,12 @@ mod lag {
         }
     }
 
-    /// Installs the recorder (once per process); the counter it fills.
-    pub fn install() -> Option<Arc<AtomicU64>> {
-        let lagged = Arc::new(AtomicU64::new(0));
-        metrics::set_global_recorder(LagOnly(lagged.clone()))
+    /// Installs the recorder (once per process); the counters it fills: lagged, disconnects.
+    pub fn install() -> Option<(Arc<AtomicU64>, Arc<AtomicU64>)> {
+        let (lagged, disconnects) = (Arc::default(), Arc::default());
+        metrics::set_global_recorder(LagOnly(Arc::clone(&lagged), Arc::clone(&disconnects)))
             .ok()
-            .map(|()| lagged)
+            .map(|()| (lagged, disconnects))
     }
 }
 
@@ -310,8 +311,9 @@ pub async fn consume(a: &Args) -> Result<(), BoxError> {
     running.shutdown().await?;
     let shutdown_ms = t_stop.elapsed().as_millis();
     let lat = tracker.latencies();
-    let lagged = lagged.map_or_else(String::new, |l| {
-        format!(" lagged={}", l.load(std::sync::atomic::Ordering::Relaxed))
+    let lagged = lagged.map_or_else(String::new, |(l, d)| {
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        format!(" lagged={} disconnects={}", get(&l), get(&d))
     });
     say(&format!(
         "STATS distinct={} dups={} strays={} elapsed_s={} rate={} {} {} hwm_kb={} base_kb={base_kb} shutdown_ms={shutdown_ms} {}{lagged}",

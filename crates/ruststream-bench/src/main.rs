@@ -830,7 +830,8 @@ async fn delayed(
 
 /// The pubsub scenario: a consumer child subscribes to channel `q` (`RedisChannel::new`), then
 /// this process publishes N messages to it in batches; lost = ids the handler never saw (Pub/Sub
-/// is at most once: a message the subscriber's buffer drops is gone, counted as `lagged`).
+/// is at most once: a message Redis drops when it disconnects a subscriber past its output
+/// buffer limit is gone; such disconnects are counted as `disconnects`).
 async fn pubsub(
     ctx: &Ctx<'_>,
     c: Config,
@@ -874,6 +875,7 @@ async fn pubsub(
     ruststream_core::Broker::close(&broker).await;
     take_consumer(line, n, &st);
     line.extra("lagged", st.u("lagged").unwrap_or(0));
+    line.extra("disconnects", st.u("disconnects").unwrap_or(0));
     line.extra("calls_per_msg", calls_per_msg(&before, &after, n));
     line.extra("left", leftovers(&ctx.raw, prefix).await?);
     if !ctx.cli.no_baseline {

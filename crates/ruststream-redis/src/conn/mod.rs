@@ -146,8 +146,8 @@ impl Connections {
         .map_err(|e| self.connect_error(&e))
     }
 
-    /// A connected subscriber client of its own for one Pub/Sub subscription, whose broadcast
-    /// channel holds `buffer` messages (fred's `broadcast_channel_capacity`).
+    /// A connected subscriber client whose broadcast channel holds `buffer` messages (fred's
+    /// `broadcast_channel_capacity`): the wake-up connection's.
     pub(crate) async fn subscriber(&self, buffer: usize) -> Result<SubscriberClient> {
         let client = self
             .builder(false)?
@@ -300,7 +300,8 @@ impl Connections {
         Ok(hosts)
     }
 
-    fn builder(&self, blocking: bool) -> Result<Builder> {
+    /// fred's configuration of the broker's connections: the servers, credentials and TLS.
+    pub(crate) fn client_config(&self) -> Result<Config> {
         let s = &self.settings;
         s.check_urls()?;
         let mut config = Config::from_url(&s.url).map_err(|e| self.connect_error(&e))?;
@@ -322,6 +323,12 @@ impl Connections {
         if let Some(ca) = &s.tls_ca {
             config.tls = Some(crate::tls::with_ca_file(ca)?);
         }
+        Ok(config)
+    }
+
+    fn builder(&self, blocking: bool) -> Result<Builder> {
+        let s = &self.settings;
+        let mut config = self.client_config()?;
         if blocking {
             // A command sent while a read blocks interrupts it with CLIENT UNBLOCK: that is
             // how a stop wakes a reader at once.

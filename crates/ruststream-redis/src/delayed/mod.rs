@@ -45,8 +45,11 @@ use crate::keys::Delayed;
 use crate::lua::{self, Call};
 use crate::options::{Schedule, SourceOptions};
 
-/// The shortest blocking wait sent to Redis.
-const MIN_WAIT: Duration = Duration::from_millis(5);
+/// The shortest blocking wait: a wait for the next due entry is cut to the millisecond, the
+/// clock's grain on both sides (Redis's `TIME` in ms, tokio's timer), and never 0, which a
+/// blocking command takes for "for ever". Was 5 ms, which alone made an entry due within 5 ms of
+/// the last move up to 5 ms late (see `docs/decisions.md`).
+const MIN_WAIT: Duration = Duration::from_millis(1);
 
 /// The Lua of the settle scripts that schedules a retry (`schedule_retry(zset, hash, arg, frame)`).
 pub(crate) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.lua");

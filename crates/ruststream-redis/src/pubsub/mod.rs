@@ -8,12 +8,10 @@
 //! Commands sent:
 //! - `SUBSCRIBE channel` ([`RedisChannel::new`]), `PSUBSCRIBE pattern`
 //!   ([`RedisChannel::pattern`]) or `SSUBSCRIBE channel` ([`RedisChannel::sharded`]) on a
-//!   connection of the subscription's own: a fred `SubscriberClient`, which sends them again
-//!   after every reconnect (`manage_subscriptions`); a sharded subscription also sends its
-//!   `SSUBSCRIBE` again every [`RESUBSCRIBE_EVERY`] (see *Sharded* below), any other one a
-//!   `PING` every command timeout (`keepalive.rs`), so a connection that went silent without
-//!   closing is found and replaced. The app starts once the server has confirmed the
-//!   subscription.
+//!   connection of the subscription's own (`wire.rs`, `session.rs`; `AUTH` first when the broker
+//!   has credentials), sent again after every reconnect, and a `PING` when it was silent for
+//!   the command timeout, so a connection that went quiet without closing is found and
+//!   replaced. The app starts once the server has confirmed the subscription.
 //! - `PUBLISH channel frame` for [`Publish::new`], `SPUBLISH channel frame` for
 //!   [`Publish::sharded`]: the same frame as a list value (message id,
 //!   headers, payload; see [`frame`](crate::frame)), so ids and headers reach the handler. A
@@ -31,21 +29,27 @@
 //! channel name's hash slot on a cluster; `no_dead_letter()` discards such messages with an error
 //! log instead. Every message a subscription delivers has attempt 1.
 //!
-//! **Buffering and lag.** fred reads the connection continuously (so Redis never disconnects the
-//! subscriber for a full output buffer) and hands every message to a tokio broadcast channel of
-//! [`FRED_BUFFER`] slots. A small task of the subscription's own moves each message at once from
-//! there into the subscription's buffer, which the receiver drains as handlers free up. That
-//! buffer holds up to [`DEFAULT_BUFFER`] (16,384) messages unless [`RedisChannel::buffer`] says
-//! otherwise, and takes memory only for what is waiting in it. When handlers fall behind by more
-//! than that, new messages are dropped, and each drop is counted: the receiver logs a warning
-//! naming the subscription and the count and adds it to
-//! `ruststream_pubsub_lagged_total{subscription}` (the channel or pattern). Messages still
-//! buffered when the subscription stops are not handled (a warning gives their count).
+//! **Backpressure: nothing is dropped in this process.** The subscription's connection is read
+//! by a task of its own that passes each message into a read-ahead buffer of
+//! [`DEFAULT_BUFFER`] (16,384) messages unless [`RedisChannel::buffer`] says otherwise (memory is
+//! taken only for what waits), which the receiver drains as handlers free up. When the buffer is
+//! full the task waits for room before it reads the next message from the socket: what Redis
+//! sends meanwhile stays in the kernel's socket buffers and then in Redis's output buffer for the
+//! client. So a subscription that cannot keep up loses nothing here; the only loss left is
+//! Redis's own, visible one: past `client-output-buffer-limit pubsub` (32 MB, or 8 MB for 60 s,
+//! by default) Redis disconnects the subscriber. The lost connection is logged (a warning naming
+//! the subscription, saying whether the handlers were behind), counted in
+//! `ruststream_pubsub_disconnects_total{subscription}`, and subscribed again with backoff
+//! (100 ms doubling to 5 s); messages published while it was away are lost, as Pub/Sub loses
+//! any message published while a subscriber is away. Messages still buffered when the
+//! subscription stops are not handled (a warning gives their count).
 //!
-//! Why two buffers: fred allocates its broadcast capacity up front, for every connection, so a
-//! large buffer there costs memory even when idle; fred's channel only has to cover the moments
-//! the moving task is not scheduled, so it stays small. Messages fred overwrites before the task
-//! reads them are counted as lagged too. The sizing and its figures are in `docs/decisions.md`.
+//! Why not fred's `SubscriberClient`: fred reads a connection continuously and hands every
+//! message to a tokio broadcast channel, whose slow receiver loses messages silently; it has no
+//! way to stop reading. See `docs/decisions.md`.
+//!
+//! On `TestApp` the model's feed is a broadcast channel: a subscription more than its buffer
+//! behind there loses messages, counted in `ruststream_pubsub_lagged_total{subscription}`.
 //!
 //! **Channel names** get the broker's key prefix, like keys, so apps with different prefixes do
 //! not hear each other; in a pattern the prefix is escaped, so only the pattern part matches.
@@ -53,22 +57,21 @@
 //! prefix (for a pattern subscription, the matching channel).
 //!
 //! **Cluster.** Plain (not sharded) Pub/Sub works across a cluster: a `PUBLISH` on any node
-//! reaches subscribers on every node. fred sends a client's `SUBSCRIBE`/`PSUBSCRIBE` to one
-//! node (chosen by the client's id) and re-sends them after a reconnect or a topology change.
+//! reaches subscribers on every node. A `SUBSCRIBE`/`PSUBSCRIBE` goes to one of the nodes the
+//! shared pool is connected to (chosen by the channel's name, so subscriptions spread), and to
+//! another one after a reconnect when that node is gone.
 //!
 //! **Sharded** ([`RedisChannel::sharded`], Redis 7): `SSUBSCRIBE` and `SPUBLISH` go to the node
-//! owning the channel's hash slot (fred routes both by the channel, as by a key), and a message
-//! travels only within that shard (the primary and its replicas) instead of the whole cluster
-//! bus. The two kinds are distinct: a `SUBSCRIBE`r never gets an `SPUBLISH`, an `SSUBSCRIBE`r
-//! never gets a `PUBLISH`. When the slot moves (a failover, a resharding), Redis ends the
-//! subscription with a `SUNSUBSCRIBE` push on the same connection, which fred discards without
-//! telling anyone and without reconnecting; so the subscription sends its `SSUBSCRIBE` again
-//! every [`RESUBSCRIBE_EVERY`] (a no-op while it holds; after a move fred follows the `MOVED`
-//! reply to the new owner). Messages published between the move and the next `SSUBSCRIBE` are
-//! lost, as Pub/Sub loses any message published while a subscriber is away. A sharded channel
-//! cannot be a pattern (Redis has no sharded `PSUBSCRIBE`): a name with glob characters is
-//! refused at startup. On a standalone server the commands behave like their plain forms, for
-//! their own subscribers only.
+//! owning the channel's hash slot (a subscription follows the `-MOVED` reply of another node),
+//! and a message travels only within that shard (the primary and its replicas) instead of the
+//! whole cluster bus. The two kinds are distinct: a `SUBSCRIBE`r never gets an `SPUBLISH`, an
+//! `SSUBSCRIBE`r never gets a `PUBLISH`. When the slot moves (a failover, a resharding), Redis
+//! ends the subscription with a `SUNSUBSCRIBE` push on the same connection (or the connection
+//! closes): the subscription then subscribes again at once, on the new owner. Messages
+//! published between the move and the new `SSUBSCRIBE` are lost, as Pub/Sub loses any message
+//! published while a subscriber is away. A sharded channel cannot be a pattern (Redis has no
+//! sharded `PSUBSCRIBE`): a name with glob characters is refused at startup. On a standalone
+//! server the commands behave like their plain forms, for their own subscribers only.
 //!
 //! **This folder:**
 //!
@@ -76,10 +79,11 @@
 //! |---|---|---|
 //! | `source.rs` | [`RedisChannel`]: what it subscribes to, its buffer | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description, route, retries | none |
-//! | `receive.rs` | subscribing and reading; its settler | `SUBSCRIBE` / `PSUBSCRIBE` / `SSUBSCRIBE`, `LPUSH` dead letters |
+//! | `receive.rs` | the receiver: messages as handlers free up; its settler | `LPUSH` dead letters |
+//! | `session.rs` | the task keeping the subscription: subscribing, reading with backpressure, reconnecting | `SUBSCRIBE` / `PSUBSCRIBE` / `SSUBSCRIBE`, `PING` |
+//! | `wire.rs` | the subscription's connection: TCP or TLS, RESP2 frames | `AUTH` |
 //! | `publish.rs` | publishing | `PUBLISH` / `SPUBLISH`, pipelined |
-//! | `keepalive.rs` | a plain subscription's liveness check | `PING` |
-//! | `shard.rs` | a sharded subscription's checks and renewal | `SSUBSCRIBE` |
+//! | `shard.rs` | a sharded channel's checks | none |
 //!
 //! Pub/Sub has no `settle.rs` and no scripts: nothing is stored, so there is nothing to
 //! acknowledge or put back. Its settler is `crate::dead`'s, which pushes what does not
@@ -90,16 +94,15 @@
 //! [`psubscribe`](crate::memory::MemoryServer::psubscribe) and
 //! [`ssubscribe`](crate::memory::MemoryServer::ssubscribe) instead of a connection.
 
-mod keepalive;
 mod publish;
 mod receive;
+mod session;
 mod shard;
 mod source;
 mod transport;
+mod wire;
 
 pub use self::publish::Publish;
 pub(crate) use self::publish::publish;
-pub use self::receive::FRED_BUFFER;
-pub use self::shard::RESUBSCRIBE_EVERY;
 pub use self::source::{DEFAULT_BUFFER, MAX_BUFFER, RedisChannel};
 pub use self::transport::NO_REDELIVERY;

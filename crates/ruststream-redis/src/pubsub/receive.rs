@@ -1,35 +1,27 @@
-//! Reading a Pub/Sub subscription: `SUBSCRIBE`/`PSUBSCRIBE`/`SSUBSCRIBE` on a `SubscriberClient`
-//! of its own (a sharded one renewed by [`shard::keep`](super::shard)),
-//! messages moved from fred's broadcast channel into the subscription's buffer by a task (see
-//! the [module docs](super) for why two buffers), delivered as handlers free up.
+//! Reading a Pub/Sub subscription: its connection of its own ([`session`](super::session))
+//! reads the socket only as fast as this receiver takes messages from the read-ahead buffer,
+//! which it does as handlers free up; on `TestApp`, the model's feed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use fred::clients::SubscriberClient;
-use fred::prelude::*;
-use fred::types::{Message, MessageKind};
 use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Error, Result};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::session::{self, Message, Spec};
 use super::source::{Kind, RedisChannel};
-use super::{keepalive, shard};
+use super::wire::Dial;
 use crate::conn::Connections;
 use crate::dead::PushDeadLetters;
 use crate::gauges;
 use crate::memory::MemoryFeed;
-use crate::reply::value_bytes;
 use crate::transport::{Receive, RedisReceiver, RedisSettler, Token, list_delivery};
-
-/// The capacity of fred's broadcast channel of a subscription's connection: messages that
-/// arrive while the task moving them to the subscription's buffer is not scheduled.
-pub const FRED_BUFFER: usize = 4096;
 
 /// The receiver of one Pub/Sub subscription.
 struct ChannelReceiver {
@@ -50,14 +42,10 @@ struct ChannelReceiver {
 /// Where the messages come from.
 enum Feed {
     Redis {
-        client: SubscriberClient,
         messages: mpsc::Receiver<Message>,
-        /// Messages dropped or overwritten since the receiver last looked.
-        lagged: Arc<AtomicU64>,
-        forward: JoinHandle<()>,
-        resubscribe: JoinHandle<()>,
-        /// The task that keeps the subscription: a sharded one's renewal, else its keepalive.
-        keeper: JoinHandle<()>,
+        connected: Arc<AtomicBool>,
+        /// The task reading the connection (`session.rs`).
+        task: JoinHandle<()>,
     },
     Memory(MemoryFeed),
 }
@@ -77,15 +65,10 @@ enum Got {
 impl Feed {
     fn take(&mut self) -> Got {
         match self {
-            Self::Redis {
-                messages, lagged, ..
-            } => match lagged.swap(0, Ordering::Relaxed) {
-                0 => match messages.try_recv() {
-                    Ok(m) => fred_message(m),
-                    Err(mpsc::error::TryRecvError::Empty) => Got::Empty,
-                    Err(mpsc::error::TryRecvError::Disconnected) => Got::Closed,
-                },
-                n => Got::Lagged(n),
+            Self::Redis { messages, .. } => match messages.try_recv() {
+                Ok((channel, payload)) => Got::Message(channel, payload),
+                Err(mpsc::error::TryRecvError::Empty) => Got::Empty,
+                Err(mpsc::error::TryRecvError::Disconnected) => Got::Closed,
             },
             Self::Memory(feed) => match feed.try_recv() {
                 Ok((channel, payload)) => Got::Message(channel, payload),
@@ -98,12 +81,12 @@ impl Feed {
 
     async fn next(&mut self) -> Got {
         match self {
-            Self::Redis {
-                messages, lagged, ..
-            } => match lagged.swap(0, Ordering::Relaxed) {
-                0 => messages.recv().await.map_or(Got::Closed, fred_message),
-                n => Got::Lagged(n),
-            },
+            Self::Redis { messages, .. } => messages
+                .recv()
+                .await
+                .map_or(Got::Closed, |(channel, payload)| {
+                    Got::Message(channel, payload)
+                }),
             Self::Memory(feed) => match feed.recv().await {
                 Ok((channel, payload)) => Got::Message(channel, payload),
                 Err(RecvError::Lagged(n)) => Got::Lagged(n),
@@ -119,13 +102,6 @@ impl Feed {
             Self::Memory(feed) => feed.len(),
         }
     }
-}
-
-/// A message of fred's feed (the forwarding task passes on only messages, pattern messages and
-/// sharded messages).
-fn fred_message(m: Message) -> Got {
-    let payload = value_bytes(m.value).unwrap_or_default();
-    Got::Message(m.channel.into_inner(), payload)
 }
 
 /// Subscribes (on Redis, once this returns the server has confirmed the subscription).
@@ -163,48 +139,44 @@ pub(super) async fn open(
     }))
 }
 
-/// Subscribes a connection of its own to `full`, listening before subscribing so nothing
-/// published right after is missed.
+/// Subscribes a connection of its own to `full` (see `session.rs`).
 async fn subscribe(conns: &Connections, source: &RedisChannel, full: &str) -> Result<Feed> {
-    let client = conns.subscriber(FRED_BUFFER).await?;
-    let lagged = Arc::new(AtomicU64::new(0));
-    let (tx, messages) = mpsc::channel(source.buffer.max(1));
-    let forward = tokio::spawn(forward(client.message_rx(), tx, lagged.clone()));
-    let resubscribe = client.manage_subscriptions();
-    let subscribed = match source.kind {
-        Kind::Channel => client.subscribe(full).await,
-        Kind::Pattern => client.psubscribe(full).await,
-        Kind::Sharded => client.ssubscribe(full).await,
+    let config = conns.client_config()?;
+    let fallback = match conns.settings.topology {
+        crate::conn::Topology::Sentinel { .. } => Vec::new(),
+        _ => config.server.hosts(),
     };
-    if let Err(e) = subscribed {
-        resubscribe.abort();
-        forward.abort();
-        let _ = client.quit().await;
-        let hint = match source.kind {
-            Kind::Sharded => " (sharded Pub/Sub needs Redis 7 or later)",
-            Kind::Channel | Kind::Pattern => "",
-        };
-        let message = format!(
-            "cannot subscribe to `{}`: {}{hint}",
-            source.name,
-            crate::error::redact(e.details())
-        );
-        return Err(crate::error::core_as(e, message));
-    }
-    let keeper = match source.kind {
-        Kind::Sharded => shard::keep(client.clone(), full.to_owned(), source.name.clone()),
-        Kind::Channel | Kind::Pattern => {
-            keepalive::keep(client.clone(), conns.settings.command_timeout)
+    let spec = Spec {
+        kind: source.kind,
+        channel: full.to_owned(),
+        label: source.name.as_str().into(),
+        dial: Dial::new(
+            &config,
+            conns.settings.command_timeout.min(Duration::from_secs(5)),
+        ),
+        pool: conns.pool()?,
+        fallback,
+        idle: conns.settings.command_timeout,
+    };
+    match session::start(spec, source.buffer).await {
+        Ok(s) => Ok(Feed::Redis {
+            messages: s.messages,
+            connected: s.connected,
+            task: s.task,
+        }),
+        Err(e) => {
+            let hint = match source.kind {
+                Kind::Sharded => " (sharded Pub/Sub needs Redis 7 or later)",
+                Kind::Channel | Kind::Pattern => "",
+            };
+            let message = format!(
+                "cannot subscribe to `{}`: {}{hint}",
+                source.name,
+                crate::error::in_words(&e)
+            );
+            Err(crate::error::core_as(e, message))
         }
-    };
-    Ok(Feed::Redis {
-        client,
-        messages,
-        lagged,
-        forward,
-        resubscribe,
-        keeper,
-    })
+    }
 }
 
 impl ChannelReceiver {
@@ -289,9 +261,9 @@ impl Receive for ChannelReceiver {
     }
     fn probe(&self) -> Option<ruststream_core::Probe> {
         match &self.feed {
-            Feed::Redis { client, .. } => {
-                let client = client.clone();
-                Some(Arc::new(move || client.is_connected()))
+            Feed::Redis { connected, .. } => {
+                let connected = connected.clone();
+                Some(Arc::new(move || connected.load(Ordering::Relaxed)))
             }
             Feed::Memory(_) => None,
         }
@@ -306,55 +278,9 @@ impl Drop for ChannelReceiver {
             tracing::warn!(subscription = %self.label, unhandled = left,
                 "pub/sub subscription stopped with messages still buffered: they are not handled");
         }
-        if let Feed::Redis {
-            client,
-            resubscribe,
-            forward,
-            keeper,
-            ..
-        } = &self.feed
-        {
-            resubscribe.abort();
-            forward.abort();
-            keeper.abort();
-            let client = client.clone();
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = client.quit().await;
-                });
-            }
-        }
-    }
-}
-
-/// Moves fred's messages into the subscription's buffer as they come, counting what does not fit
-/// (or was overwritten in fred's channel first) in `lagged`. Ends when either side closes.
-async fn forward(
-    mut from: broadcast::Receiver<Message>,
-    to: mpsc::Sender<Message>,
-    lagged: Arc<AtomicU64>,
-) {
-    loop {
-        match from.recv().await {
-            Ok(m)
-                if matches!(
-                    m.kind,
-                    MessageKind::Message | MessageKind::PMessage | MessageKind::SMessage
-                ) =>
-            {
-                match to.try_send(m) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        lagged.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => return,
-                }
-            }
-            Ok(_) => {}
-            Err(RecvError::Lagged(n)) => {
-                lagged.fetch_add(n, Ordering::Relaxed);
-            }
-            Err(RecvError::Closed) => return,
+        if let Feed::Redis { task, .. } = &self.feed {
+            // Closes the connection, even while the task waits for room in the buffer.
+            task.abort();
         }
     }
 }

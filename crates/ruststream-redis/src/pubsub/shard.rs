@@ -1,22 +1,9 @@
-//! Sharded Pub/Sub (`SSUBSCRIBE`): the startup checks of a sharded channel, and the task that
-//! keeps its subscription on the node owning the channel's slot by sending `SSUBSCRIBE channel`
-//! again every [`RESUBSCRIBE_EVERY`] (see the [module docs](super) for why).
+//! Sharded Pub/Sub (`SSUBSCRIBE`): the startup checks of a sharded channel (its subscription is
+//! kept on the slot's owner by [`session`](super::session)). Sends no command.
 
-use std::time::Duration;
-
-use fred::clients::SubscriberClient;
-use fred::prelude::*;
 use ruststream_core::{Error, Result};
-use tokio::task::JoinHandle;
 
 use crate::keys::{DeadLetter, KeySpace};
-
-/// How often a sharded subscription sends its `SSUBSCRIBE` again: after a failover or a slot
-/// migration ends it, messages published within this time may be lost.
-pub const RESUBSCRIBE_EVERY: Duration = Duration::from_secs(1);
-
-/// How long one renewed `SSUBSCRIBE` may take before the next attempt.
-const RESUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The characters that make a channel name a glob pattern.
 const GLOB: [char; 3] = ['*', '?', '['];
@@ -44,41 +31,6 @@ pub(super) fn validate(name: &str, space: &KeySpace, dead: &DeadLetter) -> Resul
 
 fn slot(key: &str) -> u16 {
     fred::util::redis_keyslot(key.as_bytes())
-}
-
-/// Sends `SSUBSCRIBE channel` on `client` every [`RESUBSCRIBE_EVERY`] until aborted. `label` is
-/// the channel as the user named it, for the logs.
-pub(super) fn keep(client: SubscriberClient, channel: String, label: String) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(RESUBSCRIBE_EVERY);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        every.tick().await;
-        let mut failing = false;
-        loop {
-            every.tick().await;
-            let sent =
-                tokio::time::timeout(RESUBSCRIBE_TIMEOUT, client.ssubscribe(channel.as_str()))
-                    .await;
-            match sent {
-                Ok(Ok(())) if failing => {
-                    failing = false;
-                    tracing::info!(subscription = %label, "sharded subscription renewed");
-                }
-                Ok(Ok(())) => {}
-                Ok(Err(e)) if !failing => {
-                    failing = true;
-                    tracing::warn!(subscription = %label, error = %crate::error::redact(e.details()),
-                        "cannot renew the sharded subscription (SSUBSCRIBE): messages are lost until it is; retrying");
-                }
-                Err(_) if !failing => {
-                    failing = true;
-                    tracing::warn!(subscription = %label, timeout = ?RESUBSCRIBE_TIMEOUT,
-                        "renewing the sharded subscription (SSUBSCRIBE) timed out: messages are lost until it is renewed; retrying");
-                }
-                Ok(Err(_)) | Err(_) => {}
-            }
-        }
-    })
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ on!(
     retries_follow_the_backoff_then_land_in_dead_letters,
     streams_get_delayed_publishes_and_delayed_retries,
     a_pure_handler_node_does_not_schedule,
-    stop_subscription_stops_one_and_the_others_go_on
+    stop_subscription_stops_one_and_the_others_go_on,
+    entries_due_a_millisecond_apart_each_arrive_once_and_never_early
 );
 
 fn now_ms() -> u64 {
@@ -173,6 +174,42 @@ async fn competing_movers_deliver_each_entry_once_and_never_early(env: &Env) {
         count.values().all(|&c| c == 1),
         "an entry was delivered twice"
     );
+}
+
+/// Entries due one millisecond apart, published latest first (so each is a new earliest and
+/// wakes the reader): each arrives once, none before it is due, now that the reader waits for
+/// each next due entry to the millisecond and so moves them in many small calls. (Not in due
+/// order: each call pushes its entries onto the consuming end, ahead of those an earlier call
+/// moved and the handler has not taken yet.)
+async fn entries_due_a_millisecond_apart_each_arrive_once_and_never_early(env: &Env) {
+    const N: u32 = 20;
+    let h = Record::default();
+    let source = RedisList::new("{pay}").reliable().concurrency(1);
+    let running = start(app(env.broker_with(|b| b), source, h.clone())).await;
+    let publisher = publisher(env).await;
+    let base = now_ms() + 200;
+    for n in (0..N).rev() {
+        let due_ms = base + u64::from(n);
+        publisher
+            .message(&Check { n, due_ms })
+            .to("{pay}")
+            .at(UNIX_EPOCH + Duration::from_millis(due_ms))
+            .publish()
+            .await
+            .unwrap();
+    }
+    wait_until("all delivered", Duration::from_secs(5), || async {
+        h.arrivals().len() >= N as usize
+    })
+    .await;
+    stop(running).await;
+    let arrivals = h.arrivals();
+    let mut order: Vec<u32> = arrivals.iter().map(|a| a.0).collect();
+    order.sort_unstable();
+    assert_eq!(order, (0..N).collect::<Vec<_>>(), "each once");
+    for (n, _, at, due) in arrivals {
+        assert!(at + 1 >= due, "entry {n} arrived {}ms early", due - at);
+    }
 }
 
 async fn retries_follow_the_backoff_then_land_in_dead_letters(env: &Env) {

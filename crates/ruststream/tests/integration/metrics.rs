@@ -227,7 +227,7 @@ fn the_grafana_dashboard_is_valid_and_uses_recorded_metrics() {
         "ruststream_dead_lettered_total",
         "ruststream_recovered_total",
         "ruststream_delivery_lateness_seconds_bucket",
-        "ruststream_pubsub_lagged_total",
+        "ruststream_pubsub_disconnects_total",
     ];
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),

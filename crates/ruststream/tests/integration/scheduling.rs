@@ -171,6 +171,38 @@ async fn with_a_wake_up_the_interval_does_not_matter() -> ruststream::Result<()>
     tb.shutdown().await
 }
 
+/// Entries due one millisecond apart are each moved when due: after a move the reader waits
+/// for the next due entry to the millisecond (with a 5 ms floor on that wait, the second one
+/// arrived 4 ms late).
+#[tokio::test(start_paused = true)]
+async fn entries_due_a_millisecond_apart_are_each_moved_when_due() -> ruststream::Result<()> {
+    let h = Arrivals::default();
+    let source = RedisList::new("{jobs}").schedule_interval(Duration::from_secs(60));
+    let tb = TestApp::start(app(source, h.clone(), broker())).await?;
+    let published = Instant::now();
+    for n in 0..5_u32 {
+        tb.broker::<RedisBroker>()
+            .message(&Job { n })
+            .to("{jobs}")
+            .delay(Duration::from_millis(100 + u64::from(n)))
+            .publish()
+            .await?;
+    }
+    tb.advance(Duration::from_millis(300)).await?;
+    let seen = h.seen();
+    assert_eq!(seen.len(), 5);
+    for (n, at) in seen {
+        let due = published + Duration::from_millis(100 + u64::from(n));
+        assert!(at >= due, "job {n} moved before it was due");
+        assert!(
+            at - due <= Duration::from_millis(2),
+            "job {n} moved {:?} late",
+            at - due
+        );
+    }
+    tb.shutdown().await
+}
+
 #[tokio::test(start_paused = true)]
 async fn bad_scheduling_settings_are_refused_at_startup() {
     let zero = Duration::ZERO;
