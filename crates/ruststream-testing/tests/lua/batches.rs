@@ -38,7 +38,7 @@ impl Q {
         }
     }
 
-    fn record(&self, min_idle_ms: u64) -> Record {
+    fn record(&self, min_idle_ms: u64, most: u32) -> Record {
         Record::Claims {
             processing: self.processing.clone(),
             zset: self.zset.clone(),
@@ -46,7 +46,7 @@ impl Q {
             reader: "r1".to_owned(),
             min_idle_ms,
             ttl_ms: 0,
-            most: 128,
+            most,
         }
     }
 
@@ -59,7 +59,19 @@ impl Q {
         seq: u64,
         min_idle_ms: u64,
     ) -> (u64, String, Vec<Bytes>) {
-        let record = self.record(min_idle_ms);
+        self.claim_most(client, max, seq, min_idle_ms, 128).await
+    }
+
+    /// [`claim`](Self::claim), sweeping at most `most` entries.
+    async fn claim_most(
+        &self,
+        client: &Client,
+        max: usize,
+        seq: u64,
+        min_idle_ms: u64,
+        most: u32,
+    ) -> (u64, String, Vec<Bytes>) {
+        let record = self.record(min_idle_ms, most);
         let got = Claim {
             levels: &self.levels,
             record: &record,
@@ -243,6 +255,46 @@ async fn a_resent_claim_records_a_batch_of_its_own_and_old_claims_are_still_swep
         "batches-resent",
         vec![1, 2, 4, 1, 1, 1, 2, 2, 0, 0, 0],
         resent,
+    )
+    .await;
+}
+
+/// A stale batch of three, swept at most two entries a run: the first run moves two back and
+/// marks them (the batch stays, stale), the second the last one, and the record is gone; a
+/// settle of a swept entry in between finds nothing. Returns what each step saw.
+async fn partial(client: Client, prefix: String) -> Vec<i64> {
+    let q = Q::new(&prefix);
+    let mut out = Vec::new();
+    let _: i64 = client
+        .rpush(&q.levels[0], vec!["c", "b", "a"])
+        .await
+        .unwrap();
+    let (_, id, _) = q.claim(&client, 3, 0, NEVER).await;
+    let _: i64 = client
+        .zadd(&q.zset, None, None, false, false, vec![(1.0, id.as_str())])
+        .await
+        .unwrap();
+    let (recovered, _, _) = q.claim_most(&client, 0, 3, 60_000, 2).await;
+    out.push(i64::try_from(recovered).unwrap());
+    let (l, p, z, h) = q.sizes(&client).await;
+    out.extend([l, p, z, h]);
+    out.push(q.settle(&client, &[(b"a", &id, 0, Op::Ack)]).await);
+    let (recovered, _, _) = q.claim_most(&client, 0, 3, 60_000, 2).await;
+    out.push(i64::try_from(recovered).unwrap());
+    let (l, p, z, h) = q.sizes(&client).await;
+    out.extend([l, p, z, h]);
+    q.clean(&client).await;
+    out
+}
+
+#[tokio::test]
+async fn a_sweep_takes_at_most_its_bound_of_entries_and_marks_a_batch_swept_in_part() {
+    // 2 swept: queue 2, processing 1, the batch kept (1 member, 2 fields); the swept a not
+    // owned; then 1 swept: queue 3, the rest empty.
+    on_both(
+        "batches-partial",
+        vec![2, 2, 1, 1, 2, 0, 1, 3, 0, 0, 0],
+        partial,
     )
     .await;
 }
