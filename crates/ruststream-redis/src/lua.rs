@@ -4,15 +4,18 @@
 //! its first line when that line is a `#!lua` shebang (Redis reads a script's flags from its
 //! first line only), and [`Call`], the one shape of every script's typed call.
 //!
-//! Commands: `EVALSHA` of a call's script (`SCRIPT LOAD` on `NOSCRIPT`), through [`Call::call`].
+//! Commands: `EVALSHA` of a call's script (`SCRIPT LOAD` on `NOSCRIPT`), through [`Call::call`]
+//! or, for the calls whose replies are read as frames, [`evalsha_frame`].
 
 use std::future::Future;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand};
 use ruststream_core::Result;
 
 use crate::error::core;
+use crate::reply::{Reply, frame_error};
 
 /// One call of a script. Each script has one type implementing this: it builds the script's
 /// KEYS and ARGV and reads its reply, so the script's header and that type are the only two
@@ -48,6 +51,52 @@ pub trait Call {
                 .map_err(core)?;
             Ok(self.parse(reply))
         }
+    }
+}
+
+/// Runs `script` on `client` (`EVALSHA`, `SCRIPT LOAD` and once more on `NOSCRIPT`) and returns
+/// its reply's RESP frame as fred received it, not read into [`Value`]s: for the calls on the
+/// consume path, which read their replies in one pass (a claim's entries, a stream read's).
+/// The command is routed by its first key (all of a script's keys share a slot).
+///
+/// # Errors
+/// The script's error reply or the connection's, as a typed broker error.
+pub(crate) async fn evalsha_frame(
+    client: &Client,
+    script: &Script,
+    keys: Vec<String>,
+    args: Vec<Value>,
+) -> Result<Reply> {
+    let hash = if keys.is_empty() {
+        ClusterHash::Random
+    } else {
+        ClusterHash::Offset(2)
+    };
+    let cmd = CustomCommand::new_static("EVALSHA", hash, false);
+    let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
+    argv.push(script.sha1().clone().into());
+    argv.push(int(keys.len()));
+    argv.extend(keys.into_iter().map(Value::from));
+    argv.extend(args);
+    let reply = match client.custom_raw(cmd.clone(), argv.clone()).await {
+        Ok(f) if frame_error(&f).is_some_and(|e| e.starts_with("NOSCRIPT")) => None,
+        Err(e) if e.details().starts_with("NOSCRIPT") => None,
+        other => Some(other),
+    };
+    let reply = match reply {
+        Some(r) => r,
+        None => {
+            script.load(client).await.map_err(core)?;
+            client.custom_raw(cmd, argv).await
+        }
+    }
+    .map_err(core)?;
+    match frame_error(&reply) {
+        Some(e) => Err(core(fred::error::Error::new(
+            fred::error::ErrorKind::Unknown,
+            e,
+        ))),
+        None => Ok(reply),
     }
 }
 

@@ -203,15 +203,14 @@ pub struct Held {
 }
 
 impl Held {
-    /// Reads the two integers a script returns at `at` and `at + 1` of `items`.
-    pub(crate) fn read(items: &[Value], at: usize) -> Self {
-        let int = |i: usize| match items.get(i) {
-            Some(Value::Integer(n)) => u64::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
+    /// Reads the next two integers of a script's reply: the entries held back, then the wait in
+    /// ms.
+    pub(crate) fn read(items: &mut impl Iterator<Item = crate::reply::Reply>) -> Self {
+        let mut int = || items.next().map_or(0, |f| crate::reply::frame_u64(&f));
+        let entries = int();
         Self {
-            entries: int(at),
-            wait: Duration::from_millis(int(at + 1)),
+            entries,
+            wait: Duration::from_millis(int()),
         }
     }
 

@@ -13,16 +13,22 @@
 //! claim script and no path that puts an entry back changes. The concurrency cap (`cap.rs`,
 //! `cap.lua`) was added so.
 //!
+//! Both calls read their replies from the RESP frames fred received (`crate::reply::Reply`), in
+//! one pass, not through fred's `Value`s: a claim's reply holds every entry it took.
+//!
 //! Commands: `EVALSHA` of `list/claim.lua` or `stream/read.lua` (`SCRIPT LOAD` on `NOSCRIPT`).
 
+use std::future::Future;
 use std::sync::LazyLock;
 
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
+use ruststream_core::Result;
 
 use crate::lua::{self, Call};
 use crate::pause::Hold;
+use crate::reply::{Reply, frame_bytes, frame_items, frame_u64, value_frame};
 use limit::{Held, Limiter};
 
 pub(crate) mod cap;
@@ -276,26 +282,39 @@ impl Call for Claim<'_> {
     }
 
     fn parse(&self, reply: Value) -> Claimed {
-        let Value::Array(mut items) = reply else {
-            return Claimed {
-                first_seq: self.first_seq,
-                ..Claimed::default()
-            };
-        };
-        let values = items
-            .drain(5.min(items.len())..)
-            .filter_map(bytes)
-            .collect();
+        self.read(value_frame(reply))
+    }
+
+    // The trait's `call` with the reply read as a frame; an `async fn` here cannot name the
+    // trait's lifetimes (its future must be `Send` for every `&self`).
+    #[expect(clippy::manual_async_fn, reason = "see the comment above")]
+    fn call(&self, client: &Client) -> impl Future<Output = Result<Claimed>> + Send {
+        async move {
+            let (keys, args) = self.build();
+            let reply = lua::evalsha_frame(client, self.script(), keys, args).await?;
+            Ok(self.read(reply))
+        }
+    }
+}
+
+impl Claim<'_> {
+    /// Reads the reply `recovered, run, held, wait, closed, entries..` (`list/claim.lua`).
+    fn read(&self, reply: Reply) -> Claimed {
         let mut claimed = Claimed {
-            recovered: items.first().map_or(0, lua::reply_u64),
-            held: Held::read(&items, 2),
-            values,
             first_seq: self.first_seq,
             ..Claimed::default()
         };
+        let Some(items) = frame_items(reply) else {
+            return claimed;
+        };
         let mut items = items.into_iter();
-        claimed.run = items.nth(1).and_then(bytes).unwrap_or_default();
-        claimed.closed = items.nth(2).and_then(text);
+        claimed.recovered = items.next().map_or(0, |f| frame_u64(&f));
+        claimed.run = items.next().and_then(frame_bytes).unwrap_or_default();
+        claimed.held = Held::read(&mut items);
+        claimed.closed = items.next().and_then(text);
+        let mut values = Vec::with_capacity(items.len());
+        values.extend(items.filter_map(frame_bytes));
+        claimed.values = values;
         claimed
     }
 }
@@ -327,14 +346,22 @@ pub struct StreamClaimed {
     pub closed: Option<String>,
     /// The stream's last id when nothing was read though the gates let it: wait for newer.
     pub last: Option<Bytes>,
-    /// The `XREADGROUP` reply (`Null` when nothing was read).
-    pub reply: Value,
+    /// The `XREADGROUP` reply as fred received it (`Null` when nothing was read).
+    pub reply: Reply,
 }
 
 impl StreamClaimed {
     /// Whether the pause gate let nothing through.
     pub fn paused(&self) -> bool {
         self.closed.as_deref() == Some(PAUSED)
+    }
+
+    /// The entries read: each one's id and frame (text that is not UTF-8 read lossily).
+    pub fn entries(self) -> Vec<(Bytes, crate::frame::Frame)> {
+        crate::stream::entries::entries(self.reply)
+            .into_iter()
+            .map(|(id, (frame, _))| (id, frame))
+            .collect()
     }
 }
 
@@ -357,31 +384,46 @@ impl Call for StreamRead<'_> {
     }
 
     fn parse(&self, reply: Value) -> StreamClaimed {
-        let Value::Array(items) = reply else {
-            return StreamClaimed {
-                held: Held::default(),
-                closed: None,
-                last: None,
-                reply: Value::Null,
-            };
-        };
-        let held = Held::read(&items, 0);
-        let mut items = items.into_iter().skip(2);
-        StreamClaimed {
-            held,
-            closed: items.next().and_then(text),
-            last: items.next().and_then(bytes).filter(|id| !id.is_empty()),
-            reply: items.next().unwrap_or(Value::Null),
+        read_stream(value_frame(reply))
+    }
+
+    // The trait's `call` with the reply read as a frame; an `async fn` here cannot name the
+    // trait's lifetimes (its future must be `Send` for every `&self`).
+    #[expect(clippy::manual_async_fn, reason = "see the comment above")]
+    fn call(&self, client: &Client) -> impl Future<Output = Result<StreamClaimed>> + Send {
+        async move {
+            let (keys, args) = self.build();
+            let reply = lua::evalsha_frame(client, self.script(), keys, args).await?;
+            Ok(read_stream(reply))
         }
     }
 }
 
-fn bytes(v: Value) -> Option<Bytes> {
-    crate::reply::value_bytes(v)
+/// Reads `read.lua`'s reply `held, wait, closed, last, XREADGROUP reply`.
+fn read_stream(reply: Reply) -> StreamClaimed {
+    let Some(items) = frame_items(reply) else {
+        return StreamClaimed {
+            held: Held::default(),
+            closed: None,
+            last: None,
+            reply: Reply::Null,
+        };
+    };
+    let mut items = items.into_iter();
+    let held = Held::read(&mut items);
+    StreamClaimed {
+        held,
+        closed: items.next().and_then(text),
+        last: items
+            .next()
+            .and_then(frame_bytes)
+            .filter(|id| !id.is_empty()),
+        reply: items.next().unwrap_or(Reply::Null),
+    }
 }
 
-fn text(v: Value) -> Option<String> {
-    bytes(v)
+fn text(v: Reply) -> Option<String> {
+    frame_bytes(v)
         .filter(|b| !b.is_empty())
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }

@@ -7,7 +7,7 @@ use fred::prelude::*;
 use ruststream_core::Headers;
 
 use crate::frame::{Frame, FrameError, FramePart};
-use crate::reply::value_bytes;
+use crate::reply::{Reply, frame_bytes, frame_items, value_bytes};
 
 /// The field that holds an entry's payload.
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -19,20 +19,33 @@ pub const ATTEMPT_FIELD: &str = "rs.attempt";
 /// One entry read: its id and frame (with the first unreadable part, if any).
 type StreamEntry = (Bytes, (Frame, Option<FrameError>));
 
-/// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps) into `(entry id, frame)`.
-pub(super) fn entries(reply: Value) -> Vec<StreamEntry> {
-    let streams: Vec<Value> = match reply {
-        Value::Array(items) => items
+/// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps), as fred received it, into
+/// `(entry id, frame)` in one pass.
+pub(crate) fn entries(reply: Reply) -> Vec<StreamEntry> {
+    let streams: Vec<Reply> = match reply {
+        Reply::Map { data, .. } => data.into_values().collect(),
+        other => frame_items(other)
+            .unwrap_or_default()
             .into_iter()
-            .filter_map(|s| match s {
-                Value::Array(mut kv) if kv.len() == 2 => kv.pop(),
-                _ => None,
-            })
+            .filter_map(|s| frame_items(s).filter(|kv| kv.len() == 2)?.pop())
             .collect(),
-        Value::Map(map) => map.inner().into_values().collect(),
-        _ => Vec::new(),
     };
-    streams.into_iter().flat_map(entry_list).collect()
+    let mut out = Vec::new();
+    for list in streams.into_iter().filter_map(frame_items) {
+        out.reserve(list.len());
+        for entry in list {
+            let Some(mut parts) = frame_items(entry).map(Vec::into_iter) else {
+                continue;
+            };
+            let Some(id) = parts.next().and_then(frame_bytes) else {
+                continue;
+            };
+            // As in `entry_list`: an entry without fields is delivered with an empty payload.
+            let fields = parts.next().and_then(frame_items).unwrap_or_default();
+            out.push((id, frame(fields.into_iter().filter_map(frame_bytes))));
+        }
+    }
+    out
 }
 
 /// Reads a list of entries (`[[id, [field, value, ..]], ..]`, as `XRANGE` and `XCLAIM` reply)
@@ -56,14 +69,14 @@ pub(super) fn entry_list(entries: Value) -> Vec<(Bytes, (Frame, Option<FrameErro
             Some(Value::Array(fields)) => fields,
             _ => Vec::new(),
         };
-        out.push((id, frame(fields)));
+        out.push((id, frame(fields.into_iter().filter_map(value_bytes))));
     }
     out
 }
 
 /// The frame of a stream entry's fields: `payload`, `rs.id`, `rs.attempt`, the rest headers.
 /// Text that is not UTF-8 is read lossily, and the first such part is returned with the frame.
-fn frame(fields: Vec<Value>) -> (Frame, Option<FrameError>) {
+fn frame(mut fields: impl Iterator<Item = Bytes>) -> (Frame, Option<FrameError>) {
     let mut frame = Frame {
         id: String::new(),
         attempt: 1,
@@ -78,7 +91,6 @@ fn frame(fields: Vec<Value>) -> (Frame, Option<FrameError>) {
             String::from_utf8_lossy(b).into_owned()
         }
     };
-    let mut fields = fields.into_iter().filter_map(value_bytes);
     let mut n = 0;
     while let (Some(k), Some(v)) = (fields.next(), fields.next()) {
         match &k[..] {

@@ -17,7 +17,7 @@
 //! | `trim.rs` | [`trim_acked`](RedisStream::trim_acked) | `trim.lua`: `XINFO GROUPS`, `XPENDING key group`, `XTRIM key MINID ~ id` |
 
 pub(crate) mod consumers;
-mod entries;
+pub(crate) mod entries;
 mod publish;
 mod receive;
 mod recover;

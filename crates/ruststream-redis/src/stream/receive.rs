@@ -234,7 +234,7 @@ impl StreamReceiver {
             }
         }
         let first = self.read(max).await?;
-        if !matches!(first.reply, Value::Null)
+        if !matches!(first.reply, crate::reply::Reply::Null)
             || first.paused()
             || self.stop.is_cancelled()
             || hurry.is_cancelled()

@@ -287,16 +287,9 @@ async fn read_ids(client: &Client, sk: &StreamCancelKeys, max: usize) -> Vec<(St
     .call(client)
     .await
     .expect("the read runs");
-    let Value::Array(streams) = got.reply else {
-        return Vec::new();
-    };
-    streams
+    got.entries()
         .into_iter()
-        .filter_map(|s| match s {
-            Value::Array(kv) => kv.into_iter().nth(1),
-            _ => None,
-        })
-        .flat_map(entry_ids)
+        .map(|(eid, frame)| (String::from_utf8_lossy(&eid).into_owned(), frame.id))
         .collect()
 }
 

@@ -60,6 +60,77 @@ async fn the_typed_claim_call_gives_the_same_claims_on_the_model_and_on_redis() 
     on_both("claim", expect, typed_claim).await;
 }
 
+/// The claim and the stream read send their scripts by hash and read their replies as RESP
+/// frames (`custom_raw`): on a server that lost its scripts (`SCRIPT FLUSH`, a restart) each
+/// gets `NOSCRIPT`, loads its script, sends it again and takes what it would have taken; a
+/// script's error reply is still an error of its kind.
+#[tokio::test]
+async fn a_claim_and_a_stream_read_load_their_scripts_again_after_a_flush() {
+    use ruststream_redis::{Call, Record, StreamRead};
+    let Some(client) = redis().await else {
+        return;
+    };
+    let prefix = format!("flush{}", fastrand_suffix());
+    let levels = vec![key(&prefix, "q")];
+    let _: i64 = client.rpush(&levels[0], vec!["a", "b"]).await.unwrap();
+    let () = client.script_flush(false).await.unwrap();
+    let got = claim_of(&levels, &Record::Pop, &[])
+        .call(&client)
+        .await
+        .expect("the claim runs after NOSCRIPT");
+    assert_eq!(got.values, vec!["b", "a"]);
+    let stream = key(&prefix, "s");
+    let _: Value = client
+        .custom(
+            fred::cmd!("XGROUP"),
+            vec!["CREATE", stream.as_str(), "g", "0", "MKSTREAM"],
+        )
+        .await
+        .unwrap();
+    let _: Value = client
+        .custom(
+            fred::cmd!("XADD"),
+            vec![stream.as_str(), "*", "payload", "x", "rs.id", "m1"],
+        )
+        .await
+        .unwrap();
+    let () = client.script_flush(false).await.unwrap();
+    let cancels = key(&prefix, "s.cancels");
+    let read = StreamRead {
+        stream: &stream,
+        group: "g",
+        consumer: "c",
+        cancels: &cancels,
+        gates: &[],
+        max: 5,
+    };
+    let got = read
+        .call(&client)
+        .await
+        .expect("the read runs after NOSCRIPT");
+    let entries = got.entries();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        (entries[0].1.id.as_str(), &entries[0].1.payload[..]),
+        ("m1", &b"x"[..])
+    );
+    // The list as the stream's key: the read's type check answers an error, which stays one.
+    let wrong = StreamRead {
+        stream: &levels[0],
+        ..read
+    };
+    let _: i64 = client.rpush(&levels[0], "z").await.unwrap();
+    let e = wrong
+        .call(&client)
+        .await
+        .expect_err("a list is not a stream");
+    assert_eq!(e.kind(), ruststream_core::ErrorKind::WrongType, "{e}");
+    let _: i64 = client
+        .del(vec![levels[0].clone(), stream])
+        .await
+        .unwrap_or(0);
+}
+
 /// What the concurrency cap's gate let two claims of each kind take: (closed gate, how many
 /// taken, how many held back).
 type CapRun = Vec<(Option<String>, usize, u64)>;
@@ -115,17 +186,9 @@ async fn typed_cap(client: &Client, prefix: &str) -> CapRun {
     };
     for _ in 0..2 {
         let got = read.call(client).await.expect("the read runs");
-        let n = match &got.reply {
-            Value::Array(streams) => match streams.first() {
-                Some(Value::Array(kv)) => match kv.get(1) {
-                    Some(Value::Array(entries)) => entries.len(),
-                    _ => 0,
-                },
-                _ => 0,
-            },
-            _ => 0,
-        };
-        out.push((got.closed, n, got.held.entries));
+        let (closed, held) = (got.closed.clone(), got.held.entries);
+        let n = got.entries().len();
+        out.push((closed, n, held));
     }
     let _: i64 = client
         .del(vec![levels[0].clone(), processing, stream])
