@@ -88,9 +88,11 @@ impl RedisChannel {
         }
     }
 
-    /// Messages buffered for the handlers before new ones are dropped and counted as lagged
-    /// (default [`DEFAULT_BUFFER`], at most [`MAX_BUFFER`]). Memory is taken only for messages
-    /// actually waiting.
+    /// Messages read ahead of the handlers (default [`DEFAULT_BUFFER`], at most
+    /// [`MAX_BUFFER`]): when that many wait, the subscription stops reading its connection
+    /// until a handler takes one, and Redis holds the rest (see the [module docs](super)).
+    /// Memory is taken only for messages actually waiting. On `TestApp`, messages beyond it are
+    /// dropped and counted as lagged.
     pub fn buffer(mut self, messages: usize) -> Self {
         self.buffer = messages;
         self
