@@ -11,7 +11,7 @@
 //! `child-failed: <child id>`, without running) or continue without the child.
 //!
 //! The core keeps nothing itself: a broker stores each flow's record and is told of each
-//! child's settlement by the dispatch loop (see [`PublishBackend::flow_child`]), before the
+//! child's settlement by the dispatch loop (see [`PublishBackend::flow_child`](crate::PublishBackend::flow_child)), before the
 //! child is settled, so a crash between the two runs the child again, and its second report
 //! changes nothing.
 

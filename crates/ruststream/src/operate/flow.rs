@@ -87,3 +87,37 @@ pub(super) fn flow_text(state: &FlowState) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use ruststream_core::{ChildFailure, FlowChild};
+
+    use super::*;
+
+    #[test]
+    fn a_flow_prints_a_line_a_child() {
+        let state = FlowState::new(
+            "w".into(),
+            "pending".into(),
+            ChildFailure::Continue,
+            vec![
+                FlowChild::new("w.0".into(), ChildOutcome::Acked, Some("120".into())),
+                FlowChild::new(
+                    "w.1".into(),
+                    ChildOutcome::Dead {
+                        reason: "dropped".into(),
+                    },
+                    None,
+                ),
+                FlowChild::new("w.2".into(), ChildOutcome::Pending, None),
+            ],
+        );
+        assert_eq!(
+            flow_text(&state),
+            "flow w  pending  on child failure: continue  children done: 2/3\n  w.0  acked  result: 120\n  w.1  dead  reason: dropped\n  w.2  pending\n"
+        );
+        let json = serde_json::to_value(FlowView::of(&state)).expect("json");
+        assert_eq!(json["children"][1]["reason"], "dropped");
+        assert_eq!(json["children"][0]["result"], "120");
+    }
+}

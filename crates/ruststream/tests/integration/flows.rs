@@ -53,11 +53,14 @@ const MID: &str = "{mid}";
 const PARTS: &str = "{parts}";
 const EXTRA: &str = "{extra}";
 
+/// The children each parent read, by parent id.
+type ChildrenRead = Arc<Mutex<Vec<(String, Vec<FlowChild>)>>>;
+
 /// What the handlers did, in order: `part:<id>`, `report:<source>:<id>`.
 #[derive(Clone, Default)]
 pub struct Log {
     events: Arc<Mutex<Vec<String>>>,
-    children: Arc<Mutex<Vec<(String, Vec<FlowChild>)>>>,
+    children: ChildrenRead,
 }
 
 impl Log {
@@ -220,6 +223,19 @@ async fn a_parent_runs_once_after_its_children_with_their_results(env: &Env) {
     assert!(ttl > 0 && ttl <= 3_600_000, "the record's ttl: {ttl}");
     env.advance(Duration::from_millis(200)).await;
     assert_eq!(log.count("report:{reports}:f1"), 1, "the parent ran once");
+    // What the operator's `flow show {reports} f1` reads.
+    let operator = env
+        .broker()
+        .operator(&[ruststream::RedisSource::from(reliable(REPORTS))]);
+    operator.connect().await.expect("connect");
+    let state = operator.flow(REPORTS, "f1").await.expect("read the flow");
+    let state = state.expect("the flow's record");
+    assert_eq!(
+        (state.id.as_str(), state.state.as_str()),
+        ("f1", "enqueued")
+    );
+    assert_eq!(state.children, log.children("f1")[0]);
+    assert_eq!(operator.flow(REPORTS, "nope").await.expect("read"), None);
     env.stop(app).await;
 }
 
