@@ -164,10 +164,6 @@ pub struct SourceKeys {
     /// A reliable list's recovery set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<String>,
-    /// A reliable list's batch hash (with recovery): each claimed batch's values and settle
-    /// marks, one record per member of the recovery set.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub recovery_batches: Option<String>,
     /// A reliable list without recovery: the settle tokens already used.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settle_tokens: Option<String>,
@@ -242,7 +238,6 @@ impl SourceKeys {
             (queue, Some(&self.queue)),
             ("processing", self.processing.as_ref()),
             ("claims", self.recovery.as_ref()),
-            ("batches", self.recovery_batches.as_ref()),
             ("settles", self.settle_tokens.as_ref()),
             ("dead", self.dead.as_ref()),
             ("delayed", self.delayed.as_ref()),

@@ -62,13 +62,7 @@ pub(crate) const PAUSED: &str = "paused";
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     with_gates(
         include_str!("../list/claim.lua"),
-        &[
-            lua::GUARD,
-            crate::frame::LUA,
-            lua::BOUND,
-            lua::BACK,
-            crate::list::BATCH,
-        ],
+        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
         &[
             include_str!("../list/take.lua"),
             include_str!("../list/groups.lua"),
@@ -163,15 +157,12 @@ pub enum Record {
         /// The processing list (full name).
         processing: String,
     },
-    /// The processing list and one record per claimed batch (`list/batch.lua`: a member of the
-    /// recovery set, the batch's values and settle marks in the batch hash), swept first.
+    /// The processing list and one claim per entry in the recovery set, swept first.
     Claims {
         /// The processing list (full name).
         processing: String,
         /// The recovery set (full name).
         zset: String,
-        /// The batch hash (full name).
-        batches: String,
         /// The reader's id, the first part of each claim.
         reader: String,
         /// min_idle in ms: claims older than this are swept back.
@@ -204,7 +195,7 @@ pub struct Claim<'a> {
 pub struct Claimed {
     /// Stale claims swept back onto the queue.
     pub recovered: u64,
-    /// The run's id (server time), part of the batch's id ('' without recovery).
+    /// The run's id (server time), part of each claim's member ('' without recovery).
     pub run: Bytes,
     /// What the gates held back.
     pub held: Held,
@@ -251,14 +242,12 @@ impl Call for Claim<'_> {
             Record::Claims {
                 processing,
                 zset,
-                batches,
                 reader,
                 min_idle_ms,
                 ..
             } => {
                 keys.push(processing.clone());
                 keys.push(zset.clone());
-                keys.push(batches.clone());
                 vec![
                     max,
                     Value::from_static_str("claims"),

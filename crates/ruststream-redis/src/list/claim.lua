@@ -2,40 +2,31 @@
 -- CLAIM: the one claim of a list queue, simple or reliable, built from parts: where entries come
 -- from (list/take.lua: the queue's priority levels, highest first; a partition is a queue of its
 -- own), the gates that hold the claim back (claim/gates.lua: paused, rate limit, ...), and what
--- it records (nothing for a simple list; the processing list; with recovery, the batch record).
+-- it records (nothing for a simple list; the processing list; with recovery, the recovery set).
 -- Runs under maxmemory (allow-oom): it moves entries, so a full Redis can still drain its
--- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, list/batch.lua,
--- claim/gates.lua, the gates' parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
+-- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, claim/gates.lua, the gates'
+-- parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
 --
 -- A grouped list's source part (list/groups.lua, registered as a gate) takes in place of the
 -- levels; its queue key is then the inbox the sweep puts entries back onto.
 -- Entries a gate sifts out after the take (a cancelled message, claim/cancels.lua) are gone and
 -- neither recorded nor returned.
 -- KEYS: the levels, lowest first (level 0 is the queue; ARGV[8] of them), the processing list
---       (record 'list' or 'claims'), the recovery set and the batch hash (record 'claims'), then
---       each gate's keys.
+--       (record 'list' or 'claims'), the recovery set (record 'claims'), then each gate's keys.
 -- ARGV: most entries to claim, record ('' = none: a simple list's pop, 'list', 'claims'),
 --       reader id, first claim sequence number, min_idle ms, recovery-set ttl ms (0 = none),
---       most entries to recover, number of levels, then the gates (claim/gates.lua).
+--       most claims to recover, number of levels, then the gates (claim/gates.lua).
 --
--- With recovery, it first sweeps: each entry not marked settled of a batch scored older than
--- now - min_idle goes from the processing list back to the queue with its attempt raised by one
--- (back.lua: onto its own level, behind what waits), at most ARGV[7] entries a run: a batch
--- swept whole leaves the set with its record, one swept in part has the swept entries marked
--- (as settled: they are no longer its worker's) and stays stale for the next run; a member of
--- the old form (`<reader id>:<seq>.<run>:<value>`, one per entry, recorded
--- before batches) is swept as it was. Then the claimed entries are recorded as one batch
--- (list/batch.lua): one member `<reader id>:<first seq>.<run>` scored by the server's clock,
--- and its values and settle marks in the batch hash. An entry's record is its batch and its
--- place in it, so two claims of identical bytes are two records, and a sweep moves back only
--- what its own batch holds unsettled (the processing list holds one copy per unsettled record,
--- and copies of identical bytes are interchangeable). `<run>` is the server's TIME
--- (seconds.microseconds) of this run: a client sends a call again when its reply was lost
--- (fred does, on a new connection), and the second run must not record its claims under the
--- first run's member (the first run's entries would then never be swept back). When the
--- recovery set does not exist (it expired with recovery_ttl, or the queue ran without recovery
--- before) while the processing list holds entries, nobody holds a claim on them: they go back
--- to the queue as well, and the batch hash (whose records nothing points to) is deleted.
+-- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
+-- and its entry goes from the processing list back to the queue with its attempt raised by one
+-- (back.lua: onto its own level, behind what waits). Then every claim is recorded in the set as
+-- `<reader id>:<seq>.<run>:<value>` scored by the server's clock, so two claims of identical
+-- bytes are two members. `<run>` is the server's TIME (seconds.microseconds) of this run: a
+-- client sends a call again when its reply was lost (fred does, on a new connection), and the
+-- second run must not record its claims under the first run's members (the first run's entries
+-- would then never be swept back). When the recovery set does not exist (it expired with
+-- recovery_ttl, or the queue ran without recovery before) while the processing list holds
+-- entries, nobody holds a claim on them: they go back to the queue as well.
 -- Returns {recovered, run ('' without recovery), entries the gates held back, ms until they let
 -- the next pass, the gate that let nothing through ('' none), value...}, values oldest of each
 -- level first.
@@ -46,16 +37,12 @@ local levels = {}
 for i = 1, nlevels do levels[i] = KEYS[i] end
 local processing = record ~= '' and KEYS[nlevels + 1] or nil
 local zset = record == 'claims' and KEYS[nlevels + 2] or nil
-local batches = zset and KEYS[nlevels + 3] or nil
-local gates, err = gates_of(nlevels + 1 + (processing and 1 or 0) + (zset and 2 or 0), 9)
+local gates, err = gates_of(nlevels + 1 + (processing and 1 or 0) + (zset and 1 or 0), 9)
 if not gates then return redis.error_reply(err) end
 local checks = {}
 for _, k in ipairs(levels) do checks[#checks + 1] = {k, 'list'} end
 if processing then checks[#checks + 1] = {processing, 'list'} end
-if zset then
-  checks[#checks + 1] = {zset, 'zset'}
-  checks[#checks + 1] = {batches, 'hash'}
-end
+if zset then checks[#checks + 1] = {zset, 'zset'} end
 local bad = wrong_types(gate_checks(checks, gates))
 if bad then return redis.error_reply(bad) end
 local out = {0, '', 0, 0, ''}
@@ -66,50 +53,20 @@ if zset then
   out[2] = t[1] .. '.' .. t[2]
   local most = tonumber(ARGV[7])
   local swept = {}
-  -- Moves one copy of `v` from the processing list back, if there is one.
-  local function sweep(v)
-    if redis.call('LREM', processing, '-1', v) > 0 then swept[#swept + 1] = bump(v) end
-  end
   if redis.call('EXISTS', zset) == 0 then
     local orphans = redis.call('RPOP', processing, most)
     if orphans then
       for _, v in ipairs(orphans) do swept[#swept + 1] = bump(v) end
     end
-    redis.call('DEL', batches)
   end
   local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
     'LIMIT', 0, most)
-  local budget = most
   for _, m in ipairs(stale) do
-    if budget <= 0 then break end
-    if batch_id(m) then
-      local rec = redis.call('HMGET', batches, m, m .. '.s')
-      local values = rec[1] and batch_unpack(rec[1]) or {}
-      local marks = rec[2] or string.rep('0', #values)
-      local marked, done = {}, true
-      for i, v in ipairs(values) do
-        if string.byte(marks, i) ~= 49 then
-          if budget <= 0 then
-            done = false
-            break
-          end
-          budget = budget - 1
-          marked[#marked + 1] = i - 1
-          sweep(v)
-        end
-      end
-      if done then
-        redis.call('ZREM', zset, m)
-        redis.call('HDEL', batches, m, m .. '.s')
-      else
-        redis.call('HSET', batches, m .. '.s', batch_marked(marks, marked))
-      end
-    else
-      redis.call('ZREM', zset, m)
-      budget = budget - 1
-      local p = string.find(m, ':', 1, true)
-      local q = p and string.find(m, ':', p + 1, true)
-      if q then sweep(string.sub(m, q + 1)) end
+    redis.call('ZREM', zset, m)
+    local p = string.find(m, ':', 1, true)
+    local q = p and string.find(m, ':', p + 1, true)
+    if q and redis.call('LREM', processing, '-1', string.sub(m, q + 1)) > 0 then
+      swept[#swept + 1] = bump(string.sub(m, q + 1))
     end
   end
   out[1] = put_back(list_dest(levels), swept, false)
@@ -146,20 +103,15 @@ for i = 6, m + 5, 1000 do
   redis.call('LPUSH', processing, unpack(out, i, math.min(i + 999, m + 5)))
 end
 if zset then
-  -- Two runs of one claim (a resend) in one microsecond would share an id: the later one
-  -- takes the next free microsecond, and says so in its reply.
-  local s, us = string.match(out[2], '^(%d+)%.(%d+)$')
-  local id = rid .. ':' .. ARGV[4] .. '.' .. out[2]
-  while redis.call('HEXISTS', batches, id) == 1 do
-    us = tonumber(us) + 1
-    out[2] = s .. '.' .. us
-    id = rid .. ':' .. ARGV[4] .. '.' .. out[2]
+  local seq = tonumber(ARGV[4])
+  local members = {}
+  for i = 6, m + 5 do
+    members[#members + 1] = now
+    members[#members + 1] = rid .. ':' .. (seq + i - 6) .. '.' .. out[2] .. ':' .. out[i]
   end
-  redis.call('ZADD', zset, now, id)
-  redis.call('HSET', batches, id, batch_pack(out, 6, m + 5), id .. '.s', string.rep('0', m))
-  if tonumber(ARGV[6]) > 0 then
-    redis.call('PEXPIRE', zset, ARGV[6])
-    redis.call('PEXPIRE', batches, ARGV[6])
+  for i = 1, #members, 1000 do
+    redis.call('ZADD', zset, unpack(members, i, math.min(i + 999, #members)))
   end
+  if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', zset, ARGV[6]) end
 end
 return out

@@ -1,14 +1,13 @@
 #!lua flags=allow-oom
--- LEASE: keeps a live worker's claims alive: moves each batch's member's score in the recovery
--- set to now (list/batch.lua), so only a dead worker's claims are ever idle longer than
--- min_idle. A member no longer in the set (settled, or swept by another worker) is not added
--- back (ZADD XX). Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua.
+-- LEASE: keeps a live worker's claims alive: moves each member's score in the recovery set to
+-- now, so only a dead worker's claims are ever idle longer than min_idle. A member no longer in
+-- the set (settled, or swept by another worker) is not added back (ZADD XX). Runs under maxmemory
+-- (allow-oom): it adds nothing. Prepended with guard.lua.
 --
--- KEYS: recovery set, batch hash. ARGV: recovery-set ttl ms (0 = none, else both keys get
--- it), then the members.
+-- KEYS: recovery set. ARGV: recovery-set ttl ms (0 = none), then the members.
 -- Returns how many scores moved.
 if not tonumber(ARGV[1]) then return redis.error_reply('RSARGS lease.lua: the ttl is not a number') end
-local bad = wrong_types({{KEYS[1], 'zset'}, {KEYS[2], 'hash'}})
+local bad = wrong_types({{KEYS[1], 'zset'}})
 if bad then return redis.error_reply(bad) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -22,8 +21,5 @@ for i = 2, #ARGV do
     batch = {}
   end
 end
-if tonumber(ARGV[1]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], ARGV[1])
-end
+if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return moved

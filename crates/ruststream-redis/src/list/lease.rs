@@ -1,7 +1,6 @@
 //! Leases: while a worker holds claims on a reliable list (handlers running, and entries claimed
 //! ahead and waiting for a handler), a task of its own moves their scores in the recovery set to
-//! now every `min_idle / 3` (`lease.lua`: `ZADD XX` of each held batch's member, and `PEXPIRE`
-//! of the set and the batch hash with a `recovery_ttl`). So a
+//! now every `min_idle / 3` (`lease.lua`: `ZADD XX`, and `PEXPIRE` with a `recovery_ttl`). So a
 //! claim is idle longer than `min_idle` only when its worker is gone, and the sweep never takes
 //! work from a live one: `min_idle` is how long a dead worker's work takes to come back.
 //!
@@ -12,7 +11,7 @@
 //! After a reconnect (or a failed renewal) the reader renews on its own connection before its
 //! next sweep ([`Leases::renew`], see `crate::rejoin`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
@@ -35,11 +34,9 @@ const LEASE_BATCH: usize = 2048;
 pub struct Lease<'a> {
     /// The recovery set (full name).
     pub zset: &'a str,
-    /// The batch hash (full name): given the set's ttl too.
-    pub batches: &'a str,
     /// The recovery set's ttl in ms (0 = none).
     pub ttl_ms: u64,
-    /// The claimed batches' members (`list/batch.lua`).
+    /// The claims' members.
     pub members: &'a [Bytes],
 }
 
@@ -56,7 +53,7 @@ impl Call for Lease<'_> {
         let mut args = Vec::with_capacity(self.members.len() + 1);
         args.push(Value::from(self.ttl_ms.to_string()));
         args.extend(self.members.iter().cloned().map(Value::Bytes));
-        (vec![self.zset.to_owned(), self.batches.to_owned()], args)
+        (vec![self.zset.to_owned()], args)
     }
 
     fn parse(&self, reply: Value) -> u64 {
@@ -64,8 +61,7 @@ impl Call for Lease<'_> {
     }
 }
 
-/// The claims a reader holds: claim sequence number → its batch's recovery-set member (a
-/// batch is renewed while any of its claims is held).
+/// The claims a reader holds: claim sequence number → recovery-set member.
 #[derive(Debug, Default)]
 pub(super) struct Leases(Mutex<HashMap<u64, Bytes>>);
 
@@ -89,24 +85,12 @@ impl Leases {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Renews every held claim's lease in the recovery set `zset` (and the batch hash
-    /// `batches`' ttl), on `client`.
-    pub(super) async fn renew(
-        &self,
-        client: &Client,
-        zset: &str,
-        batches: &str,
-        ttl_ms: u64,
-    ) -> Result<()> {
-        let members: Vec<Bytes> = {
-            let held = self.held();
-            let unique: HashSet<&Bytes> = held.values().collect();
-            unique.into_iter().cloned().collect()
-        };
+    /// Renews every held claim's lease in the recovery set `zset`, on `client`.
+    pub(super) async fn renew(&self, client: &Client, zset: &str, ttl_ms: u64) -> Result<()> {
+        let members: Vec<Bytes> = self.held().values().cloned().collect();
         for chunk in members.chunks(LEASE_BATCH) {
             let lease = Lease {
                 zset,
-                batches,
                 ttl_ms,
                 members: chunk,
             };
@@ -115,13 +99,12 @@ impl Leases {
         Ok(())
     }
 
-    /// Renews `leases` in the recovery set `zset` (and the batch hash `batches`' ttl) every
-    /// `every`, until the reader and its settler are gone; a failed renewal marks `rejoin`, so
-    /// the reader renews before it sweeps.
+    /// Renews `leases` in the recovery set `zset` every `every`, until the reader and its
+    /// settler are gone; a failed renewal marks `rejoin`, so the reader renews before it sweeps.
     pub(super) fn spawn_renewal(
         leases: &Arc<Self>,
         pool: Pool,
-        (zset, batches): (String, String),
+        zset: String,
         ttl_ms: u64,
         every: Duration,
         rejoin: Arc<Rejoin>,
@@ -131,7 +114,7 @@ impl Leases {
             loop {
                 tokio::time::sleep(every).await;
                 let Some(held) = leases.upgrade() else { break };
-                if let Err(e) = held.renew(pool.next(), &zset, &batches, ttl_ms).await {
+                if let Err(e) = held.renew(pool.next(), &zset, ttl_ms).await {
                     rejoin.mark();
                     tracing::warn!(recovery_set = %zset, error = %e,
                         "claims not renewed; they may be recovered by another worker if this goes on past min_idle");

@@ -9,8 +9,7 @@
 //! | `source.rs` | [`RedisList`]: the source's options, its keys, the checks of its recovery options | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description, route; opening the receiver | `LLEN processing` at start, to warn of entries a reliable list without recovery left there |
 //! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause, concurrency-cap and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
-//! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`; with recovery `ZSCORE`, `HGET`/`HSET`/`HDEL` of the batch hash, `ZREM`) |
-//! | `batch.lua` | the record of a claimed batch with recovery (one recovery-set member and its values and settle marks in the batch hash), shared by `claim.lua` and `settle.lua` | none of its own |
+//! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
 //! | `lease.rs` | a reliable list's claims kept alive while their handlers run | `lease.lua` |
 //! | `groups.rs` | fair groups: their keys, the publish onto a group, the operator's group pause | `group_push.lua`, `HSET`/`HDEL`, `PUBLISH` |
@@ -32,10 +31,6 @@ pub(crate) use self::publish::{push, ttl_ms};
 pub use self::source::{Mode, RedisList};
 pub use crate::policy::ListPublish as Publish;
 pub use crate::policy::MAX_PRIORITIES;
-
-/// The record of a claimed batch with recovery (`batch_id`, `batch_pack`, `batch_unpack`,
-/// `batch_marked`), in the claim and settle scripts.
-pub(crate) const BATCH: &str = include_str!("batch.lua");
 
 #[cfg(test)]
 mod tests;

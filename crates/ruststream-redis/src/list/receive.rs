@@ -19,7 +19,6 @@
 //! the reader listens on the queue's signal channel (`SUBSCRIBE K.cancel`) for cancels of
 //! running ones, which it hands to the dispatch loop.
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -142,8 +141,9 @@ fn open_reliable(
     let reader_id = uuid::Uuid::now_v7().simple().to_string();
     let processing = keys.processing.clone().unwrap_or_default();
     let mut rejoin = None;
-    let record = match (keys.recovery.clone(), keys.batches.clone()) {
-        (Some(zset), Some(batches)) => {
+    let record = match keys.recovery.clone() {
+        None => Record::List { processing },
+        Some(zset) => {
             let idle = list.idle();
             let ttl_ms = list.recovery_ttl.map_or(0, millis);
             let every = (idle / 3).max(Duration::from_millis(10));
@@ -152,7 +152,7 @@ fn open_reliable(
             Leases::spawn_renewal(
                 &leases,
                 pool.clone(),
-                (zset.clone(), batches.clone()),
+                zset.clone(),
                 ttl_ms,
                 every,
                 r.clone(),
@@ -161,14 +161,12 @@ fn open_reliable(
             Record::Claims {
                 processing,
                 zset,
-                batches,
                 reader: reader_id.clone(),
                 min_idle_ms: millis(idle),
                 ttl_ms,
                 most: RECOVER_BATCH,
             }
         }
-        _ => Record::List { processing },
     };
     let clock = reader.mover.as_ref().map(Mover::clock);
     let settle = ReliableSettle::new(
@@ -414,22 +412,14 @@ impl ReliableList {
     /// After a reconnect, renews this reader's leases on its reading connection (the one the
     /// sweep goes on, so the renewal runs first); whether this claim may sweep.
     async fn may_sweep(&self) -> bool {
-        let (
-            Some(rejoin),
-            Record::Claims {
-                zset,
-                batches,
-                ttl_ms,
-                ..
-            },
-        ) = (&self.rejoin, &self.record)
+        let (Some(rejoin), Record::Claims { zset, ttl_ms, .. }) = (&self.rejoin, &self.record)
         else {
             return true;
         };
         if rejoin.take()
             && let Err(e) = self
                 .leases
-                .renew(self.reader.conn.client(), zset, batches, *ttl_ms)
+                .renew(self.reader.conn.client(), zset, *ttl_ms)
                 .await
         {
             rejoin.mark();
@@ -440,28 +430,24 @@ impl ReliableList {
         rejoin.may_sweep()
     }
 
-    /// The deliveries of `claimed`, each with its claim (and, with recovery, its record
-    /// `<batch id>/<index>`, see `list/batch.lua`), leased by their batch's id.
+    /// The deliveries of `claimed`, each with its claim (and member, with recovery), leased.
     fn tokens(&self, claimed: Claimed) -> Vec<Delivery<Token>> {
         let recovery = matches!(self.record, Record::Claims { .. });
-        let first = claimed.first_seq;
         let mut out = self.reader.deliveries(claimed.values);
-        let mut id = format!("{}:{first}.", self.reader_id).into_bytes();
-        id.extend_from_slice(&claimed.run);
-        for ((i, seq), d) in (0..).zip(first..).zip(out.iter_mut()) {
-            d.token.claim = Some(seq);
+        for (i, d) in (claimed.first_seq..).zip(out.iter_mut()) {
+            d.token.claim = Some(i);
             if recovery {
-                let mut member = Vec::with_capacity(id.len() + 6);
-                member.extend_from_slice(&id);
-                let _ = write!(member, "/{i}");
+                let mut member = format!("{}:{i}.", self.reader_id).into_bytes();
+                member.extend_from_slice(&claimed.run);
+                member.push(b':');
+                member.extend_from_slice(&d.token.raw);
                 d.token.member = Some(Bytes::from(member));
             }
         }
-        if recovery && !out.is_empty() {
-            let id = Bytes::from(id);
+        if recovery {
             self.leases.hold(
                 out.iter()
-                    .filter_map(|d| Some((d.token.claim?, id.clone()))),
+                    .filter_map(|d| Some((d.token.claim?, d.token.member.clone()?))),
             );
         }
         out

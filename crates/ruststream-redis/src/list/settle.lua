@@ -1,14 +1,12 @@
 #!lua flags=allow-oom
 -- SETTLE_LIST: settles a batch of claimed list entries. Runs under maxmemory (allow-oom): it
 -- removes as much as it adds, and acks free memory. Prepended with guard.lua,
--- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua, dead/trim.lua and
--- list/batch.lua. Called through
+-- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
 -- `crate::list::settle::SettleList`.
 --
 -- KEYS: processing, dead-letter list, delayed set, delayed payload hash, the recovery set (with
---       recovery) or the settle-token set (without), the cancel record (K.cancels), the batch
---       hash (with recovery; without, any key: not read), then the destination's keys (back.lua:
---       the queue's levels).
+--       recovery) or the settle-token set (without), the cancel record (K.cancels), then the
+--       destination's keys (back.lua: the queue's levels).
 -- ARGV: a settle token ('' with recovery), the destination (back.lua), then groups of five,
 --       `claimed member op new arg` (`crate::settle::Op` writes the last three):
 --   a  ack: LREM processing -1 claimed
@@ -16,12 +14,10 @@
 --   d  retry later: remove, then schedule `new` (ZADD delayed, HSET hash); arg = `delay_ms:id`
 --   x  dead: remove, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
 --      bound (dead/trim.lua), to which the list is trimmed after the last push
--- `member` is the claim's record, `<batch id>/<index>` (list/batch.lua; '' without recovery).
--- The claim is still this worker's only while its batch's member is in the recovery set (a
--- sweep may have handed the entry to another worker) and the entry is not marked settled (a
--- settle sent twice marks it once); then it is marked, the entry is removed from the
--- processing list, and only when that finds it do the follow-up writes happen, so nothing is
--- duplicated. A batch whose entries are all settled leaves the set and the hash.
+-- `member` is the claim's member in the recovery set ('' without recovery). The claim is still
+-- this worker's only while its member is in the set (a sweep may have handed the entry to
+-- another worker); then the entry is removed from the processing list, and only when that finds
+-- it do the follow-up writes happen, so nothing is duplicated.
 -- Without recovery an entry is known only by its bytes, and two claims of identical bytes look
 -- alike, so a settle sent twice (a client resends it when the connection drops before the
 -- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
@@ -32,7 +28,7 @@
 -- call; only while the record exists, one HEXISTS per owned entry.
 -- Returns {how many claims were still owned (-1: the token was settled already), how many dead
 -- letters the bound trimmed}.
-local dest, derr = dest_of(8, 2)
+local dest, derr = dest_of(7, 2)
 if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
 if (#ARGV - first + 1) % 5 ~= 0 then
@@ -41,20 +37,13 @@ end
 local bad = wrong_types(dest_checks(dest, {{KEYS[1], 'list'}, {KEYS[2], 'list'},
   {KEYS[3], 'zset'}, {KEYS[4], 'hash'}, {KEYS[5], 'zset'}, {KEYS[6], 'hash'}}))
 if bad then return redis.error_reply(bad) end
-local recovery = false
 for i = first, #ARGV, 5 do
   local op = ARGV[i + 2]
   if (op ~= 'a' and op ~= 'r' and op ~= 'd' and op ~= 'x')
     or (op == 'd' and not string.match(ARGV[i + 4], '^%d+:'))
-    or (op == 'x' and not dead_bound(ARGV[i + 4]))
-    or (ARGV[i + 1] ~= '' and not string.find(ARGV[i + 1], '/%d+$')) then
+    or (op == 'x' and not dead_bound(ARGV[i + 4])) then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
-  if ARGV[i + 1] ~= '' then recovery = true end
-end
-if recovery then
-  bad = wrong_types({{KEYS[7], 'hash'}})
-  if bad then return redis.error_reply(bad) end
 end
 local token = ARGV[1]
 if token ~= '' then
@@ -75,31 +64,12 @@ local function cancelled(v)
   local l = frame_layout(v)
   return l ~= nil and redis.call('HEXISTS', KEYS[6], string.sub(v, l.id[1], l.id[2])) == 1
 end
--- Per batch named in this call: false once its member is not in the set; else its marks and
--- the indexes this call marks.
-local held = {}
--- Whether the entry `member` names (`<batch id>/<index>`) is still claimed; if so it is marked.
-local function claimed(member)
-  local id, idx = string.match(member, '^(.*)/(%d+)$')
-  idx = tonumber(idx)
-  local b = held[id]
-  if b == nil then
-    b = false
-    if redis.call('ZSCORE', KEYS[5], id) then
-      b = {marks = redis.call('HGET', KEYS[7], id .. '.s') or '', now = {}, set = {}}
-    end
-    held[id] = b
-  end
-  if not b or b.set[idx] or string.byte(b.marks, idx + 1) ~= 48 then return false end
-  b.set[idx] = true
-  b.now[#b.now + 1] = idx
-  return true
-end
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned
   if ARGV[i + 1] ~= '' then
-    owned = claimed(ARGV[i + 1]) and redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
+    owned = redis.call('ZREM', KEYS[5], ARGV[i + 1]) == 1
+      and redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
   else
     owned = redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
   end
@@ -115,18 +85,6 @@ for i = first, #ARGV, 5 do
       redis.call('LPUSH', KEYS[2], dead_letter(new, now))
     elseif op == 'd' then
       schedule_retry(KEYS[3], KEYS[4], ARGV[i + 4], new)
-    end
-  end
-end
-for id, b in pairs(held) do
-  if b and #b.now > 0 then
-    table.sort(b.now)
-    local marks = batch_marked(b.marks, b.now)
-    if string.find(marks, '0', 1, true) then
-      redis.call('HSET', KEYS[7], id .. '.s', marks)
-    else
-      redis.call('HDEL', KEYS[7], id, id .. '.s')
-      redis.call('ZREM', KEYS[5], id)
     end
   end
 end

@@ -1,9 +1,8 @@
 //! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack (or
 //! cancelled: a cancel's, or any settle of a message in the cancel record) `LREM`, retry
 //! `LPUSH` onto the entry's priority level (`back.lua`), retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
-//! with recovery, each only while the claim's batch is still in the recovery set (`ZSCORE`) and
-//! the entry not marked settled in the batch hash (`HGET`, then `HSET` of the marks, or `HDEL`
-//! and `ZREM` of a batch's record once all its entries are settled; `list/batch.lua`)).
+//! with recovery, each only while the claim's member is still in the recovery set, which it
+//! leaves with `ZREM`).
 //!
 //! Acks as pipelined `LREM`s would cost the client (fred, per command) twice what the script
 //! costs Redis, so they stay in the script.
@@ -26,11 +25,8 @@ use crate::lua::{self, Call};
 use crate::settle::{Op, Settled};
 use crate::transport::{Settle, Token};
 
-static SETTLE: LazyLock<Script> = LazyLock::new(|| {
-    let mut parts = crate::settle::PARTS.to_vec();
-    parts.push(super::BATCH);
-    lua::script(include_str!("settle.lua"), &parts)
-});
+static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("settle.lua"), &crate::settle::PARTS));
 
 /// The keys a list's settle writes besides its queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,9 +43,6 @@ pub struct SettleKeys {
     pub record: String,
     /// The cancel record (`crate::cancel`): a settle of a cancelled message only removes it.
     pub cancels: String,
-    /// With recovery, the batch hash (`list/batch.lua`: each claimed batch's values and settle
-    /// marks); without, not read (any key of the queue's slot, e.g. [`record`](Self::record)).
-    pub batches: String,
 }
 
 /// One call of `list/settle.lua`: settles claims of one list, retries going back onto `dest`.
@@ -61,8 +54,8 @@ pub struct SettleList<'a> {
     pub dest: &'a Dest,
     /// Without recovery, the settle's token (a settle sent twice runs once); `None` with.
     pub token: Option<String>,
-    /// Per claim: its value in the processing list, its record `<batch id>/<index>` (with
-    /// recovery, `list/batch.lua`), and what to do with it.
+    /// Per claim: its value in the processing list, its member in the recovery set (with
+    /// recovery), and what to do with it.
     pub entries: Vec<(Bytes, Option<Bytes>, Op)>,
 }
 
@@ -85,7 +78,6 @@ impl Call for SettleList<'_> {
             k.payloads.clone(),
             k.record.clone(),
             k.cancels.clone(),
-            k.batches.clone(),
         ];
         let mut args = Vec::with_capacity(4 + self.entries.len() * 5);
         args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
@@ -154,11 +146,6 @@ impl ReliableSettle {
                     .or_else(|| keys.settle_tokens.clone())
                     .unwrap_or_default(),
                 cancels: keys.cancels.clone(),
-                batches: keys
-                    .batches
-                    .clone()
-                    .or_else(|| keys.settle_tokens.clone())
-                    .unwrap_or_default(),
             },
             dest: Dest::list(levels),
             token_prefix: keys.recovery.is_none().then(|| reader_id.to_owned()),

@@ -267,9 +267,8 @@ impl RedisList {
         self
     }
 
-    /// Records each claimed batch in this sorted set (default `<key>.claims`), scored by its
-    /// lease, for crash recovery; the batches' values go in the hash `<name>.batches`. Naming
-    /// the set needs [`min_idle`](Self::min_idle) too.
+    /// Records each claim in this sorted set (default `<key>.claims`), scored by claim time, for
+    /// crash recovery. Naming the set needs [`min_idle`](Self::min_idle) too.
     pub fn recovery_zset(mut self, key: impl Into<String>) -> Self {
         self.recovery_zset = Some(key.into());
         self
@@ -319,15 +318,13 @@ impl RedisList {
     pub(super) fn keys(&self, space: &KeySpace) -> ListKeys {
         let queue = space.key(&self.key);
         let reliable = self.mode == Mode::Reliable;
-        let recovery = (reliable && !self.no_recovery).then(|| match &self.recovery_zset {
-            Some(z) => space.key(z),
-            None => space.derived(&queue, ".claims"),
-        });
         ListKeys {
             delayed: space.delayed(&queue),
             processing: reliable.then(|| space.processing(&self.key, self.processing.as_deref())),
-            recovery: recovery.clone(),
-            batches: recovery.map(|z| format!("{z}.batches")),
+            recovery: (reliable && !self.no_recovery).then(|| match &self.recovery_zset {
+                Some(z) => space.key(z),
+                None => space.derived(&queue, ".claims"),
+            }),
             settle_tokens: (reliable && self.no_recovery)
                 .then(|| space.derived(&queue, ".settles")),
             dead: space.dead(&self.key, &self.options.dead_letter),
@@ -389,9 +386,6 @@ pub(super) struct ListKeys {
     pub(super) processing: Option<String>,
     /// With crash recovery only.
     pub(super) recovery: Option<String>,
-    /// With crash recovery only: the batch hash, `<recovery set>.batches` (so it shares the
-    /// set's hash tag).
-    pub(super) batches: Option<String>,
     /// Reliable lists without crash recovery: the settle tokens already used.
     pub(super) settle_tokens: Option<String>,
     pub(super) dead: Option<String>,
@@ -416,7 +410,6 @@ impl ListKeys {
         keys.extend([self.delayed.set.clone(), self.delayed.payloads.clone()]);
         keys.extend(self.dead.clone());
         keys.extend(self.recovery.clone());
-        keys.extend(self.batches.clone());
         keys.extend(self.settle_tokens.clone());
         keys.extend(self.rate.clone());
         keys.extend(self.levels.iter().cloned());

@@ -83,7 +83,6 @@ impl Transport for RedisList {
                 .is_some()
                 .then(|| u64::try_from(self.idle().as_millis()).unwrap_or(u64::MAX)),
             recovery: keys.recovery,
-            recovery_batches: keys.batches,
             settle_tokens: keys.settle_tokens,
             group: None,
             delayed: Some(keys.delayed.set),

@@ -38,7 +38,6 @@ impl Transport for RedisChannel {
             processing: None,
             recovery: None,
             settle_tokens: None,
-            recovery_batches: None,
             min_idle_ms: None,
             group: None,
             delayed: None,

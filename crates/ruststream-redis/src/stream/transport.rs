@@ -58,7 +58,6 @@ impl Transport for RedisStream {
             processing: None,
             recovery: None,
             settle_tokens: None,
-            recovery_batches: None,
             min_idle_ms: (!self.no_recovery).then(|| {
                 let idle = self.min_idle.unwrap_or(crate::options::DEFAULT_MIN_IDLE);
                 u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)

@@ -12,7 +12,7 @@ pub struct Token {
     pub(crate) raw: Bytes,
     /// The decoded entry, its id filled in.
     pub(crate) frame: Frame,
-    /// With recovery, the claim's record: `<batch id>/<index>` (`list/batch.lua`).
+    /// The claim's member in the recovery set, when there is one.
     pub(crate) member: Option<Bytes>,
     /// The claim's sequence number of its reader, when it has a recovery-set member.
     pub(crate) claim: Option<u64>,

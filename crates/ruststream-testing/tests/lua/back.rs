@@ -43,7 +43,6 @@ async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
         payloads: key(".delayed.payloads"),
         record: key(".settles"),
         cancels: key(".cancels"),
-        batches: key(".settles"),
     };
     let settled = SettleList {
         keys: &keys,

@@ -233,10 +233,8 @@ async fn lease(client: Client, prefix: String) -> (u64, u64, bool, bool) {
         .unwrap();
     let mut members: Vec<Bytes> = held.into_iter().map(Bytes::from).collect();
     members.push(Bytes::from_static(b"r1:9999.1.0:gone"));
-    let batches = key(&prefix, "q.claims.batches");
     let call = Lease {
         zset: &zset,
-        batches: &batches,
         ttl_ms: 60_000,
         members: &members,
     };

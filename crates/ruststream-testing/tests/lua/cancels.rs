@@ -189,7 +189,6 @@ async fn race(
         payloads: key(".delayed.payloads"),
         record: key(".settles"),
         cancels: ck.record.clone(),
-        batches: key(".settles"),
     };
     let dest = Dest::list(vec![key("")]);
     let retry = |id: &str| (frame(id), None, Op::Retry { frame: frame(id) });

@@ -116,7 +116,6 @@ async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, 
         payloads: k("q.delayed.payloads"),
         record: k("q.settles"),
         cancels: k("q.cancels"),
-        batches: k("q.settles"),
     };
     let dest = Dest::list(vec![k("q")]);
     let settled = SettleList {

@@ -6,14 +6,12 @@
 //! be equal.
 //!
 //! `adhoc`: ad-hoc scripts; `claims`: the claim scripts and their gates through their typed calls;
-//! `calls`: the other scripts' typed calls; `batches`: the record of a claimed batch with
-//! recovery; `back`: every way back to a queue; `dead`: the
+//! `calls`: the other scripts' typed calls; `back`: every way back to a queue; `dead`: the
 //! dead-letter list's bound in every script that pushes dead letters; `cancels`: the cancel
 //! script, the claim's cancel gate and the settle's race with a cancel.
 
 mod adhoc;
 mod back;
-mod batches;
 mod calls;
 mod cancels;
 mod claims;

@@ -553,8 +553,8 @@ async fn pending(r: &Client, consumer: Option<&str>) -> Option<Vec<(Bytes, Strin
     )
 }
 
-/// Whether nothing is left to do: the queue, processing list, recovery set and its batch hash,
-/// delayed set and payloads are gone (stream: nothing pending, nothing unread, no delayed set). `None`: unknown.
+/// Whether nothing is left to do: the queue, processing list, recovery set, delayed set and
+/// payloads are gone (stream: nothing pending, nothing unread, no delayed set). `None`: unknown.
 async fn drained(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
         Transport::List | Transport::Levels | Transport::Batch => {
@@ -564,7 +564,6 @@ async fn drained(r: &Client, transport: Transport) -> Option<bool> {
                 ".p2",
                 ".processing",
                 ".claims",
-                ".claims.batches",
                 ".delayed",
                 ".delayed.payloads",
             ];

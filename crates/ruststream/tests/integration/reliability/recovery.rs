@@ -271,9 +271,9 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish(env, Q, &jobs(6)).await;
-    // claim.lua with recovery: six keys (queue, processing, claims, batch hash, pause, cancel
-    // record), the queue first.
-    proxy.cut_after(&script_call(6, &env.key(Q)));
+    // claim.lua with recovery: five keys (queue, processing, claims, pause, cancel record),
+    // the queue first.
+    proxy.cut_after(&script_call(5, &env.key(Q)));
     let rec = Rec::acking();
     let r = rec.clone();
     // One handler at a time: each claim takes exactly one entry.
@@ -423,7 +423,7 @@ async fn identical_values_of_a_claim_sent_twice_are_two_claims(env: &Env) {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
     }
     let proxy = Proxy::start(env.url().expect("standalone")).await;
-    proxy.cut_after(&script_call(6, &env.key(Q)));
+    proxy.cut_after(&script_call(5, &env.key(Q)));
     let rec = Rec::acking();
     let r = rec.clone();
     let app = start(app_on(via(&proxy, env), Duration::from_millis(100), |b| {
@@ -458,8 +458,8 @@ async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
     for _ in 0..2 {
         env.lpush_raw(Q, r#"{"n":1}"#).await;
     }
-    // settle.lua of a reliable list: eight keys, the processing list first.
-    let settle_call = script_call(8, &env.key(&k(".processing")));
+    // settle.lua of a reliable list: seven keys, the processing list first.
+    let settle_call = script_call(7, &env.key(&k(".processing")));
     proxy.cut_after(&settle_call);
     let cut = proxy.clone();
     let rec = Rec::deciding(move |_, attempt, i| match (attempt, i) {
