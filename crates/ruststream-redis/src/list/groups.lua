@@ -16,17 +16,39 @@
 -- list/claim.lua uses in place of the levels'. A group paused by the operator (a field of the
 -- hash `<ring>.paused`) and a group whose head the gates' entry filter refuses (a per-group rate
 -- limit: the limit keyed by `rs.group`) are passed over, the others served.
+-- With a per-group cap (`.group_max_in_flight(n)`), a group with `n` entries in the processing
+-- list is passed over too: the counts are read from the processing list at each claim (LRANGE,
+-- each frame's `rs.group` header), so whatever ends a claim (an ack, a retry, a dead letter, a
+-- sweep, a timeout's settle) frees its group's place without knowing of it, as the whole-queue
+-- cap (claim/cap.lua) counts the processing list's length. A claim held back by it reports the
+-- held entries with the cap's wait (CAP_RECHECK).
 -- Prepended after back.lua, claim/gates.lua and list/take.lua.
--- Keys: the queue (the inbox), the ring, the paused groups' hash. Args: none.
+-- Keys: the queue (the inbox), the ring, the paused groups' hash, and with a per-group cap the
+-- processing list. Args: the per-group cap, or none.
 
 -- Most inbox entries one claim sorts into their groups.
 local GROUPS_SORT = 1000
 -- Most turns of the ring one claim makes: bounds a claim's work however many groups wait.
 local GROUPS_STEPS = 1000
+-- The ms a reader the per-group cap held back waits before it claims again (claim/cap.rs's
+-- RECHECK).
+local CAP_RECHECK = 20
 
-GATES.groups = function(keys)
-  local queue, ring, paused = keys[1], keys[2], keys[3]
+GATES.groups = function(keys, args)
+  local queue, ring, paused, processing = keys[1], keys[2], keys[3], keys[4]
+  local cap = tonumber(args[1])
   local dest = groups_dest(queue, ring, 0)
+
+  -- Each group's entries in the processing list (nil without a per-group cap).
+  local function in_flight()
+    if not cap then return nil end
+    local counts = {}
+    for _, v in ipairs(redis.call('LRANGE', processing, 0, -1)) do
+      local g = header_of(v, 'rs.group') or ''
+      counts[g] = (counts[g] or 0) + 1
+    end
+    return counts
+  end
 
   -- Up to `n` entries, one per turn of the ring; `accept` is the gates' entry filter or nil.
   -- Returns the entries, how many the filter refused and its shortest wait (ms).
@@ -35,6 +57,7 @@ GATES.groups = function(keys)
     if sorted then put_back(dest, sorted, false) end
     local out, refused, wait = {}, 0, 0
     local any_paused = redis.call('EXISTS', paused) == 1
+    local counts = in_flight()
     local len = redis.call('LLEN', ring)
     local passed = {}
     local misses, steps = 0, 0
@@ -45,6 +68,10 @@ GATES.groups = function(keys)
       local v = nil
       if passed[g] or (any_paused and redis.call('HEXISTS', paused, g) == 1) then
         passed[g] = true
+      elseif counts and (counts[g] or 0) >= cap then
+        passed[g] = true
+        if refused == 0 or CAP_RECHECK < wait then wait = CAP_RECHECK end
+        refused = refused + 1
       elseif redis.call('TYPE', key).ok ~= 'list' then
         -- Empty (expired, or emptied by hand), or not a list of ours: out of the ring.
         redis.call('LREM', ring, 1, g)
@@ -65,6 +92,7 @@ GATES.groups = function(keys)
       if v then
         out[#out + 1] = v
         misses = 0
+        if counts then counts[g] = (counts[g] or 0) + 1 end
         if redis.call('LLEN', key) == 0 then
           redis.call('LREM', ring, 1, g)
           len = len - 1
@@ -89,8 +117,10 @@ GATES.groups = function(keys)
     return math.min(c, most)
   end
 
+  local checks = {{queue, 'list'}, {ring, 'list'}, {paused, 'hash'}}
+  if cap then checks[#checks + 1] = {processing, 'list'} end
   return {
-    checks = {{queue, 'list'}, {ring, 'list'}, {paused, 'hash'}},
+    checks = checks,
     admit = function(want) return want, 0 end,
     source = {take = take, len = waiting},
   }

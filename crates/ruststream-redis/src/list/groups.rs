@@ -61,10 +61,18 @@ pub fn sub_queue(ring: &str, group: &str) -> String {
     format!("{ring}:{group}")
 }
 
-/// The claim's source part of the grouped queue `queue` with its ring `ring` (full names).
-pub(crate) fn gate(queue: String, ring: String) -> claim::Gate {
+/// The claim's source part of the grouped queue `queue` with its ring `ring` (full names), and
+/// with a per-group cap `cap`: its processing list (full name) and the most entries of one group
+/// in it.
+pub(crate) fn gate(queue: String, ring: String, cap: Option<(String, u32)>) -> claim::Gate {
     let paused = paused(&ring);
-    claim::Gate::new(GATE, vec![queue, ring, paused], Vec::new())
+    let mut keys = vec![queue, ring, paused];
+    let mut args = Vec::new();
+    if let Some((processing, n)) = cap {
+        keys.push(processing);
+        args.push(Value::Integer(i64::from(n)));
+    }
+    claim::Gate::new(GATE, keys, args)
 }
 
 /// Checks a message's group name: at most [`MAX_GROUP_LEN`] bytes.

@@ -97,7 +97,12 @@ pub(super) async fn open(
     let mut gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
     gates.push(claim::Gate::cancels(keys.cancels.clone()));
     if let Some(ring) = &keys.ring {
-        gates.push(super::groups::gate(keys.queue.clone(), ring.clone()));
+        let group_cap = list.group_max_in_flight.zip(keys.processing.clone());
+        gates.push(super::groups::gate(
+            keys.queue.clone(),
+            ring.clone(),
+            group_cap.map(|(n, processing)| (processing, n)),
+        ));
     }
     let signals = Some(conns.signals(&keys.cancel_channel).await?);
     let mut levels = vec![keys.queue.clone()];

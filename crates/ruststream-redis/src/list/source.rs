@@ -48,6 +48,7 @@ pub struct RedisList {
     pub(super) rate: Option<RateLimit>,
     pub(super) priorities: Option<u8>,
     pub(super) max_in_flight: Option<u32>,
+    pub(super) group_max_in_flight: Option<u32>,
     pub(super) groups: bool,
     pub(super) options: SourceOptions,
 }
@@ -69,6 +70,7 @@ impl RedisList {
             rate: None,
             priorities: None,
             max_in_flight: None,
+            group_max_in_flight: None,
             groups: false,
             options: SourceOptions::default(),
         }
@@ -227,6 +229,26 @@ impl RedisList {
     /// ```
     pub fn group_rate_limit(self, n: u32, per: Duration) -> Self {
         self.groups().rate_limit_by(super::groups::HEADER, n, per)
+    }
+
+    /// Fair groups ([`groups`](Self::groups)) each with at most `n` messages being handled at
+    /// once, across every worker of every instance: a group at its cap is passed over in the
+    /// round robin, the others served. Like [`max_in_flight`](Self::max_in_flight) it counts
+    /// what the processing list holds (each entry's `rs.group` header, read by every claim: a
+    /// claim costs O(in flight) more), so an ack, a retry, a dead letter, a timeout and the
+    /// recovery sweep free a group's place without knowing of it; a reader held back claims
+    /// again after 20 ms. Needs a reliable list without partitions, and `n` >= 1; combines with
+    /// the whole-queue cap and the per-group rate limit.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisList;
+    /// // At most two imports of one tenant at once; the other tenants' go on.
+    /// let imports = RedisList::new("{imports}").reliable().group_max_in_flight(2);
+    /// assert!(imports.has_groups());
+    /// ```
+    pub fn group_max_in_flight(mut self, n: u32) -> Self {
+        self.group_max_in_flight = Some(n);
+        self.groups()
     }
 
     /// Whether the queue has fair groups.

@@ -45,6 +45,9 @@ impl Transport for RedisList {
         if self.groups {
             bindings["groups"] = json!(true);
         }
+        if let Some(n) = self.group_max_in_flight {
+            bindings["groupMaxInFlight"] = json!(n);
+        }
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
         }
@@ -160,6 +163,11 @@ impl Transport for RedisList {
             _ => None,
         };
         crate::claim::cap::validate(&format!("list `{key}`"), self.max_in_flight, cannot)?;
+        crate::claim::cap::validate(
+            &format!("list `{key}` (per group)"),
+            self.group_max_in_flight,
+            cannot,
+        )?;
         if let Some(n) = self.partitions {
             let named = [
                 ("processing", self.processing.is_some()),

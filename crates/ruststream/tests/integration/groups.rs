@@ -4,7 +4,8 @@
 //! a large backlog waits; every way back (a retry, the recovery sweep, a delayed message, a
 //! requeued dead letter) returns a message to its own group; a per-group rate limit and an
 //! operator's group pause pass one group over and serve the others; `inspect` lists the largest
-//! groups; a key of another type changes nothing; bad settings are refused with a fix.
+//! groups; a per-group cap passes a group at its cap over and each settle frees its place; a key
+//! of another type changes nothing; bad settings are refused with a fix.
 
 use crate::harness;
 
@@ -24,12 +25,14 @@ on!(
     delayed_and_requeued_messages_go_back_to_their_group,
     a_paused_group_is_passed_over,
     a_group_over_its_rate_limit_is_passed_over,
+    a_group_at_its_cap_is_passed_over,
+    a_settle_frees_a_group_s_place,
     inspect_lists_the_largest_groups_first,
 );
 
 on!([memory, standalone, cluster] a_key_of_another_type_changes_nothing, a_queued_message_of_a_group_is_cancelled);
 
-on!([memory] groups_and_priorities_are_refused_with_a_fix);
+on!([memory] groups_and_priorities_are_refused_with_a_fix, a_group_cap_it_cannot_hold_is_refused);
 
 /// The queue of every test: in a hash tag, so its groups share its slot on a cluster.
 const JOBS: &str = "{jobs}";
@@ -321,6 +324,49 @@ async fn a_group_over_its_rate_limit_is_passed_over(env: &Env) {
     stop(running).await;
 }
 
+/// A cap of one a group, four permits: of each group one handler runs (they never finish), the
+/// rest of the group waits while the others are served.
+async fn a_group_at_its_cap_is_passed_over(env: &Env) {
+    let broker = producer(env).await;
+    publish(&broker, "big", 0, 5).await;
+    publish(&broker, "small", 5, 2).await;
+    let stuck = Stuck::default();
+    let source = RedisList::new(JOBS)
+        .reliable()
+        .concurrency(4)
+        .group_max_in_flight(1);
+    let running =
+        start(app(env, source, stuck.clone()).shutdown_timeout(Duration::from_millis(100))).await;
+    wait_until("one of each group", WAIT, async || stuck.started() == 2).await;
+    env.advance(Duration::from_millis(300)).await;
+    assert_eq!(stuck.started(), 2, "a group at its cap waits");
+    assert_eq!(env.llen(&sub("big")).await, 4);
+    assert_eq!(env.llen(&sub("small")).await, 1);
+    assert_eq!(env.llen(&format!("{JOBS}.processing")).await, 2);
+    stop(running).await;
+}
+
+/// A cap of two a group: every job is handled, as each settle frees its group's place (were
+/// the places not freed, the claims would stop at two of each group: four).
+async fn a_settle_frees_a_group_s_place(env: &Env) {
+    let broker = producer(env).await;
+    publish(&broker, "big", 0, 8).await;
+    publish(&broker, "small", 8, 3).await;
+    let seen = Seen::acking();
+    let source = RedisList::new(JOBS)
+        .reliable()
+        .concurrency(8)
+        .group_max_in_flight(2);
+    let running = start(app(env, source, seen.clone())).await;
+    wait_until("all handled", WAIT, async || seen.count() == 11).await;
+    stop(running).await;
+    assert_eq!(env.llen(&format!("{JOBS}.processing")).await, 0);
+    assert!(
+        !env.exists(&format!("{JOBS}.groups")).await,
+        "the ring empties"
+    );
+}
+
 async fn inspect_lists_the_largest_groups_first(env: &Env) {
     let broker = producer(env).await;
     publish(&broker, "one", 0, 1).await;
@@ -388,6 +434,21 @@ async fn groups_and_priorities_are_refused_with_a_fix(env: &Env) {
     let source = RedisList::new(JOBS).reliable().groups().priorities(2);
     let e = env.refusal(app(env, source, Seen::acking())).await;
     assert!(e.contains("do not combine"), "{e}");
+}
+
+async fn a_group_cap_it_cannot_hold_is_refused(env: &Env) {
+    let zero = RedisList::new(JOBS).reliable().group_max_in_flight(0);
+    let e = env.refusal(app(env, zero, Seen::acking())).await;
+    assert!(e.contains("per group") && e.contains("at least 1"), "{e}");
+    let simple = RedisList::new(JOBS).group_max_in_flight(2);
+    let e = env.refusal(app(env, simple, Seen::acking())).await;
+    assert!(e.contains("add `.reliable()`"), "{e}");
+    let split = RedisList::new("jobs")
+        .reliable()
+        .partitions(2)
+        .group_max_in_flight(2);
+    let e = env.refusal(app(env, split, Seen::acking())).await;
+    assert!(e.contains("cannot span partitions"), "{e}");
 }
 
 async fn a_queued_message_of_a_group_is_cancelled(env: &Env) {
