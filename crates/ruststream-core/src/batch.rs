@@ -279,15 +279,28 @@ impl<'a> BatchContext<'a> {
         crate::job::write(self.publisher, self.job_id(i)?, write).await
     }
 
+    /// Item `i`'s children, when it is a flow's parent, as
+    /// [`Context::children`](crate::Context::children) gives them for one message.
+    ///
+    /// # Errors
+    /// A configuration error when there is no item `i`, when it is no flow's parent, or when its
+    /// flow's record is gone; the broker's error when the read fails.
+    pub async fn children(&self, i: usize) -> crate::Result<Vec<crate::FlowChild>> {
+        crate::flow::children_of(self.publisher, self.item(i)?, "ctx.children(i)").await
+    }
+
     fn job_id(&self, i: usize) -> crate::Result<&'a str> {
-        self.info(i)
-            .map(|info| info.message_id.as_str())
-            .ok_or_else(|| {
-                crate::Error::config(format!(
-                    "batch context: no item {i} in a batch of {}",
-                    self.len()
-                ))
-            })
+        self.item(i).map(|info| info.message_id.as_str())
+    }
+
+    /// Item `i`'s delivery, or an error naming the batch's size.
+    fn item(&self, i: usize) -> crate::Result<&'a DeliveryInfo> {
+        self.info(i).ok_or_else(|| {
+            crate::Error::config(format!(
+                "batch context: no item {i} in a batch of {}",
+                self.len()
+            ))
+        })
     }
 }
 

@@ -186,18 +186,7 @@ impl<'a> Context<'a> {
     /// A configuration error when this message is no flow's parent or its flow's record is gone
     /// (older than the result ttl); the broker's error when the read fails.
     pub async fn children(&self) -> Result<Vec<crate::FlowChild>> {
-        let Some(record) = self.header(crate::flow::RECORD_HEADER) else {
-            return Err(crate::Error::config(
-                "ctx.children(): this message is no flow's parent (publish it with `publisher.flow(..)`)",
-            ));
-        };
-        match self.publisher.backend().read_flow(record).await? {
-            Some(state) => Ok(state.children),
-            None => Err(crate::Error::config(format!(
-                "ctx.children(): the record of flow `{}` is gone (expired: older than the result ttl)",
-                self.info.message_id
-            ))),
-        }
+        crate::flow::children_of(self.publisher, self.info, "ctx.children()").await
     }
 
     /// A publisher on the broker the message came from:

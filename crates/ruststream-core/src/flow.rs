@@ -390,6 +390,27 @@ pub fn child_outcome(settlement: &Settlement, redelivers: bool) -> Option<ChildO
     }
 }
 
+/// The children of the flow whose parent `info` is (its `rs.flow.record` header names the
+/// record), read through the broker; `what` names the caller in the errors.
+pub(crate) async fn children_of(
+    publisher: &Publisher,
+    info: &crate::DeliveryInfo,
+    what: &str,
+) -> Result<Vec<FlowChild>> {
+    let Some(record) = info.headers.get(RECORD_HEADER) else {
+        return Err(Error::config(format!(
+            "{what}: this message is no flow's parent (publish it with `publisher.flow(..)`)"
+        )));
+    };
+    match publisher.backend().read_flow(record).await? {
+        Some(state) => Ok(state.children),
+        None => Err(Error::config(format!(
+            "{what}: the record of flow `{}` is gone (expired: older than the result ttl)",
+            info.message_id
+        ))),
+    }
+}
+
 /// The error of a broker that keeps no flows.
 pub(crate) fn unsupported() -> Error {
     Error::config("this broker keeps no flows: use a broker that does (RedisBroker)")

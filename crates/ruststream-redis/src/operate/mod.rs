@@ -246,6 +246,27 @@ impl Operator {
         Ok(None)
     }
 
+    /// The flow `id` wherever its parent goes among this app's lists and streams (each
+    /// partition too): the name of the queue whose record holds it, and its state; `None` when
+    /// no queue has it. One `HGETALL` a queue, sent concurrently.
+    pub async fn find_flow(
+        &self,
+        id: &str,
+    ) -> Result<Option<(String, ruststream_core::FlowState)>> {
+        let pool = self.conns.pool()?;
+        let queues = self
+            .queues
+            .iter()
+            .filter(|q| q.transport == "list" || q.transport == "stream");
+        let reads = queues.map(|q| async {
+            let record = crate::flow::record_key(&self.conns.keys, &q.queue, id);
+            let state = crate::flow::read(pool.next(), &record).await?;
+            Ok::<_, Error>(state.map(|s| (q.partition_of.clone().unwrap_or(q.name.clone()), s)))
+        });
+        let found = futures::future::try_join_all(reads).await?;
+        Ok(found.into_iter().flatten().next())
+    }
+
     /// The partitions of the queue `name`, when it has some.
     pub fn partitions_of(&self, name: &str) -> Vec<&SourceKeys> {
         self.queues

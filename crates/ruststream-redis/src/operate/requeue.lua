@@ -1,6 +1,8 @@
 #!lua
 -- REQUEUE: moves dead letters back to their queue, each with its attempt count reset to 1, its
--- `reason` header appended to a `dead-history` header and its `dead-at` dropped. Prepended with
+-- `reason` header appended to a `dead-history` header and its `dead-at` dropped; a flow's parent
+-- dead-lettered for a failed child (`crate::flow`) loses its `rs.flow.failed` header, so it runs
+-- once requeued, and reads the dead child in its children. Prepended with
 -- guard.lua, frame.lua, stream/bound.lua and back.lua. Called through `crate::operate::dead::Requeue`.
 --
 -- KEYS: dead-letter list, then the destination's keys (back.lua: a list's levels, each dead
@@ -22,7 +24,8 @@ if how ~= 'oldest' and how ~= 'values' then
   return redis.error_reply('RSARGS requeue.lua: expected oldest or values at argument ' .. dest.arg_end .. ', got ' .. tostring(how))
 end
 
--- `v` requeued: attempt 1, `reason` moved to the end of `dead-history`, `dead-at` dropped.
+-- `v` requeued: attempt 1, `reason` moved to the end of `dead-history`, `dead-at` and
+-- `rs.flow.failed` dropped.
 local function requeued(v)
   local layout = frame_layout(v)
   if not layout then return v end
@@ -34,7 +37,7 @@ local function requeued(v)
       reason = val
     elseif k == 'dead-history' then
       history = val
-    elseif k ~= 'dead-at' then
+    elseif k ~= 'dead-at' and k ~= 'rs.flow.failed' then
       kept[#kept + 1] = u16_bytes(#k) .. k .. u32_bytes(#val) .. val
     end
   end

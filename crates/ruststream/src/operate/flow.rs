@@ -1,4 +1,4 @@
-//! `flow show SUB ID`'s output: a flow's state and each child's, as text or JSON.
+//! `flow show ID`'s output: a flow's state and each child's, as text or JSON.
 
 use ruststream_core::{ChildOutcome, FlowState};
 
@@ -6,6 +6,8 @@ use ruststream_core::{ChildOutcome, FlowState};
 #[derive(Debug, serde::Serialize)]
 pub(super) struct FlowView<'a> {
     id: &'a str,
+    /// The subscription its parent goes to.
+    queue: &'a str,
     state: &'a str,
     on_child_failure: &'static str,
     children: Vec<ChildView<'a>>,
@@ -35,9 +37,10 @@ fn outcome(o: &ChildOutcome) -> (&'static str, Option<&str>) {
 }
 
 impl<'a> FlowView<'a> {
-    pub(super) fn of(state: &'a FlowState) -> Self {
+    pub(super) fn of(state: &'a FlowState, queue: &'a str) -> Self {
         Self {
             id: &state.id,
+            queue,
             state: &state.state,
             on_child_failure: state.on_child_failure.as_str(),
             children: state
@@ -61,16 +64,17 @@ impl<'a> FlowView<'a> {
 }
 
 /// `flow show`'s text: the flow's line, then one line a child.
-pub(super) fn flow_text(state: &FlowState) -> String {
-    let view = FlowView::of(state);
+pub(super) fn flow_text(state: &FlowState, queue: &str) -> String {
+    let view = FlowView::of(state, queue);
     let done = view
         .children
         .iter()
         .filter(|c| c.outcome != "pending")
         .count();
     let mut out = format!(
-        "flow {}  {}  on child failure: {}  children done: {done}/{}\n",
+        "flow {} on {}  {}  on child failure: {}  children done: {done}/{}\n",
         view.id,
+        view.queue,
         view.state,
         view.on_child_failure,
         view.children.len()
@@ -113,10 +117,11 @@ mod tests {
             ],
         );
         assert_eq!(
-            flow_text(&state),
-            "flow w  pending  on child failure: continue  children done: 2/3\n  w.0  acked  result: 120\n  w.1  dead  reason: dropped\n  w.2  pending\n"
+            flow_text(&state, "{jobs}"),
+            "flow w on {jobs}  pending  on child failure: continue  children done: 2/3\n  w.0  acked  result: 120\n  w.1  dead  reason: dropped\n  w.2  pending\n"
         );
-        let json = serde_json::to_value(FlowView::of(&state)).expect("json");
+        let json = serde_json::to_value(FlowView::of(&state, "{jobs}")).expect("json");
+        assert_eq!(json["queue"], "{jobs}");
         assert_eq!(json["children"][1]["reason"], "dropped");
         assert_eq!(json["children"][0]["result"], "120");
     }

@@ -107,10 +107,12 @@ pub(crate) enum Flow {
     /// A flow's state (pending, enqueued, failed), policy, and each child's outcome and result.
     /// Exit code 3: no such flow (never published, or expired).
     Show {
-        /// The subscription its parent goes to.
-        subscription: String,
         /// The flow's id (its parent's message id).
         id: String,
+        /// The subscription its parent goes to; without it, every list and stream of the app
+        /// is looked in.
+        #[arg(long)]
+        subscription: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -253,10 +255,7 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
     if let Operate::Periodic { json } = command {
         return periodic(&ops, json).await;
     }
-    let name = match &command {
-        Operate::Inspect { subscription, .. } => subscription.clone(),
-        other => Some(subscription_of(other).to_owned()),
-    };
+    let name = subscription_of(&command).map(str::to_owned);
     let targets: Vec<&Operator> = match &name {
         None => ops.iter().collect(),
         Some(n) => match ops
@@ -352,21 +351,43 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
             })
         }
         Operate::Flow(Flow::Show {
-            subscription,
             id,
+            subscription,
             json,
-        }) => match targets[0].flow(&subscription, &id).await? {
-            Some(state) => {
-                print_out(json, &flow::FlowView::of(&state), || {
-                    flow::flow_text(&state)
-                })?;
-                Ok(ExitCode::SUCCESS)
+        }) => {
+            let found = match &subscription {
+                Some(sub) => targets[0]
+                    .flow(sub, &id)
+                    .await?
+                    .map(|state| (sub.clone(), state)),
+                None => {
+                    let mut found = None;
+                    for o in &targets {
+                        found = o.find_flow(&id).await?;
+                        if found.is_some() {
+                            break;
+                        }
+                    }
+                    found
+                }
+            };
+            match found {
+                Some((queue, state)) => {
+                    print_out(json, &flow::FlowView::of(&state, &queue), || {
+                        flow::flow_text(&state, &queue)
+                    })?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    let on = subscription.map_or_else(
+                        || "on any list or stream of this app".to_owned(),
+                        |s| format!("on `{s}`"),
+                    );
+                    eprintln!("no flow `{id}` {on} (never published, or expired)");
+                    Ok(ExitCode::from(NOTHING_MATCHED))
+                }
             }
-            None => {
-                eprintln!("no flow `{id}` on `{subscription}` (never published, or expired)");
-                Ok(ExitCode::from(NOTHING_MATCHED))
-            }
-        },
+        }
         Operate::Dead(d) => dead(targets[0], d).await,
         Operate::Delayed(d) => delayed(targets[0], d).await,
         Operate::Periodic { json } => periodic(&ops, json).await,
@@ -384,18 +405,20 @@ async fn periodic(ops: &[Operator], json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn subscription_of(command: &Operate) -> &str {
+/// The subscription a command names; `None` for those that look in every app's queues.
+fn subscription_of(command: &Operate) -> Option<&str> {
     match command {
-        Operate::Inspect { subscription, .. } => subscription.as_deref().unwrap_or(""),
+        Operate::Inspect { subscription, .. } | Operate::Flow(Flow::Show { subscription, .. }) => {
+            subscription.as_deref()
+        }
         Operate::Pause { subscription, .. }
         | Operate::Resume { subscription, .. }
-        | Operate::Cancel { subscription, .. }
-        | Operate::Flow(Flow::Show { subscription, .. }) => subscription,
-        Operate::Periodic { .. } => "",
-        Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => &a.subscription,
-        Operate::Dead(Dead::Show(a)) => &a.subscription,
+        | Operate::Cancel { subscription, .. } => Some(subscription),
+        Operate::Periodic { .. } => None,
+        Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => Some(&a.subscription),
+        Operate::Dead(Dead::Show(a)) => Some(&a.subscription),
         Operate::Dead(Dead::Requeue(a) | Dead::Purge(a))
-        | Operate::Delayed(Delayed::Promote(a) | Delayed::Cancel(a)) => &a.subscription,
+        | Operate::Delayed(Delayed::Promote(a) | Delayed::Cancel(a)) => Some(&a.subscription),
     }
 }
 

@@ -24,6 +24,7 @@ on!(
     a_nested_flow_completes_its_parent_when_its_own_parent_is_acked,
     a_resent_publish_and_a_child_run_twice_do_nothing_twice,
     children_compose_with_levels_partitions_delays_and_retries,
+    streams_and_batch_items_are_children_and_parents,
 );
 
 // The proxy that loses replies works on a standalone server only.
@@ -138,6 +139,49 @@ impl Handle<Report> for ReportWorker {
     }
 }
 
+/// A batch handler: sets `n * 10` as each part's result; reads each report's children.
+#[derive(Clone)]
+pub struct BatchWorker {
+    pub log: Log,
+}
+
+impl HandleBatch<Part> for BatchWorker {
+    async fn handle_batch(&self, parts: &[Part], ctx: &mut BatchContext<'_>) -> BatchOutcome {
+        for (i, p) in parts.iter().enumerate() {
+            if ctx.set_result(i, &(p.n * 10)).await.is_err() {
+                return BatchOutcome::all(HandlerOutcome::retry());
+            }
+            let id = ctx
+                .info(i)
+                .map(|d| d.message_id.clone())
+                .unwrap_or_default();
+            self.log.push(format!("part:{id}"));
+        }
+        BatchOutcome::ack()
+    }
+}
+
+impl HandleBatch<Report> for BatchWorker {
+    async fn handle_batch(&self, _: &[Report], ctx: &mut BatchContext<'_>) -> BatchOutcome {
+        for i in 0..ctx.len() {
+            let Ok(children) = ctx.children(i).await else {
+                return BatchOutcome::all(HandlerOutcome::retry());
+            };
+            let id = ctx
+                .info(i)
+                .map(|d| d.message_id.clone())
+                .unwrap_or_default();
+            self.log
+                .children
+                .lock()
+                .expect("lock")
+                .push((id.clone(), children));
+            self.log.push(format!("report:batch:{id}"));
+        }
+        BatchOutcome::ack()
+    }
+}
+
 fn reliable(key: &str) -> RedisList {
     RedisList::new(key)
         .reliable()
@@ -223,10 +267,11 @@ async fn a_parent_runs_once_after_its_children_with_their_results(env: &Env) {
     assert!(ttl > 0 && ttl <= 3_600_000, "the record's ttl: {ttl}");
     env.advance(Duration::from_millis(200)).await;
     assert_eq!(log.count("report:{reports}:f1"), 1, "the parent ran once");
-    // What the operator's `flow show {reports} f1` reads.
-    let operator = env
-        .broker()
-        .operator(&[ruststream::RedisSource::from(reliable(REPORTS))]);
+    // What the operator's `flow show f1 --subscription {reports}` reads.
+    let operator = env.broker().operator(&[
+        ruststream::RedisSource::from(reliable(PARTS)),
+        ruststream::RedisSource::from(reliable(REPORTS)),
+    ]);
     operator.connect().await.expect("connect");
     let state = operator.flow(REPORTS, "f1").await.expect("read the flow");
     let state = state.expect("the flow's record");
@@ -236,6 +281,14 @@ async fn a_parent_runs_once_after_its_children_with_their_results(env: &Env) {
     );
     assert_eq!(state.children, log.children("f1")[0]);
     assert_eq!(operator.flow(REPORTS, "nope").await.expect("read"), None);
+    // `flow show f1`, without the queue: every list and stream of the app is looked in.
+    let (queue, found) = operator
+        .find_flow("f1")
+        .await
+        .expect("look for the flow")
+        .expect("found from its id alone");
+    assert_eq!((queue.as_str(), &found), (REPORTS, &state));
+    assert_eq!(operator.find_flow("nope").await.expect("look"), None);
     env.stop(app).await;
 }
 
@@ -261,6 +314,26 @@ async fn a_dead_child_fails_the_parent_naming_it(env: &Env) {
     env.advance(Duration::from_millis(200)).await;
     assert_eq!(log.count("report:{reports}:f2"), 0, "the parent never ran");
     assert_eq!(env.llen("{reports}.dead").await, 1, "dead-lettered once");
+    // Requeued by the operator, the parent runs, and reads the dead child.
+    let operator = env
+        .broker()
+        .operator(&[ruststream::RedisSource::from(reliable(REPORTS))]);
+    operator.connect().await.expect("connect");
+    let requeue = operator.requeue(
+        REPORTS,
+        &ruststream::redis::operate::Select::All { limit: None },
+    );
+    assert_eq!(requeue.await.expect("requeue"), 1);
+    env.eventually("the requeued parent ran", async || {
+        log.count("report:{reports}:f2") == 1
+    })
+    .await;
+    let children = &log.children("f2")[0];
+    assert!(
+        matches!(&children[1].outcome, ChildOutcome::Dead { reason } if reason == "dropped"),
+        "{children:?}"
+    );
+    assert_eq!(env.llen("{reports}.dead").await, 0);
     env.stop(app).await;
 }
 
@@ -417,6 +490,89 @@ async fn children_compose_with_levels_partitions_delays_and_retries(env: &Env) {
         1,
         "the retried child ran to its end once"
     );
+    env.stop(app).await;
+}
+
+/// A flow's parent on a stream whose children are a stream's entries and a batch handler's
+/// items; and a nested flow whose parents are items of a batch handler.
+async fn streams_and_batch_items_are_children_and_parents(env: &Env) {
+    const SREPORTS: &str = "{sreports}";
+    const SPARTS: &str = "{sparts}";
+    const BPARTS: &str = "{bparts}";
+    const BREPORTS: &str = "{breports}";
+    let log = Log::default();
+    let parts = PartWorker {
+        log: log.clone(),
+        drop: None,
+        retry: None,
+    };
+    let batch = BatchWorker { log: log.clone() };
+    let reports = ReportWorker { log: log.clone() };
+    let app = env
+        .start_with(|b| {
+            b.include(subscriber(RedisStream::new(SPARTS).group("g"), parts).build());
+            b.include(
+                subscriber(reliable(BPARTS), batch.clone())
+                    .batch(4)
+                    .max_wait(Duration::from_millis(20))
+                    .build::<Part>(),
+            );
+            b.include(subscriber(RedisStream::new(SREPORTS).group("g"), reports).build());
+            b.include(
+                subscriber(reliable(BREPORTS), batch)
+                    .batch(4)
+                    .max_wait(Duration::from_millis(20))
+                    .build::<Report>(),
+            );
+        })
+        .await;
+    let publisher = env
+        .broker_with(|b| {
+            b.route(SREPORTS, stream::Publish::new())
+                .route(SPARTS, stream::Publish::new())
+        })
+        .publisher();
+    // The inner flow's parent is a batch item, and a child of the outer flow.
+    let inner = publisher
+        .flow(&report())
+        .to(BREPORTS)
+        .child(&Part { n: 4 }, BPARTS)
+        .child(&Part { n: 5 }, SPARTS);
+    publisher
+        .flow(&report())
+        .to(SREPORTS)
+        .id("f7")
+        .child(&Part { n: 1 }, SPARTS)
+        .child(&Part { n: 2 }, BPARTS)
+        .child(&Part { n: 3 }, BPARTS)
+        .child_flow(inner)
+        .publish()
+        .await
+        .expect("publish the flow");
+    env.eventually("the stream's parent ran", async || {
+        log.count("report:{sreports}:f7") == 1
+    })
+    .await;
+    assert_eq!(
+        log.count("report:batch:f7.3"),
+        1,
+        "the inner parent ran once"
+    );
+    assert_eq!(
+        log.children("f7.3"),
+        [vec![acked("f7.3.0", 40), acked("f7.3.1", 50)]]
+    );
+    let outer = &log.children("f7")[0];
+    let ids: Vec<&str> = outer.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["f7.0", "f7.1", "f7.2", "f7.3"]);
+    let results: Vec<_> = outer[..3]
+        .iter()
+        .map(|c| c.result::<u32>().expect("decodes"))
+        .collect();
+    assert_eq!(results, [Some(10), Some(20), Some(30)]);
+    assert_eq!(outer[3].outcome, ChildOutcome::Acked);
+    env.advance(Duration::from_millis(200)).await;
+    assert_eq!(log.count("report:{sreports}:f7"), 1, "the parent ran once");
     env.stop(app).await;
 }
 

@@ -550,6 +550,16 @@ async fn the_command_words_and_their_exit_codes(env: &Env) {
         ExitCode::from(3),
         "nothing matched"
     );
+    assert_eq!(
+        code(&["flow", "show", "missing"]).await,
+        ExitCode::from(3),
+        "no flow on any queue"
+    );
+    assert_eq!(
+        code(&["flow", "show", "missing", "--subscription", "{cli}"]).await,
+        ExitCode::from(3),
+        "no flow on {{cli}}"
+    );
     // Tests have no terminal: a purge without --yes is refused and deletes nothing.
     assert_eq!(
         code(&["dead", "purge", "{cli}", "--all"]).await,
