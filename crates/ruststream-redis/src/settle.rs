@@ -11,11 +11,13 @@ use crate::dead::DeadBound;
 use crate::lua;
 
 /// The Lua both settle scripts are prepended with: the guard, the delayed retry's part, the
-/// way back to the queue with what it needs, and the dead-letter list's bound.
-pub(crate) const PARTS: [&str; 6] = [
+/// way back to the queue with what it needs, the dead-letter list's bound, and the test of a
+/// cancelled message (`cancel/settled.lua`).
+pub(crate) const PARTS: [&str; 7] = [
     lua::GUARD,
     crate::delayed::SCHEDULE_RETRY,
     crate::frame::LUA,
+    include_str!("cancel/settled.lua"),
     lua::BOUND,
     lua::BACK,
     crate::dead::LUA,

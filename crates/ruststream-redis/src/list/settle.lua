@@ -57,13 +57,8 @@ end
 local found = 0
 local retried = {}
 local bound, now
-local cancels = redis.call('EXISTS', KEYS[6]) == 1
 -- Whether the claimed value `v` is of a cancelled message.
-local function cancelled(v)
-  if not cancels then return false end
-  local l = frame_layout(v)
-  return l ~= nil and redis.call('HEXISTS', KEYS[6], string.sub(v, l.id[1], l.id[2])) == 1
-end
+local cancelled = cancelled_in(KEYS[6])
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned

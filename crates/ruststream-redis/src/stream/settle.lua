@@ -52,13 +52,8 @@ end
 local found = 0
 local retried = {}
 local bound, now
-local cancels = redis.call('EXISTS', KEYS[4]) == 1
 -- Whether the frame `v` (a retry's or dead letter's) is of a cancelled message.
-local function cancelled(v)
-  if not cancels then return false end
-  local l = frame_layout(v)
-  return l ~= nil and redis.call('HEXISTS', KEYS[4], string.sub(v, l.id[1], l.id[2])) == 1
-end
+local cancelled = cancelled_in(KEYS[4])
 for i = first, #ARGV, 4 do
   local op = ARGV[i + 1]
   if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then

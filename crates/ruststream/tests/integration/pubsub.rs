@@ -489,6 +489,45 @@ async fn a_delayed_publish_to_a_channel_is_refused(env: &Env) {
     assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
 }
 
+/// A subscription held at its first message: an app whose `handler` reads a fresh channel
+/// `{<name>-<pid>}` at concurrency 1 with a read-ahead of `buffer`, message 0 published, and its
+/// handler seen counting it in `seen` (the handler then holds it). Returns the app, a publisher,
+/// the channel and the nodes' clients.
+async fn held_at_first<H>(
+    env: &Env,
+    name: &str,
+    handler: H,
+    seen: &AtomicUsize,
+    buffer: usize,
+) -> (ruststream::RunningApp, Publisher, String, Vec<Client>)
+where
+    H: Handle<Event> + Clone + Send + Sync + 'static,
+{
+    let nodes = env.node_clients().await;
+    let broker = env.broker();
+    let channel = format!("{{{name}-{}}}", std::process::id());
+    let source = RedisChannel::new(channel.clone())
+        .concurrency(1)
+        .buffer(buffer);
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(source, handler).build());
+    });
+    let app = start(app).await;
+    await_subscribers(&nodes, &env.key(&channel), 1).await;
+    let publisher = broker.publisher();
+    publisher
+        .message(&Event { n: 0 })
+        .to(&channel)
+        .publish()
+        .await
+        .expect("publish");
+    wait_until("the first handler to block", WAIT, async || {
+        seen.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    (app, publisher, channel, nodes)
+}
+
 /// Blocks on a gate until the test opens it.
 #[derive(Clone)]
 struct Gated {
@@ -510,31 +549,12 @@ impl Handle<Event> for Gated {
 /// never lost.
 async fn a_slow_handler_loses_nothing_beyond_the_buffer(env: &Env) {
     let prometheus = prometheus();
-    let nodes = env.node_clients().await;
-    let broker = env.broker();
     let gated = Gated {
         gate: Arc::new(Semaphore::new(0)),
         seen: Arc::default(),
     };
-    let channel = format!("{{slow-{}}}", std::process::id());
-    let handler = gated.clone();
-    let source = RedisChannel::new(channel.clone()).concurrency(1).buffer(4);
-    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
-        b.include(subscriber(source, handler).build());
-    });
-    let app = start(app).await;
-    await_subscribers(&nodes, &env.key(&channel), 1).await;
-    let publisher = broker.publisher();
-    publisher
-        .message(&Event { n: 0 })
-        .to(&channel)
-        .publish()
-        .await
-        .expect("publish");
-    wait_until("the first handler to block", WAIT, async || {
-        gated.seen.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    let (app, publisher, channel, _) =
+        held_at_first(env, "slow", gated.clone(), &gated.seen, 4).await;
     // The only handler is held: these wait in the buffer, the socket and Redis.
     const BURST: u32 = 6_000;
     let burst: Vec<Event> = (1..=BURST).map(|n| Event { n }).collect();
@@ -588,28 +608,9 @@ impl Handle<Event> for HoldFirst {
 /// Shutdown while the only handler is held and messages wait unread in the socket: the stop
 /// waits for the handler, not for the unread messages, and closes the connection.
 async fn a_stop_with_unread_messages_is_bounded(env: &Env) {
-    let nodes = env.node_clients().await;
-    let broker = env.broker();
     let hold = HoldFirst::default();
-    let channel = format!("{{unread-{}}}", std::process::id());
-    let handler = hold.clone();
-    let source = RedisChannel::new(channel.clone()).concurrency(1).buffer(2);
-    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
-        b.include(subscriber(source, handler).build());
-    });
-    let app = start(app).await;
-    await_subscribers(&nodes, &env.key(&channel), 1).await;
-    let publisher = broker.publisher();
-    publisher
-        .message(&Event { n: 0 })
-        .to(&channel)
-        .publish()
-        .await
-        .expect("publish");
-    wait_until("the first handler to block", WAIT, async || {
-        hold.seen.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    let (app, publisher, channel, nodes) =
+        held_at_first(env, "unread", hold.clone(), &hold.seen, 2).await;
     let burst: Vec<Event> = (1..=5_000).map(|n| Event { n }).collect();
     publisher
         .messages(&burst)
