@@ -11,7 +11,9 @@
 //!   then through `back.lua` `RPUSH` (list; onto each entry's priority level, when it has
 //!   levels) or `XADD` (stream, then `XTRIM` when its route bounds it), `HDEL`, `ZREM`, at most the move batch a call.
 //!   Any number of readers may move at once: the script is atomic, so nothing is delivered twice
-//!   and no lock is taken.
+//!   and no lock is taken. The same call takes the flows of the destination's publishing set
+//!   older than the flow repair's grace (`ZRANGEBYSCORE`, `ZADD XX` to now), and the mover
+//!   repairs them (`crate::flow::repair`): a reader finishes a flow whose publisher stopped.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
 //!
 //! A reader never waits past the next due entry: the mover keeps that time ([`DueClock`]), the

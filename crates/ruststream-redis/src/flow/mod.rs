@@ -11,18 +11,24 @@
 //! back to a queue (levels, stream, ttl).
 //!
 //! Publishing ([`publish_flow`]): `flow/start.lua` writes the record first (once: a resent
-//! publish finds it and learns which children are still unpublished), then the children are
-//! published like any message (so levels, partitions, delays compose), a nested flow through
-//! this same function, then `flow/sent.lua` marks them published. A crash or a lost reply
-//! anywhere in between is finished by publishing the same flow id again; a child pushed but
-//! not yet marked is pushed again then (it is recorded once, whatever runs twice).
+//! publish finds it and learns which children are still unpublished), with the flow's plan
+//! (`plan.rs`: every child and its publish policy) and an entry in the parent queue's
+//! publishing set (`<parent key>.flows.publishing`); then the children are published like any
+//! message (so levels, partitions, delays compose), a nested flow through this same function,
+//! then `flow/sent.lua` marks them published and, once none is left, deletes the plan and the
+//! entry. A crash or a lost reply anywhere in between is finished by the readers of the parent's
+//! queue: their mover (`crate::delayed`) takes entries older than the grace, and [`repair`]
+//! publishes what is unsent from the plan through this same function (or by publishing the same
+//! flow id again); a child pushed but not yet marked is pushed again then (it is recorded once,
+//! whatever runs twice).
 //!
 //! A child's end ([`child_done`], from the dispatch loop before the child's settle): its
 //! result is read from its job record (`HGET`), then `flow/done.lua` records it.
 //!
-//! Commands: `EVALSHA` of `flow/start.lua` (`TYPE`, `EXISTS`, `HSET`, `HGET`, `PEXPIRE`),
-//! `flow/sent.lua` (`HGET`, `HSET`), `flow/done.lua` (`HGET`, `HSET`, `PEXPIRE`, and
-//! `back.lua`'s push); `HGET` of a child's job record; `HGETALL` of a record (`state.rs`).
+//! Commands: `EVALSHA` of `flow/start.lua` (`TYPE`, `EXISTS`, `HSET`, `HGET`, `PEXPIRE`, `TIME`,
+//! `ZADD`, `PTTL`), `flow/sent.lua` (`HGET`, `HSET`, `HMGET`, `HDEL`, `ZREM`), `flow/done.lua` (`HGET`, `HSET`, `PEXPIRE`, and
+//! `back.lua`'s push); `HGET` of a child's job record; `HGETALL` of a record (`state.rs`); a
+//! repair's `HGET` of the plan and `ZREM` (`repair.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;

@@ -15,7 +15,7 @@ use ruststream::RunningApp;
 use ruststream::flow::OutFlow;
 use ruststream::prelude::*;
 
-use super::flows::{Log, Part, PartWorker, ReportWorker};
+use super::flows::{Log, Part, inner, report, workers_on};
 
 on!(
     [memory, standalone, cluster] multi_thread:
@@ -26,7 +26,6 @@ on!(
 on!([memory, standalone] multi_thread: an_undecodable_plan_takes_the_flow_out_of_the_set);
 
 const REPORTS: &str = "{reports}";
-const MID: &str = "{mid}";
 const PARTS: &str = "{parts}";
 const EXTRA: &str = "{extra}";
 /// The parents' queue's flows being published.
@@ -36,42 +35,15 @@ const GRACE: Duration = Duration::from_millis(300);
 /// An app reading the parents' and children's queues, on a broker that repairs flows after
 /// [`GRACE`] and looks every 50 ms.
 async fn repairing_workers(env: &Env, log: &Log) -> RunningApp {
-    let (parts, reports) = (
-        PartWorker {
-            log: log.clone(),
-            drop: None,
-            retry: None,
-        },
-        ReportWorker { log: log.clone() },
-    );
     let broker = env.broker_with(|b| {
         b.flow_repair_grace(GRACE)
             .schedule_interval(Duration::from_millis(50))
     });
-    let list = |key: &str| {
-        RedisList::new(key)
-            .reliable()
-            .retry(Backoff::fixed(Duration::from_millis(20)))
-    };
-    let app = RustStream::new(AppInfo::new("flows-repair", "0.0.0"))
-        .shutdown_timeout(Duration::from_secs(1))
-        .with_broker(broker, move |b| {
-            b.include(subscriber(list(PARTS), parts.clone()).build());
-            b.include(subscriber(list(EXTRA), parts).build());
-            b.include(subscriber(list(REPORTS), reports.clone()).build());
-            b.include(subscriber(list(MID), reports).build());
-        });
-    env.start(app).await
-}
-
-fn report() -> super::flows::Report {
-    super::flows::Report {
-        name: "weekly".into(),
-    }
+    workers_on(env, broker, log, None).await
 }
 
 /// The flow `id`: three parts on two queues, and a nested flow of two parts whose parent goes to
-/// [`MID`].
+/// `{mid}` ([`inner`]).
 fn nested(env: &Env, id: &str) -> OutFlow {
     nested_by(&env.broker().publisher(), id)
         .build()
@@ -79,18 +51,13 @@ fn nested(env: &Env, id: &str) -> OutFlow {
 }
 
 fn nested_by<'a>(publisher: &'a Publisher, id: &str) -> ruststream::flow::FlowBuilder<'a> {
-    let inner = publisher
-        .flow(&report())
-        .to(MID)
-        .child(&Part { n: 4 }, PARTS)
-        .child(&Part { n: 5 }, EXTRA);
     publisher
         .flow(&report())
         .to(REPORTS)
         .id(id)
         .child(&Part { n: 1 }, PARTS)
         .child(&Part { n: 2 }, EXTRA)
-        .child_flow(inner)
+        .child_flow(inner(publisher))
         .child(&Part { n: 3 }, PARTS)
 }
 
