@@ -195,7 +195,8 @@ impl RedisBroker {
     /// above the time a flow's publish takes, or a slow publish is repaired while it runs and
     /// some children are pushed twice. The readers look for such flows with their delayed
     /// entries (see [`schedule_interval`](Self::schedule_interval)), so a repair comes that
-    /// much after the grace at most; a broker with scheduling off repairs nothing.
+    /// much after the grace at most; a broker with scheduling off repairs nothing. Zero is
+    /// refused at startup.
     ///
     /// ```
     /// use std::time::Duration;
@@ -335,6 +336,11 @@ impl Broker for RedisBroker {
             Some(schedule.batch),
         )?;
         crate::results::validate_ttl(self.conns.settings.result_ttl)?;
+        if self.conns.settings.flow_grace.is_zero() {
+            return Err(ruststream_core::Error::config(
+                "RedisBroker::flow_repair_grace(0): every flow being published would be repaired at once, its children pushed twice; give it well above a flow's publish time (default 30 s)",
+            ));
+        }
         if self.conns.settings.command_timeout.is_zero() {
             return Err(ruststream_core::Error::config(
                 "RedisBroker::command_timeout(0): a command would fail before Redis could answer; give it at least a few seconds (default 10 s)",

@@ -15,7 +15,7 @@ use ruststream::RunningApp;
 use ruststream::flow::OutFlow;
 use ruststream::prelude::*;
 
-use super::flows::{Log, Part, inner, report, workers_on};
+use super::flows::{Log, Part, ReportWorker, inner, report, workers_on};
 
 on!(
     [memory, standalone, cluster] multi_thread:
@@ -24,6 +24,8 @@ on!(
 );
 
 on!([memory, standalone] multi_thread: an_undecodable_plan_takes_the_flow_out_of_the_set);
+
+on!([memory] a_zero_grace_is_refused_at_startup);
 
 const REPORTS: &str = "{reports}";
 const PARTS: &str = "{parts}";
@@ -181,4 +183,23 @@ async fn an_undecodable_plan_takes_the_flow_out_of_the_set(env: &Env) {
     assert_eq!(log.count("report:{reports}:r3"), 0, "the parent never ran");
     assert_eq!(log.count("part:r3.1"), 0, "nothing was repaired");
     env.stop(app).await;
+}
+
+async fn a_zero_grace_is_refused_at_startup(env: &Env) {
+    let app = RustStream::new(AppInfo::new("flows-repair", "0.0.0")).with_broker(
+        env.broker_with(|b| b.flow_repair_grace(Duration::ZERO)),
+        |b| {
+            b.include(
+                subscriber(
+                    RedisList::new(REPORTS).reliable(),
+                    ReportWorker {
+                        log: Log::default(),
+                    },
+                )
+                .build(),
+            );
+        },
+    );
+    let err = env.refusal(app).await;
+    assert!(err.contains("flow_repair_grace"), "{err}");
 }
