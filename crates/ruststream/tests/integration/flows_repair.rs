@@ -1,7 +1,8 @@
 //! Flows whose publisher stopped halfway (issue 23 point 2): a flow whose record is written but
 //! whose children are only partly published (`RedisBroker::publish_flow_halfway`, a publisher
 //! that stops after its first children) is finished by a reader of its parent's queue after
-//! the grace, from the plan in its record, nested flow included; its parent then runs once.
+//! the grace, from the plan in its record, nested flow included (and a partitioned parent's, by
+//! its partition's reader); its parent then runs once.
 //! Two readers repairing at once, and a repair of a flow published whole, do nothing twice; a
 //! plan that cannot be decoded takes the flow out of the publishing set. A publisher SIGKILLed
 //! mid-flow is in `processes/flows.rs`.
@@ -26,6 +27,8 @@ on!(
 on!([memory, standalone] multi_thread: an_undecodable_plan_takes_the_flow_out_of_the_set);
 
 on!([memory] a_zero_grace_is_refused_at_startup);
+
+on!([memory, standalone, cluster] multi_thread: a_partitioned_parents_flow_is_repaired_by_its_partitions_reader);
 
 const REPORTS: &str = "{reports}";
 const PARTS: &str = "{parts}";
@@ -202,4 +205,60 @@ async fn a_zero_grace_is_refused_at_startup(env: &Env) {
     );
     let err = env.refusal(app).await;
     assert!(err.contains("flow_repair_grace"), "{err}");
+}
+
+async fn a_partitioned_parents_flow_is_repaired_by_its_partitions_reader(env: &Env) {
+    let spread = |b: RedisBroker| b.route("spread", list::Publish::new().partitions(3));
+    let publisher = env.broker_with(spread).publisher();
+    let flow = publisher
+        .flow(&report())
+        .to("spread")
+        .id("r5")
+        .child(&Part { n: 1 }, PARTS)
+        .child(&Part { n: 2 }, PARTS)
+        .build()
+        .expect("a flow");
+    env.broker_with(spread)
+        .publish_flow_halfway(flow, 1)
+        .await
+        .expect("publish halfway");
+    let log = Log::default();
+    let (parts, reports) = (
+        super::flows::PartWorker {
+            log: log.clone(),
+            drop: None,
+            retry: None,
+        },
+        ReportWorker { log: log.clone() },
+    );
+    let broker = env.broker_with(|b| {
+        b.flow_repair_grace(GRACE)
+            .schedule_interval(Duration::from_millis(50))
+    });
+    let app = RustStream::new(AppInfo::new("flows-repair", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(broker, move |b| {
+            b.include(subscriber(RedisList::new(PARTS).reliable(), parts).build());
+            b.include(
+                subscriber(RedisList::new("spread").reliable().partitions(3), reports).build(),
+            );
+        });
+    let app = env.start(app).await;
+    env.eventually("the parent ran", async || {
+        log.events()
+            .iter()
+            .filter(|e| e.ends_with(":r5") && e.starts_with("report:"))
+            .count()
+            == 1
+    })
+    .await;
+    assert_eq!((log.count("part:r5.0"), log.count("part:r5.1")), (1, 1));
+    env.advance(GRACE * 2).await;
+    let parents = log
+        .events()
+        .iter()
+        .filter(|e| e.starts_with("report:"))
+        .count();
+    assert_eq!(parents, 1, "the parent ran once: {:?}", log.events());
+    env.stop(app).await;
 }
