@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 /// How many replicas must hold a publish before it returns `Ok`, and how long to wait for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Durability {
     replicas: u32,
     timeout: Duration,

@@ -157,6 +157,24 @@ pub struct OutFlow {
     pub max_age: Duration,
 }
 
+impl OutFlow {
+    /// A flow as a broker takes it (a broker rebuilding one it stored; publishers use
+    /// [`FlowBuilder`]).
+    pub fn new(
+        parent: OutMessage,
+        children: Vec<OutChild>,
+        on_child_failure: ChildFailure,
+        max_age: Duration,
+    ) -> Self {
+        Self {
+            parent,
+            children,
+            on_child_failure,
+            max_age,
+        }
+    }
+}
+
 /// One child of an [`OutFlow`].
 #[derive(Debug, Clone)]
 #[non_exhaustive]

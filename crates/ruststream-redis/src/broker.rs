@@ -189,6 +189,24 @@ impl RedisBroker {
         self.with(|s| s.result_ttl = ttl)
     }
 
+    /// How long a flow may be publishing before the readers of its parent's queue publish the
+    /// children it left unsent themselves (default [`DEFAULT_FLOW_REPAIR_GRACE`](crate::DEFAULT_FLOW_REPAIR_GRACE),
+    /// 30 s): a publisher that stops halfway through a flow leaves it to them. Keep it well
+    /// above the time a flow's publish takes, or a slow publish is repaired while it runs and
+    /// some children are pushed twice. The readers look for such flows with their delayed
+    /// entries (see [`schedule_interval`](Self::schedule_interval)), so a repair comes that
+    /// much after the grace at most; a broker with scheduling off repairs nothing. Zero is
+    /// refused at startup.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ruststream_redis::RedisBroker;
+    /// let broker = RedisBroker::from_env().flow_repair_grace(Duration::from_secs(60));
+    /// ```
+    pub fn flow_repair_grace(self, grace: std::time::Duration) -> Self {
+        self.with(|s| s.flow_grace = grace)
+    }
+
     /// How long a command may go without a reply (default 10 s): past it the command fails (a
     /// settle or publish is then retried; a read replaces its connection and reads again) and
     /// its connection is closed and reconnected, so a connection that stopped answering (a
@@ -210,6 +228,23 @@ impl RedisBroker {
             conns: self.conns.clone(),
             routes: self.conns.routes.clone(),
         }))
+    }
+
+    /// Publishes `flow` as a publisher that stops halfway would: its record, then only its first
+    /// `children` message children, unmarked; the readers of its parent's queue repair the
+    /// rest after the grace ([`flow_repair_grace`](Self::flow_repair_grace)). For tests.
+    ///
+    /// # Errors
+    /// As a flow's publish.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub async fn publish_flow_halfway(
+        &self,
+        flow: ruststream_core::flow::OutFlow,
+        children: usize,
+    ) -> Result<()> {
+        self.conns.connect().await?;
+        crate::flow::publish_halfway(&self.conns, &self.conns.routes, flow, children).await
     }
 
     /// Connects the shared pool, if not yet connected. Publishing from outside an app needs it.
@@ -301,6 +336,11 @@ impl Broker for RedisBroker {
             Some(schedule.batch),
         )?;
         crate::results::validate_ttl(self.conns.settings.result_ttl)?;
+        if self.conns.settings.flow_grace.is_zero() {
+            return Err(ruststream_core::Error::config(
+                "RedisBroker::flow_repair_grace(0): every flow being published would be repaired at once, its children pushed twice; give it well above a flow's publish time (default 30 s)",
+            ));
+        }
         if self.conns.settings.command_timeout.is_zero() {
             return Err(ruststream_core::Error::config(
                 "RedisBroker::command_timeout(0): a command would fail before Redis could answer; give it at least a few seconds (default 10 s)",

@@ -73,12 +73,20 @@ impl KeySpace {
         }
     }
 
-    /// The delayed set of the full key `full` and its payload hash.
+    /// The delayed set of the full key `full`, its payload hash, and the set of the flows being
+    /// published whose parent goes to `full` (the mover of `full` repairs them).
     pub(crate) fn delayed(&self, full: &str) -> Delayed {
         Delayed {
             set: self.derived(full, ".delayed"),
             payloads: self.derived(full, ".delayed.payloads"),
+            publishing: self.publishing(full),
         }
+    }
+
+    /// The flows being published whose parent goes to the full key `full` (record key → start
+    /// ms; `crate::flow`): `full.flows.publishing`, in `full`'s slot.
+    pub(crate) fn publishing(&self, full: &str) -> String {
+        self.derived(full, ".flows.publishing")
     }
 
     /// Priority level `level` (above 0) of the full list key `full`: `full.p<level>`, in
@@ -256,6 +264,9 @@ pub(crate) struct Delayed {
     pub(crate) set: String,
     /// Message id → frame.
     pub(crate) payloads: String,
+    /// Flows being published whose parent goes here: record key → when last started or taken
+    /// for repair (ms).
+    pub(crate) publishing: String,
 }
 
 /// Whether Redis Cluster hashes only part of `key`: a `{` followed later by a `}` with

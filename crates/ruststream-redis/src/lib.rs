@@ -138,6 +138,7 @@ pub use operate::{
     delayed::{ChangeDelayed, DelayedChange, DelayedPick},
     inspect::OldestClaim,
 };
+pub use options::DEFAULT_FLOW_REPAIR_GRACE;
 pub use options::DEFAULT_MIN_IDLE;
 pub use options::DEFAULT_RESULT_TTL;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};

@@ -260,6 +260,11 @@ macro_rules! source_setters {
 
 pub(crate) use source_setters;
 
+/// How long a flow may be publishing before the readers of its parent's queue publish the rest
+/// of it themselves (a repair), unless the broker sets its own
+/// ([`RedisBroker::flow_repair_grace`](crate::RedisBroker::flow_repair_grace)).
+pub const DEFAULT_FLOW_REPAIR_GRACE: Duration = Duration::from_secs(30);
+
 /// How long a job's record lives after its last write, unless the broker sets its own.
 pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
 

@@ -22,6 +22,7 @@
 //! Here too: [`open`], [`prepare`] and [`queues`], what the broker and the operator call for any
 //! source, partitioned or not. Sends no command itself: each partition's receiver and settler do.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::{BoxFuture, try_join_all};
@@ -118,7 +119,7 @@ pub(crate) fn queues(source: &dyn Transport, space: &KeySpace) -> Vec<SourceKeys
 /// Opens the receiver of `source`: its own, or one reading all its partitions.
 pub(crate) async fn open(
     source: &dyn Transport,
-    conns: &Connections,
+    conns: &Arc<Connections>,
     stop: CancellationToken,
 ) -> Result<RedisReceiver> {
     let parts = source.partitions();
@@ -151,7 +152,7 @@ pub(crate) async fn prepare(source: &dyn Transport, conns: &Connections) -> Resu
 /// Opens a receiver reading every partition of a source.
 async fn open_parts(
     parts: Vec<Box<dyn Transport>>,
-    conns: &Connections,
+    conns: &Arc<Connections>,
     stop: CancellationToken,
     limit: Option<Limit>,
 ) -> Result<RedisReceiver> {

@@ -72,7 +72,8 @@ impl PublishBackend for RedisPublisher {
     fn publish_flow(&self, flow: ruststream_core::flow::OutFlow) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             self.conns.connect().await?;
-            crate::flow::publish_flow(&self.conns, &self.routes, flow, Default::default()).await
+            crate::flow::publish_flow(&self.conns, &self.routes, flow, Default::default(), false)
+                .await
         })
     }
 

@@ -38,6 +38,8 @@ pub(crate) struct Settings {
     pub(crate) schedule: crate::options::Schedule,
     /// How long a job's progress and result live after their last write (`crate::results`).
     pub(crate) result_ttl: std::time::Duration,
+    /// How long a flow may be publishing before a reader repairs it (`crate::flow`).
+    pub(crate) flow_grace: std::time::Duration,
     /// How long a command may go without a reply (`RedisBroker::command_timeout`).
     pub(crate) command_timeout: Duration,
 }
@@ -69,6 +71,7 @@ impl Settings {
             pool_size: 2,
             scheduling: true,
             result_ttl: crate::options::DEFAULT_RESULT_TTL,
+            flow_grace: crate::options::DEFAULT_FLOW_REPAIR_GRACE,
             schedule: crate::options::Schedule::default(),
             command_timeout: crate::options::DEFAULT_COMMAND_TIMEOUT,
         }

@@ -11,7 +11,9 @@
 //!   then through `back.lua` `RPUSH` (list; onto each entry's priority level, when it has
 //!   levels) or `XADD` (stream, then `XTRIM` when its route bounds it), `HDEL`, `ZREM`, at most the move batch a call.
 //!   Any number of readers may move at once: the script is atomic, so nothing is delivered twice
-//!   and no lock is taken.
+//!   and no lock is taken. The same call takes the flows of the destination's publishing set
+//!   older than the flow repair's grace (`ZRANGEBYSCORE`, `ZADD XX` to now), and the mover
+//!   repairs them (`crate::flow::repair`): a reader finishes a flow whose publisher stopped.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
 //!
 //! A reader never waits past the next due entry: the mover keeps that time ([`DueClock`]), the
@@ -116,6 +118,10 @@ pub struct MoveDue<'a> {
     pub dead: Option<&'a str>,
     /// The dead-letter list's bound.
     pub bound: DeadBound,
+    /// The destination's publishing set of flows (`crate::flow`).
+    pub publishing: &'a str,
+    /// How long a flow may be publishing before the call takes it for repair.
+    pub grace: Duration,
     /// Where the entries go.
     pub dest: &'a Dest,
     /// Most entries to move.
@@ -135,6 +141,8 @@ pub struct Moved {
     pub dead: i64,
     /// Dead letters the dead-letter list's bound trimmed.
     pub trimmed: u64,
+    /// The records of the flows taken for repair (`crate::flow`'s repair).
+    pub repair: Vec<String>,
     /// How late each moved entry was, in ms.
     pub lateness_ms: Vec<i64>,
 }
@@ -153,8 +161,10 @@ impl Call for MoveDue<'_> {
             self.set.to_owned(),
             self.payloads.to_owned(),
             self.dead.unwrap_or(stand_in).to_owned(),
+            self.publishing.to_owned(),
         ];
-        let mut args = vec![Value::from(self.most)];
+        let grace = i64::try_from(self.grace.as_millis()).unwrap_or(i64::MAX);
+        let mut args = vec![Value::from(self.most), Value::Integer(grace.max(1))];
         self.dest.push(&mut keys, &mut args);
         args.push(if self.dead.is_some() {
             self.bound.arg()
@@ -178,7 +188,13 @@ impl Call for MoveDue<'_> {
             next_due_ms: at(2, -1),
             dead: at(3, 0),
             trimmed: items.get(4).map_or(0, lua::reply_u64),
-            lateness_ms: items.iter().skip(5).map(lua::reply_i64).collect(),
+            repair: match items.get(5) {
+                Some(Value::Array(records)) => {
+                    records.iter().filter_map(|r| r.as_string()).collect()
+                }
+                _ => Vec::new(),
+            },
+            lateness_ms: items.iter().skip(6).map(lua::reply_i64).collect(),
         }
     }
 }
@@ -197,13 +213,16 @@ pub(crate) struct Mover {
     clock: Arc<DueClock>,
     lateness: metrics::Histogram,
     schedule: Schedule,
+    /// The destination's publishing set of flows, and the broker that repairs them.
+    publishing: String,
+    conns: Arc<Connections>,
 }
 
 impl Mover {
     /// The mover onto `dest` whose delayed set is `delayed` and dead-letter list `dead`,
     /// subscribed to its wake-ups.
     async fn open(
-        conns: &Connections,
+        conns: &Arc<Connections>,
         delayed: &Delayed,
         dead: Option<&str>,
         bound: DeadBound,
@@ -225,6 +244,8 @@ impl Mover {
             lateness: metrics::histogram!("ruststream_delivery_lateness_seconds", "queue" => queue.clone()),
             schedule,
             queue,
+            publishing: delayed.publishing.clone(),
+            conns: conns.clone(),
         })
     }
 
@@ -232,7 +253,7 @@ impl Mover {
     /// default), on the broker's schedule overridden by the source's `options`; `None` when
     /// either turned scheduling off.
     pub(crate) async fn open_if(
-        conns: &Connections,
+        conns: &Arc<Connections>,
         options: &SourceOptions,
         delayed: &Delayed,
         dead: Option<&str>,
@@ -287,12 +308,20 @@ impl Mover {
             payloads: &self.payloads,
             dead: self.dead.as_deref(),
             bound: self.bound,
+            publishing: &self.publishing,
+            grace: self.conns.settings.flow_grace,
             dest: &self.dest,
             most: self.schedule.batch,
         }
         .call(client)
         .await?;
         self.trims.record(m.trimmed);
+        for record in &m.repair {
+            if let Err(e) = crate::flow::repair(&self.conns, &self.publishing, record).await {
+                tracing::warn!(queue = %self.queue, record, error = %e,
+                    "flow not repaired; a reader tries again after the grace");
+            }
+        }
         let (moved, now, due, dead) = (m.moved, m.now_ms, m.next_due_ms, m.dead);
         if dead > 0 {
             tracing::warn!(queue = %self.queue, dead, dead_letters = ?self.dead,

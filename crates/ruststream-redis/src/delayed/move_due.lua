@@ -5,19 +5,23 @@
 -- `crate::delayed::MoveDue`.
 --
 -- KEYS: delayed set, delayed payload hash, dead-letter list (the destination's first key stands
---       in when there is none), then the destination's keys (back.lua: a list's levels, each
---       frame going onto its own; a stream).
--- ARGV: most entries to move, the destination (back.lua), then the dead-letter list's bound
---       (dead/trim.lua; '' when there is no dead-letter list).
+--       in when there is none), the destination's publishing set of flows (`flow/start.lua`),
+--       then the destination's keys (back.lua: a list's levels, each frame going onto its own;
+--       a stream).
+-- ARGV: most entries to move, the flow repair's grace in ms, the destination (back.lua), then
+--       the dead-letter list's bound (dead/trim.lua; '' when there is no dead-letter list).
 -- A list gets the frames at its consuming end (RPUSH, since they are due), latest first so the
 -- earliest is taken first; a stream gets an XADD of each frame's fields, earliest first, then
 -- one trim to its bound. One HMGET, one variadic RPUSH (per level), HDEL and ZREM per call.
 -- An entry that cannot be moved (a frame with more headers than one XADD can take) goes to the
 -- dead-letter list with a `reason` header (or is dropped without one) and never blocks the rest;
 -- the list is then trimmed to its bound.
--- Returns {moved, now_ms, next_due_ms or -1, dead, dead letters trimmed, lateness_ms...} on the
--- server's clock.
-local dest, derr = dest_of(4, 2)
+-- It also takes up to 8 flows of the publishing set started (or last taken) more than the grace
+-- ago, for the caller to repair (`flow/repair.rs`): each one's score is set to now, so the other
+-- readers leave it for another grace.
+-- Returns {moved, now_ms, next_due_ms or -1, dead, dead letters trimmed, {flows to repair},
+-- lateness_ms...} on the server's clock.
+local dest, derr = dest_of(5, 3)
 if not dest then return redis.error_reply(derr) end
 if dest.kind ~= 'list' and dest.kind ~= 'stream' then
   return redis.error_reply('RSARGS move_due.lua: a delayed set moves onto a list or a stream')
@@ -27,7 +31,11 @@ local bound = dead_bound(ARGV[dest.arg_end])
 if has_dead and not bound then
   return redis.error_reply('RSARGS move_due.lua: a dead-letter bound at argument ' .. dest.arg_end .. ' is malformed')
 end
-local checks = dest_checks(dest, {{KEYS[1], 'zset'}, {KEYS[2], 'hash'}})
+local grace = tonumber(ARGV[2])
+if not grace or grace < 1 then
+  return redis.error_reply('RSARGS move_due.lua: a grace of at least 1 ms at argument 2')
+end
+local checks = dest_checks(dest, {{KEYS[1], 'zset'}, {KEYS[2], 'hash'}, {KEYS[4], 'zset'}})
 if has_dead then checks[#checks + 1] = {KEYS[3], 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
@@ -35,7 +43,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
   math.min(tonumber(ARGV[1]), 1000))
-local out = {0, now, -1, 0, 0}
+local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now - grace, 'LIMIT', 0, 8)
+for i = 1, #stale do redis.call('ZADD', KEYS[4], 'XX', now, stale[i]) end
+local out = {0, now, -1, 0, 0, stale}
 if #due > 0 then
   local ids = {}
   for i = 1, #due, 2 do ids[#ids + 1] = due[i] end

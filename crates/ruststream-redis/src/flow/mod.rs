@@ -11,18 +11,24 @@
 //! back to a queue (levels, stream, ttl).
 //!
 //! Publishing ([`publish_flow`]): `flow/start.lua` writes the record first (once: a resent
-//! publish finds it and learns which children are still unpublished), then the children are
-//! published like any message (so levels, partitions, delays compose), a nested flow through
-//! this same function, then `flow/sent.lua` marks them published. A crash or a lost reply
-//! anywhere in between is finished by publishing the same flow id again; a child pushed but
-//! not yet marked is pushed again then (it is recorded once, whatever runs twice).
+//! publish finds it and learns which children are still unpublished), with the flow's plan
+//! (`plan.rs`: every child and its publish policy) and an entry in the parent queue's
+//! publishing set (`<parent key>.flows.publishing`); then the children are published like any
+//! message (so levels, partitions, delays compose), a nested flow through this same function,
+//! then `flow/sent.lua` marks them published and, once none is left, deletes the plan and the
+//! entry. A crash or a lost reply anywhere in between is finished by the readers of the parent's
+//! queue: their mover (`crate::delayed`) takes entries older than the grace, and [`repair`]
+//! publishes what is unsent from the plan through this same function (or by publishing the same
+//! flow id again); a child pushed but not yet marked is pushed again then (it is recorded once,
+//! whatever runs twice).
 //!
 //! A child's end ([`child_done`], from the dispatch loop before the child's settle): its
 //! result is read from its job record (`HGET`), then `flow/done.lua` records it.
 //!
-//! Commands: `EVALSHA` of `flow/start.lua` (`TYPE`, `EXISTS`, `HSET`, `HGET`, `PEXPIRE`),
-//! `flow/sent.lua` (`HGET`, `HSET`), `flow/done.lua` (`HGET`, `HSET`, `PEXPIRE`, and
-//! `back.lua`'s push); `HGET` of a child's job record; `HGETALL` of a record (`state.rs`).
+//! Commands: `EVALSHA` of `flow/start.lua` (`TYPE`, `EXISTS`, `HSET`, `HGET`, `PEXPIRE`, `TIME`,
+//! `ZADD`, `PTTL`), `flow/sent.lua` (`HGET`, `HSET`, `HMGET`, `HDEL`, `ZREM`), `flow/done.lua` (`HGET`, `HSET`, `PEXPIRE`, and
+//! `back.lua`'s push); `HGET` of a child's job record; `HGETALL` of a record (`state.rs`); a
+//! repair's `HGET` of the plan and `ZREM` (`repair.rs`).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -41,7 +47,10 @@ use crate::frame::encode_parts;
 use crate::lua::{self, Call};
 use crate::policy::{PublishPolicy, Routes};
 
+mod plan;
+mod repair;
 mod state;
+pub(crate) use repair::repair;
 pub(crate) use state::{read, record_key};
 
 /// The header naming, on a child, the queue its parent goes onto (`Dest::encode`).
@@ -62,6 +71,8 @@ static DONE: LazyLock<Script> =
 pub struct StartFlow<'a> {
     /// The record's key.
     pub record: &'a str,
+    /// The parent queue's publishing set.
+    pub publishing: &'a str,
     /// The flow's id.
     pub id: &'a str,
     /// The parent's frame, as it will be enqueued.
@@ -70,6 +81,8 @@ pub struct StartFlow<'a> {
     pub policy: &'a str,
     /// The flow's max age.
     pub max_age: Duration,
+    /// The flow's plan (`flow/plan.rs`); empty for a repair, which never makes a record.
+    pub plan: Bytes,
     /// The children's ids, in order.
     pub children: Vec<String>,
 }
@@ -89,9 +102,11 @@ impl Call for StartFlow<'_> {
             Value::Bytes(self.parent.clone()),
             Value::from(self.policy),
             Value::Integer(crate::list::ttl_ms(self.max_age)),
+            Value::Bytes(self.plan.clone()),
         ];
         args.extend(self.children.iter().map(|c| Value::from(c.as_str())));
-        (vec![self.record.to_owned()], args)
+        let keys = vec![self.record.to_owned(), self.publishing.to_owned()];
+        (keys, args)
     }
 
     fn parse(&self, reply: Value) -> Vec<String> {
@@ -107,6 +122,8 @@ impl Call for StartFlow<'_> {
 pub struct MarkSent<'a> {
     /// The record's key.
     pub record: &'a str,
+    /// The parent queue's publishing set.
+    pub publishing: &'a str,
     /// The children published.
     pub children: &'a [String],
 }
@@ -122,7 +139,8 @@ impl Call for MarkSent<'_> {
     /// KEYS and ARGV: see `flow/sent.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
         let args = self.children.iter().map(|c| Value::from(c.as_str()));
-        (vec![self.record.to_owned()], args.collect())
+        let keys = vec![self.record.to_owned(), self.publishing.to_owned()];
+        (keys, args.collect())
     }
 
     fn parse(&self, reply: Value) -> u64 {
@@ -213,72 +231,132 @@ fn parent_queue(
     Ok((dest, base))
 }
 
+/// A flow whose record is written ([`start`]): what is left to publish of it.
+struct Started {
+    record: String,
+    publishing: String,
+    /// The ids of the children not yet published.
+    unsent: Vec<String>,
+    /// Those children that are messages, with the headers that make them this flow's.
+    messages: Vec<OutMessage>,
+    /// Those that are flows, with the headers that make their parents this flow's children.
+    flows: Vec<(OutFlow, Headers)>,
+}
+
 /// Publishes `flow` (see the module docs); `outer` are the headers that make its parent a child
-/// of an enclosing flow.
+/// of an enclosing flow. A `repair` (`repair.rs`) publishes only what a record left unsent,
+/// and nothing when the record is gone.
 pub(crate) fn publish_flow<'a>(
     conns: &'a Connections,
     routes: &'a Routes,
     flow: OutFlow,
     outer: Headers,
+    repair: bool,
 ) -> BoxFuture<'a, Result<()>> {
     Box::pin(async move {
-        if flow.children.len() > MOST_CHILDREN {
-            return Err(Error::config(format!(
-                "flow: {} children, more than the {MOST_CHILDREN} one flow may have: nest flows",
-                flow.children.len()
-            )));
+        let started = start(conns, routes, flow, outer, repair).await?;
+        for (sub, outer) in started.flows {
+            publish_flow(conns, routes, sub, outer, false).await?;
         }
-        let mut parent = flow.parent;
-        let id = parent.id.clone().unwrap_or_default();
-        let (dest, base) = parent_queue(conns, routes, &mut parent)?;
-        let record = record_key(&conns.keys, &base, &id);
-        parent.headers.extend(outer);
-        parent
-            .headers
-            .insert(RECORD_HEADER.to_owned(), record.clone());
-        let start = StartFlow {
-            record: &record,
-            id: &id,
-            parent: encode_parts(&id, 1, &parent.headers, &parent.payload),
-            policy: flow.on_child_failure.as_str(),
-            max_age: flow.max_age,
-            children: flow
-                .children
-                .iter()
-                .filter_map(|c| c.id().map(str::to_owned))
-                .collect(),
-        };
-        let pool = conns.pool()?;
-        let unsent = start.call(pool.next()).await?;
-        let mine: Headers = [
-            (CHILD_HEADER.to_owned(), record.clone()),
-            (TO_HEADER.to_owned(), dest.encode()),
-        ]
-        .into_iter()
-        .collect();
-        let mut messages = Vec::new();
-        for child in flow.children {
-            if !child.id().is_some_and(|c| unsent.iter().any(|u| u == c)) {
-                continue;
-            }
-            match child {
-                OutChild::Message(mut m) => {
-                    m.headers.extend(mine.clone());
-                    messages.push(m);
-                }
-                OutChild::Flow(sub) => publish_flow(conns, routes, *sub, mine.clone()).await?,
-                _ => {}
-            }
-        }
-        crate::publish::publish(conns, routes, messages, None).await?;
+        crate::publish::publish(conns, routes, started.messages, None).await?;
         MarkSent {
-            record: &record,
-            children: &unsent,
+            record: &started.record,
+            publishing: &started.publishing,
+            children: &started.unsent,
         }
-        .call(pool.next())
+        .call(conns.pool()?.next())
         .await?;
         Ok(())
     })
+}
+
+/// Writes `flow`'s record with its plan (`flow/start.lua`; a `repair` only reads it) and
+/// returns what is left to publish.
+async fn start(
+    conns: &Connections,
+    routes: &Routes,
+    mut flow: OutFlow,
+    outer: Headers,
+    repair: bool,
+) -> Result<Started> {
+    if flow.children.len() > MOST_CHILDREN {
+        return Err(Error::config(format!(
+            "flow: {} children, more than the {MOST_CHILDREN} one flow may have: nest flows",
+            flow.children.len()
+        )));
+    }
+    let parent = &mut flow.parent;
+    let id = parent.id.clone().unwrap_or_default();
+    let (dest, base) = parent_queue(conns, routes, parent)?;
+    let record = record_key(&conns.keys, &base, &id);
+    let publishing = conns.keys.publishing(&base);
+    parent.headers.extend(outer);
+    parent
+        .headers
+        .insert(RECORD_HEADER.to_owned(), record.clone());
+    let unsent = StartFlow {
+        record: &record,
+        publishing: &publishing,
+        id: &id,
+        parent: encode_parts(&id, 1, &parent.headers, &parent.payload),
+        plan: if repair {
+            Bytes::new()
+        } else {
+            plan::encode(&flow, routes)?
+        },
+        policy: flow.on_child_failure.as_str(),
+        max_age: flow.max_age,
+        children: flow
+            .children
+            .iter()
+            .filter_map(|c| c.id().map(str::to_owned))
+            .collect(),
+    }
+    .call(conns.pool()?.next())
+    .await?;
+    let mine: Headers = [
+        (CHILD_HEADER.to_owned(), record.clone()),
+        (TO_HEADER.to_owned(), dest.encode()),
+    ]
+    .into_iter()
+    .collect();
+    let (mut messages, mut flows) = (Vec::new(), Vec::new());
+    for child in flow.children {
+        if !child.id().is_some_and(|c| unsent.iter().any(|u| u == c)) {
+            continue;
+        }
+        match child {
+            OutChild::Message(mut m) => {
+                m.headers.extend(mine.clone());
+                messages.push(m);
+            }
+            OutChild::Flow(sub) => flows.push((*sub, mine.clone())),
+            _ => {}
+        }
+    }
+    Ok(Started {
+        record,
+        publishing,
+        unsent,
+        messages,
+        flows,
+    })
+}
+
+/// Publishes `flow` as a publisher that stops halfway: its record, then only its first
+/// `children` message children (none of its nested flows), and no mark. For the tests of the
+/// repair.
+#[cfg(feature = "testing")]
+pub(crate) async fn publish_halfway(
+    conns: &Connections,
+    routes: &Routes,
+    flow: OutFlow,
+    children: usize,
+) -> Result<()> {
+    let mut started = start(conns, routes, flow, Headers::new(), false).await?;
+    started.messages.truncate(children);
+    crate::publish::publish(conns, routes, started.messages, None).await?;
+    Ok(())
 }
 
 /// Records a flow child's end (see the module docs): reads its result, then `flow/done.lua`.

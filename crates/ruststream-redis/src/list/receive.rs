@@ -60,7 +60,7 @@ fn wake_keys(keys: &ListKeys) -> Vec<String> {
 /// Opens the receiver of `list`: its keys, mover, gauges and settler.
 pub(super) async fn open(
     list: &RedisList,
-    conns: &Connections,
+    conns: &std::sync::Arc<Connections>,
     stop: CancellationToken,
 ) -> Result<RedisReceiver> {
     let keys = list.keys(&conns.keys);

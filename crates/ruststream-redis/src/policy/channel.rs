@@ -8,7 +8,7 @@
 ///
 /// Nothing is stored: subscribers not connected at that moment never see the message, and a
 /// delayed publish (`.delay(..)`, `.at(..)`) to a channel is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[must_use]
 pub struct ChannelPublish {
     pub(crate) sharded: bool,

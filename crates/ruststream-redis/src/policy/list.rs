@@ -11,7 +11,7 @@ pub const MAX_PRIORITIES: u8 = 16;
 
 /// How a message is pushed onto a list: `LPUSH`, and with [`ttl`](Self::ttl) the key's expiry
 /// re-armed in the same script, so a queue nobody feeds expires with what is left in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[must_use]
 pub struct ListPublish {
     pub(crate) ttl: Option<Duration>,

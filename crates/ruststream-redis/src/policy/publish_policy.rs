@@ -8,7 +8,7 @@ use super::list::ListPublish;
 use super::stream::StreamPublish;
 
 /// How a message is published to a destination.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PublishPolicy {
     /// `LPUSH` onto a list, optionally re-arming its expiry.
     List(ListPublish),

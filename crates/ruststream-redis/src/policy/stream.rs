@@ -24,7 +24,7 @@ use ruststream_core::Durability;
 /// let both = stream::Publish::new().maxlen(1000).minid(Duration::from_secs(3600));
 /// assert!(both.check("events").is_err());
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[must_use]
 pub struct StreamPublish {
     pub(crate) partitions: Option<u16>,

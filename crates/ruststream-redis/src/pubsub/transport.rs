@@ -112,7 +112,7 @@ impl Transport for RedisChannel {
 
     fn open<'a>(
         &'a self,
-        conns: &'a Connections,
+        conns: &'a std::sync::Arc<Connections>,
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))

@@ -48,7 +48,7 @@ use crate::transport::{
 /// Opens the receiver of `stream`: its keys, mover, gauges and settler.
 pub(super) async fn open(
     stream: &RedisStream,
-    conns: &Connections,
+    conns: &std::sync::Arc<Connections>,
     stop: CancellationToken,
 ) -> Result<RedisReceiver> {
     let keys = stream.keys(&conns.keys);

@@ -149,7 +149,7 @@ impl Transport for RedisStream {
 
     fn open<'a>(
         &'a self,
-        conns: &'a Connections,
+        conns: &'a std::sync::Arc<Connections>,
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>> {
         Box::pin(receive::open(self, conns, stop))

@@ -65,7 +65,7 @@ pub(crate) trait Transport: Any + DynEq + fmt::Debug + Send + Sync {
     /// Opens the receiver, on a connection of its own.
     fn open<'a>(
         &'a self,
-        conns: &'a Connections,
+        conns: &'a Arc<Connections>,
         stop: CancellationToken,
     ) -> BoxFuture<'a, Result<RedisReceiver>>;
 }

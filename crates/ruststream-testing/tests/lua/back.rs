@@ -82,6 +82,8 @@ async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
         payloads: &keys.payloads,
         dead: Some(&keys.dead),
         bound: ruststream_redis::DeadBound::default(),
+        publishing: &key(".flows.publishing"),
+        grace: std::time::Duration::from_secs(30),
         dest: &dest,
         most: 10,
     }

@@ -253,6 +253,8 @@ async fn move_due(client: Client, prefix: String) -> (i64, u64, Vec<(String, usi
         payloads: &payloads,
         dead: Some(&dead),
         bound: bound(1, 365 * DAY),
+        publishing: &k("s.flows.publishing"),
+        grace: std::time::Duration::from_secs(30),
         dest: &dest,
         most: 10,
     }

@@ -190,6 +190,16 @@ fn reliable(key: &str) -> RedisList {
 
 /// An app reading the parents' and children's queues.
 async fn workers(env: &Env, log: &Log, drop: Option<u32>) -> RunningApp {
+    workers_on(env, env.broker(), log, drop).await
+}
+
+/// [`workers`] on `broker`.
+pub async fn workers_on(
+    env: &Env,
+    broker: RedisBroker,
+    log: &Log,
+    drop: Option<u32>,
+) -> RunningApp {
     let (parts, reports) = (
         PartWorker {
             log: log.clone(),
@@ -198,19 +208,30 @@ async fn workers(env: &Env, log: &Log, drop: Option<u32>) -> RunningApp {
         },
         ReportWorker { log: log.clone() },
     );
-    env.start_with(|b| {
-        b.include(subscriber(reliable(PARTS), parts.clone()).build());
-        b.include(subscriber(reliable(EXTRA), parts).build());
-        b.include(subscriber(reliable(REPORTS), reports.clone()).build());
-        b.include(subscriber(reliable(MID), reports).build());
-    })
-    .await
+    let app = RustStream::new(AppInfo::new("flows", "0.0.0"))
+        .shutdown_timeout(Duration::from_secs(1))
+        .with_broker(broker, move |b| {
+            b.include(subscriber(reliable(PARTS), parts.clone()).build());
+            b.include(subscriber(reliable(EXTRA), parts).build());
+            b.include(subscriber(reliable(REPORTS), reports.clone()).build());
+            b.include(subscriber(reliable(MID), reports).build());
+        });
+    env.start(app).await
 }
 
-fn report() -> Report {
+pub fn report() -> Report {
     Report {
         name: "weekly".into(),
     }
+}
+
+/// A flow to nest: a report to [`MID`] after two parts on two queues.
+pub fn inner(publisher: &Publisher) -> ruststream::flow::FlowBuilder<'_> {
+    publisher
+        .flow(&report())
+        .to(MID)
+        .child(&Part { n: 4 }, PARTS)
+        .child(&Part { n: 5 }, EXTRA)
 }
 
 /// The flow `id`: a report after three parts on two queues.
@@ -364,11 +385,7 @@ async fn a_nested_flow_completes_its_parent_when_its_own_parent_is_acked(env: &E
     let log = Log::default();
     let app = workers(env, &log, None).await;
     let publisher = env.broker().publisher();
-    let inner = publisher
-        .flow(&report())
-        .to(MID)
-        .child(&Part { n: 4 }, PARTS)
-        .child(&Part { n: 5 }, EXTRA);
+    let inner = inner(&publisher);
     publisher
         .flow(&report())
         .to(REPORTS)

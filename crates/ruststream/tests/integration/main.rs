@@ -32,6 +32,7 @@ mod deadline;
 mod delayed;
 mod durable;
 mod flows;
+mod flows_repair;
 mod groups;
 mod guide;
 // `images::images`, `payments::payments`: the example included in its own test module.

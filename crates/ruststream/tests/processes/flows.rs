@@ -4,8 +4,13 @@
 //! The killed worker's claims come back after `min_idle`; a child it had reported but not
 //! settled runs again, and its second report changes nothing.
 //!
-//! The worker is `flow_worker_process` (this binary run again, `harness::process`): without
-//! `RUSTSTREAM_FLOW_WORKER` it returns at once.
+//! And a publisher process SIGKILLed while it publishes flows of many children: every flow it
+//! started (its record written) is finished by the workers' repair after the grace, its parent
+//! runs exactly once and every child at least once; a flow it had not started leaves nothing.
+//!
+//! The worker is `flow_worker_process`, the publisher `flow_publisher_process` (this binary run
+//! again, `harness::process`): without `RUSTSTREAM_FLOW_WORKER` (`RUSTSTREAM_FLOW_PUBLISHER`)
+//! each returns at once.
 
 use crate::harness;
 
@@ -19,11 +24,24 @@ use harness::process::{WorkerProcess, serve_until_sigterm, test_name};
 use harness::{Env, WAIT, on, unique, wait_until};
 use ruststream::prelude::*;
 
-on!([standalone] a_worker_killed_mid_flow_leaves_every_parent_run_once);
+on!(
+    [standalone]
+    a_worker_killed_mid_flow_leaves_every_parent_run_once,
+    a_publisher_killed_mid_flow_leaves_every_started_flow_finished_once,
+);
 
 /// The children's queue and the parents'.
 const PARTS: &str = "{fparts}";
 const REPORTS: &str = "{freports}";
+/// The children's queue of the publisher's flows: handled without a pause.
+const FAST: &str = "{ffast}";
+/// The parents' queue's flows being published.
+const PUBLISHING: &str = "{freports}.flows.publishing";
+/// How long a flow may be publishing before the workers repair it.
+const GRACE: Duration = Duration::from_secs(1);
+/// The publisher's flows, and each one's children.
+const PUBLISHED_FLOWS: u32 = 30;
+const PUBLISHED_CHILDREN: u32 = 200;
 /// How long a child's handler works.
 const WORK_MS: u64 = 150;
 const MIN_IDLE: Duration = Duration::from_millis(600);
@@ -57,15 +75,15 @@ struct Recorder {
     prefix: String,
 }
 
-/// The children's handler.
-struct Parts(Recorder);
+/// The children's handler, working this long on each.
+struct Parts(Recorder, Duration);
 
 /// The parents' handler.
 struct Reports(Recorder);
 
 impl Handle<Part> for Parts {
     async fn handle(&self, p: &Part, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        tokio::time::sleep(Duration::from_millis(WORK_MS)).await;
+        tokio::time::sleep(self.1).await;
         ctx.set_result(&p.n)
             .await
             .map_err(|_| HandlerOutcome::retry())?;
@@ -138,17 +156,70 @@ fn flow_worker_process() {
             client,
             prefix: prefix.clone(),
         };
-        let (parts, reports) = (Parts(recorder.clone()), Reports(recorder));
+        let parts = Parts(recorder.clone(), Duration::from_millis(WORK_MS));
+        let fast = Parts(recorder.clone(), Duration::ZERO);
+        let reports = Reports(recorder);
+        let broker = RedisBroker::standalone(url)
+            .prefix(&prefix)
+            .flow_repair_grace(GRACE)
+            .schedule_interval(Duration::from_millis(200));
         serve_until_sigterm(
             RustStream::new(AppInfo::new("flow-worker", "0"))
                 .shutdown_timeout(Duration::from_secs(2))
-                .with_broker(RedisBroker::standalone(url).prefix(&prefix), |b| {
+                .with_broker(broker, |b| {
                     b.include(subscriber(list(PARTS), parts).build());
+                    b.include(subscriber(list(FAST).concurrency(16), fast).build());
                     b.include(subscriber(list(REPORTS), reports).build());
                 }),
         )
         .await;
     });
+}
+
+/// The publisher: [`PUBLISHED_FLOWS`] flows `<RUSTSTREAM_FLOW_IDS><n>` of
+/// [`PUBLISHED_CHILDREN`] children each on `RUSTSTREAM_FLOW_PUBLISHER` under
+/// `RUSTSTREAM_FLOW_PREFIX`, one after the other, then waits to be killed.
+#[test]
+#[ignore = "the publisher process of the flow test, which runs it; does nothing on its own"]
+fn flow_publisher_process() {
+    let Ok(url) = std::env::var("RUSTSTREAM_FLOW_PUBLISHER") else {
+        return;
+    };
+    let prefix = std::env::var("RUSTSTREAM_FLOW_PREFIX").unwrap_or_default();
+    let ids = std::env::var("RUSTSTREAM_FLOW_IDS").unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let broker = RedisBroker::standalone(url).prefix(&prefix);
+        broker.connect().await.unwrap();
+        eprintln!("worker ready");
+        let publisher = broker.publisher();
+        for f in 0..PUBLISHED_FLOWS {
+            let mut flow = publisher
+                .flow(&Report { flow: f })
+                .to(REPORTS)
+                .id(format!("{ids}{f}"));
+            for n in 1..=PUBLISHED_CHILDREN {
+                flow = flow.child(&Part { n }, FAST);
+            }
+            flow.publish().await.unwrap();
+        }
+        std::future::pending::<()>().await;
+    });
+}
+
+fn spawn_publisher(url: &str, prefix: &str, ids: &str, dir: &std::path::Path) -> WorkerProcess {
+    WorkerProcess::spawn(
+        &test_name(module_path!(), "flow_publisher_process"),
+        &[
+            ("RUSTSTREAM_FLOW_PUBLISHER", url.to_owned()),
+            ("RUSTSTREAM_FLOW_PREFIX", prefix.to_owned()),
+            ("RUSTSTREAM_FLOW_IDS", ids.to_owned()),
+        ],
+        Some(dir.join(format!("publisher-{ids}.log"))),
+    )
 }
 
 fn spawn_worker(url: &str, prefix: &str, dir: &std::path::Path) -> WorkerProcess {
@@ -234,6 +305,109 @@ async fn a_worker_killed_mid_flow_leaves_every_parent_run_once(env: &Env) {
         "every child ran"
     );
     for w in workers.into_iter().skip(1) {
+        w.stop(WAIT).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+async fn a_publisher_killed_mid_flow_leaves_every_started_flow_finished_once(env: &Env) {
+    let url = env.url().expect("standalone").to_owned();
+    let prefix = env.prefix.clone();
+    let dir: PathBuf = std::env::temp_dir().join(unique("flowpub"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let workers: Vec<WorkerProcess> = (0..2).map(|_| spawn_worker(&url, &prefix, &dir)).collect();
+    for w in &workers {
+        w.ready(WAIT).await;
+    }
+    // Killed as soon as the fourth flow is being published; a kill that lands between two flows left
+    // none half published: another publisher tries again (at most 5).
+    let mut halfway = 0;
+    let mut attempts = Vec::new();
+    for attempt in 0..5 {
+        wait_until("no flow is being published", WAIT, async || {
+            env.zcard(PUBLISHING).await == 0
+        })
+        .await;
+        let ids = format!("p{attempt}-");
+        let mut publisher = spawn_publisher(&url, &prefix, &ids, &dir);
+        publisher.ready(WAIT).await;
+        let fourth = format!("{REPORTS}.flow:{ids}3");
+        wait_until("the fourth flow is being published", WAIT, async || {
+            env.exists(&fourth).await
+        })
+        .await;
+        publisher.kill();
+        attempts.push(ids);
+        halfway = env.zcard(PUBLISHING).await;
+        if halfway > 0 {
+            break;
+        }
+    }
+    assert!(halfway > 0, "a kill landed in the middle of a flow");
+    // The flows the publishers started: their records.
+    let records = env
+        .keys_matching(&format!("{prefix}{REPORTS}.flow:*"))
+        .await;
+    let started: Vec<String> = records
+        .iter()
+        .filter_map(|r| r.rsplit_once(".flow:").map(|(_, id)| id.to_owned()))
+        .collect();
+    assert!(!started.is_empty());
+    let mut unsent = 0;
+    for record in &records {
+        let fields: HashMap<String, String> = env.client.hgetall(record).await.expect("HGETALL");
+        unsent += fields.values().filter(|v| *v == "u").count();
+    }
+    let reports = format!("{prefix}{REPORTS}.runs");
+    wait_until(
+        "every started flow's parent ran",
+        Duration::from_secs(30),
+        async || {
+            let ran = counts(&env.client, reports.clone()).await;
+            started.iter().all(|id| ran.contains_key(id))
+        },
+    )
+    .await;
+    // A flow whose children were all pushed but not marked leaves the set at its repair.
+    wait_until("no flow is left half published", WAIT, async || {
+        env.zcard(PUBLISHING).await == 0
+    })
+    .await;
+    // Long enough for any second enqueue to be handled.
+    tokio::time::sleep(GRACE * 2).await;
+    let parents = counts(&env.client, reports).await;
+    let sums = counts(&env.client, format!("{prefix}{REPORTS}.sum")).await;
+    let children = counts(&env.client, format!("{prefix}{PARTS}.runs")).await;
+    let again: u64 = children.values().map(|n| n - 1).sum();
+    println!(
+        "{} flows started over {} publishers, {halfway} left half published by the kill \
+         with {unsent} children unsent, {} children ran, {again} of them twice or more",
+        started.len(),
+        attempts.len(),
+        children.len()
+    );
+    for id in &started {
+        assert_eq!(
+            parents.get(id),
+            Some(&1),
+            "parent {id} ran once: {parents:?}"
+        );
+        assert_eq!(
+            sums.get(id),
+            Some(&u64::from(
+                PUBLISHED_CHILDREN * (PUBLISHED_CHILDREN + 1) / 2
+            )),
+            "parent {id} read every child acked"
+        );
+        let ran = children
+            .keys()
+            .filter(|c| c.starts_with(&format!("{id}.")))
+            .count();
+        assert_eq!(ran, PUBLISHED_CHILDREN as usize, "every child of {id} ran");
+    }
+    // A flow never started left nothing: no parent ran but the started ones.
+    assert_eq!(parents.len(), started.len(), "{parents:?}");
+    for w in workers {
         w.stop(WAIT).await;
     }
     let _ = std::fs::remove_dir_all(&dir);
