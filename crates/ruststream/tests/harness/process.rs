@@ -36,6 +36,21 @@ pub async fn serve_until_sigterm(app: RustStream) {
     tracing::info!("worker stopped");
 }
 
+/// A worker process's runtime, after its log is set up: `info` and above on stderr (the log
+/// file [`WorkerProcess::ready`] reads), a multi-threaded runtime of two threads.
+pub fn worker_runtime() -> tokio::runtime::Runtime {
+    tracing_subscriber::fmt()
+        .with_env_filter("info")
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
 /// What a process of the test binary did: its exit code and output.
 pub struct Finished {
     /// The exit code (`None` when a signal ended it).

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use harness::process::{WorkerProcess, serve_until_sigterm, test_name};
+use harness::process::{WorkerProcess, serve_until_sigterm, test_name, worker_runtime};
 use harness::stand::{OwnRedis, Stand, kill9, node_client, server_pid};
 use harness::{Env, bounded, on, unique, wait_until};
 use ruststream::prelude::*;
@@ -116,16 +116,7 @@ fn fault_worker_process() {
         list = list.cancel_grace(Duration::from_millis(ms));
     }
     let fixed = !var("RUSTSTREAM_FAULT_FIXED_WORK").is_empty();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = worker_runtime();
     rt.block_on(async move {
         let mut config = Config::from_url(&url).unwrap();
         config.fail_fast = false;
@@ -207,12 +198,7 @@ fn stuck_settle_worker_process() {
         return;
     };
     let prefix = std::env::var("RUSTSTREAM_STUCK_PREFIX").unwrap_or_default();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rt = worker_runtime();
     rt.block_on(serve_until_sigterm(
         RustStream::new(AppInfo::new("stuck-worker", "0"))
             .shutdown_timeout(STUCK_TIMEOUT)

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fred::prelude::*;
-use harness::process::{WorkerProcess, serve_until_sigterm, test_name};
+use harness::process::{WorkerProcess, serve_until_sigterm, test_name, worker_runtime};
 use harness::{Env, WAIT, on, unique, wait_until};
 use ruststream::prelude::*;
 
@@ -137,16 +137,7 @@ fn flow_worker_process() {
         return;
     };
     let prefix = std::env::var("RUSTSTREAM_FLOW_PREFIX").unwrap_or_default();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = worker_runtime();
     rt.block_on(async move {
         let client = Builder::from_config(Config::from_url(&url).unwrap())
             .build()

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fred::prelude::*;
-use harness::process::{WorkerProcess, serve_until_sigterm, test_name};
+use harness::process::{WorkerProcess, serve_until_sigterm, test_name, worker_runtime};
 use harness::{Env, on, unique, wait_until};
 use ruststream::prelude::*;
 use ruststream::redis::list;
@@ -44,12 +44,7 @@ fn groups_worker_process() {
         return;
     };
     let prefix = std::env::var("RUSTSTREAM_GROUPS_PREFIX").unwrap_or_default();
-    tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rt = worker_runtime();
     rt.block_on(async move {
         let raw = Builder::from_config(Config::from_url(&url).unwrap())
             .build()
