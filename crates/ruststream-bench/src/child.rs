@@ -188,6 +188,10 @@ fn subscription(
                 Some(c) => s.concurrency(c),
                 None => s,
             };
+            let s = match crate::common::env_usize("RSB_STREAM_READERS") {
+                Some(n) => s.readers(n),
+                None => s,
+            };
             subscriber(s, handler).build::<Msg>()
         }
         Scenario::RateLimit | Scenario::RateLimitKey => {

@@ -232,7 +232,8 @@ pub const DEFAULT_CONCURRENCY: usize = 128;
 
 impl Tuning {
     /// The settings of `config` for `scenario`. `RSB_TUNED_CONCURRENCY` overrides the tuned
-    /// concurrency, `RSB_TUNED_READERS` the tuned number of subscriptions, `RSB_TUNED_BUFFER`
+    /// concurrency, `RSB_TUNED_READERS` the tuned number of subscriptions (`RSB_STREAM_READERS`
+    /// sets a stream's `.readers(n)` in both configurations), `RSB_TUNED_BUFFER`
     /// sets the tuned pubsub subscription's buffer (to explore; the child inherits them).
     pub fn of(scenario: Scenario, config: Config) -> Self {
         let mut t = Self::table(scenario, config);
@@ -287,12 +288,11 @@ impl Tuning {
                     buffer: env_usize("RSB_TUNED_BUFFER"),
                     ..default
                 },
-                // One subscription reads with one `XREADGROUP` at a time, and decoding its replies
-                // bounds it (docs/benchmarks.md): two consumers of the group, 256 each, read two
-                // at once (4 runs each: 328k-383k/s against 277k-293k/s with one at 512).
+                // One reader has one `XREADGROUP` at a time, and decoding its replies bounds it
+                // (docs/benchmarks.md): a subscription at 512 reads with two readers (the
+                // default from `TWO_READERS_FROM`), as two subscriptions at 256 did before.
                 Scenario::Stream => Self {
-                    concurrency: Some(256),
-                    readers: 2,
+                    concurrency: Some(512),
                     in_flight: 2,
                     ..default
                 },
@@ -330,6 +330,14 @@ impl Tuning {
         if self.readers > 1 {
             parts.push(format!("subscriptions:{}", self.readers));
         }
+        if scenario == Scenario::Stream {
+            let s = ruststream::RedisStream::new("s").concurrency(self.batch());
+            let s = match env_usize("RSB_STREAM_READERS") {
+                Some(n) => s.readers(n),
+                None => s,
+            };
+            parts.push(format!("readers:{}", s.reader_count()));
+        }
         if parts.is_empty() {
             "-".to_owned()
         } else {
@@ -338,7 +346,7 @@ impl Tuning {
     }
 }
 
-fn env_usize(name: &str) -> Option<usize> {
+pub fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 

@@ -139,6 +139,17 @@ pub trait Receiver: Send + 'static {
     /// The settler for messages of this receiver.
     fn settler(&self) -> Self::Settler;
 
+    /// More receivers of the same subscription, which the dispatch loop reads beside this one
+    /// with the same permits (on Redis, a stream subscription's other consumers of its group,
+    /// each decoding its own replies); each settles what it delivered with its own settler.
+    /// Taken once, when the loop starts; none by default.
+    fn siblings(&mut self) -> Vec<Self>
+    where
+        Self: Sized,
+    {
+        Vec::new()
+    }
+
     /// The ids of messages cancelled while they run, as the broker hears of them (every
     /// process of the subscription hears every cancel of its queue); taken once, when the
     /// dispatch loop starts. `None` (the default) when the source cannot be cancelled: then

@@ -10,6 +10,9 @@
 //!   task each, which is cheaper (the figures are in `docs/decisions.md`). Batches run on the runtime's workers in parallel. A
 //!   panic is caught per message and the message retried.
 //! - Settlements go to one settler task that sends them to the broker in batches.
+//! - A receiver may come with [siblings](crate::Receiver::siblings) (a Redis stream's other
+//!   consumers of its group): each runs a claim loop of its own, in a task of its own, taking
+//!   the same permits, and has a settler task of its own.
 //! - A batch handler's deliveries go, each with its permit, to a batcher task that gathers them
 //!   into the handler's batches (see `batcher`); each item then settles as above.
 //! - A subscription's `timeout` bounds each handler call (a batch handler's call): a call still
@@ -102,22 +105,14 @@ enum Route<B: Broker> {
 }
 
 impl<B: Broker> Subscription<B> {
-    /// Runs until `stop` is cancelled and every in-flight message is settled or abandoned.
+    /// Runs until `stop` is cancelled and every in-flight message is settled or abandoned: one
+    /// claim loop per receiver (the receiver and its [`siblings`](Receiver::siblings)), all
+    /// taking the same permits, each with its own settler.
     pub(crate) async fn run(self: Arc<Self>, mut receiver: B::Receiver, stop: CancellationToken) {
         let opts = Arc::new(self.source.options().clone());
         let concurrency = opts.concurrency.max(1);
         let permits = Arc::new(Semaphore::new(concurrency));
-        // Unbounded, yet bounded by the permits: a handled message carries its permit to the
-        // settler, which releases it when the message's settle round trip starts.
-        let (done_tx, done_rx) = mpsc::unbounded_channel::<Done<B>>();
         let giving = Giving::default();
-        let mut settler = tokio::spawn(settle_loop::<B>(
-            receiver.settler(),
-            done_rx,
-            self.name.clone(),
-            giving.clone(),
-        ));
-        let mut batches = JoinSet::new();
         let signals = receiver.cancel_signals().map(|heard| {
             let signals = Arc::new(Signals::new(opts.cancel_grace));
             tokio::spawn(forward_signals(
@@ -127,12 +122,73 @@ impl<B: Broker> Subscription<B> {
             ));
             signals
         });
-        let lane = Lane {
-            done: done_tx,
-            opts: opts.clone(),
-            meters: Arc::new(Meters::new(&self.name)),
-            signals,
+        let meters = Arc::new(Meters::new(&self.name));
+        let mut receivers = receiver.siblings();
+        receivers.insert(0, receiver);
+        let reads = receivers.into_iter().map(|receiver| {
+            // Unbounded, yet bounded by the permits: a handled message carries its permit to
+            // the settler, which releases it when the message's settle round trip starts.
+            let (done_tx, done_rx) = mpsc::unbounded_channel::<Done<B>>();
+            let settler = tokio::spawn(settle_loop::<B>(
+                receiver.settler(),
+                done_rx,
+                self.name.clone(),
+                giving.clone(),
+            ));
+            let lane = Lane {
+                done: done_tx,
+                opts: opts.clone(),
+                meters: meters.clone(),
+                signals: signals.clone(),
+            };
+            // A task each: the receivers decode their replies on both workers at once.
+            let read =
+                tokio::spawn(
+                    self.clone()
+                        .read(receiver, lane, permits.clone(), stop.clone()),
+                );
+            read.map(|batches| {
+                (
+                    batches.unwrap_or_else(|_| {
+                        tracing::error!(subscription = %self.name, "claim loop task failed");
+                        JoinSet::new()
+                    }),
+                    settler,
+                )
+            })
+        });
+        let (batches, settlers): (Vec<_>, Vec<_>) =
+            futures::future::join_all(reads).await.into_iter().unzip();
+
+        self.state.set(SubscriptionState::Stopped);
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        self.drain(batches, &permits, concurrency).await;
+        // Settles get the rest of the shutdown timeout; those still failing then are abandoned.
+        let mut settlers = futures::future::join_all(settlers);
+        let settled = match tokio::time::timeout_at(deadline, &mut settlers).await {
+            Ok(settled) => settled,
+            Err(_) => {
+                giving.up();
+                settlers.await
+            }
         };
+        if settled.iter().any(Result::is_err) {
+            tracing::error!(subscription = %self.name, "settler task failed");
+        }
+    }
+
+    /// One receiver's claim loop, until `stop`: claims as many messages as there are free
+    /// `permits` (at most half of them a claim) and starts their handlers. Returns the batches
+    /// still running, its route and lane dropped (a batcher hands over its partial batch then).
+    async fn read(
+        self: Arc<Self>,
+        mut receiver: B::Receiver,
+        lane: Lane<B>,
+        permits: Arc<Semaphore>,
+        stop: CancellationToken,
+    ) -> JoinSet<()> {
+        let concurrency = lane.opts.concurrency.max(1);
+        let mut batches = JoinSet::new();
         let (route, most) = self.route(&mut batches, &lane, concurrency);
         let mut failing: Option<ErrorBackoff> = None;
 
@@ -172,24 +228,10 @@ impl<B: Broker> Subscription<B> {
             // Reap finished batches so the set does not grow without bound.
             while batches.try_join_next().is_some() {}
         }
-
-        self.state.set(SubscriptionState::Stopped);
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         // The batcher hands over its partial batch once its channel closes.
         drop(route);
         drop(lane);
-        self.drain(batches, &permits, concurrency).await;
-        // Settles get the rest of the shutdown timeout; those still failing then are abandoned.
-        let settled = match tokio::time::timeout_at(deadline, &mut settler).await {
-            Ok(settled) => settled,
-            Err(_) => {
-                giving.up();
-                settler.await
-            }
-        };
-        if settled.is_err() {
-            tracing::error!(subscription = %self.name, "settler task failed");
-        }
+        batches
     }
 
     /// Claims up to `n` messages. On an error: marks the subscription failing (`failing` holds
@@ -246,16 +288,20 @@ impl<B: Broker> Subscription<B> {
         }
     }
 
-    /// On stop: gives the running batches `shutdown_timeout` to finish, then aborts the rest,
-    /// whose messages stay claimed for the broker's recovery.
-    async fn drain(&self, mut batches: JoinSet<()>, permits: &Semaphore, concurrency: usize) {
-        while batches.try_join_next().is_some() {}
+    /// On stop: gives the running batches (of every claim loop) `shutdown_timeout` to finish,
+    /// then aborts the rest, whose messages stay claimed for the broker's recovery.
+    async fn drain(&self, mut batches: Vec<JoinSet<()>>, permits: &Semaphore, concurrency: usize) {
+        for set in &mut batches {
+            while set.try_join_next().is_some() {}
+        }
         let in_flight = concurrency - permits.available_permits().min(concurrency);
         if in_flight > 0 {
             tracing::info!(subscription = %self.name, in_flight, "stopping: waiting for handlers");
         }
         let finished = tokio::time::timeout(self.shutdown_timeout, async {
-            while batches.join_next().await.is_some() {}
+            for set in &mut batches {
+                while set.join_next().await.is_some() {}
+            }
         })
         .await;
         if finished.is_err() {
@@ -265,8 +311,10 @@ impl<B: Broker> Subscription<B> {
                 abandoned,
                 "shutdown timeout: unfinished messages stay claimed and will be recovered"
             );
-            batches.abort_all();
-            while batches.join_next().await.is_some() {}
+            for set in &mut batches {
+                set.abort_all();
+                while set.join_next().await.is_some() {}
+            }
         }
     }
 

@@ -152,11 +152,11 @@ pub use pubsub::RedisChannel;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use results::{JobKind, WriteJob};
-pub use stream::RedisStream;
 /// The stream trim's typed call, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub use stream::trim::TrimAcked;
+pub use stream::{RedisStream, TWO_READERS_FROM};
 pub use transport::RedisSource;
 /// The typed calls of the scripts that put entries back onto a queue, for the Lua tests of
 /// `ruststream-testing`.

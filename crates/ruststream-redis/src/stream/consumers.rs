@@ -34,6 +34,8 @@ pub struct ForgetConsumers<'a> {
     pub group: &'a str,
     /// The calling consumer, never removed.
     pub consumer: &'a str,
+    /// The caller's readers: `consumer-2` … `consumer-<readers>` are its too, never removed.
+    pub readers: usize,
     /// How long one must have been idle.
     pub idle: Duration,
     /// Most to remove.
@@ -57,6 +59,7 @@ impl Call for ForgetConsumers<'_> {
                 self.consumer.into(),
                 Value::from(self.idle.as_millis().to_string()),
                 lua::int(self.most),
+                lua::int(self.readers),
             ],
         )
     }

@@ -6,12 +6,18 @@
 -- (paused, or blocked longer than the bound) is made again by its next XREADGROUP. Prepended
 -- with guard.lua. Called through `crate::stream::consumers::ForgetConsumers`.
 --
+-- A process reading with n readers (`RedisStream::readers`) is the consumers `<name>` and
+-- `<name>-2` … `<name>-n`: all of them are the caller's, never removed (one of them may be idle
+-- past the bound on Redis 7.0, whose `idle` only a read that got entries resets).
 -- KEYS: the stream.
--- ARGV: the group, the calling consumer (never removed), the idle bound (ms), most to remove.
+-- ARGV: the group, the calling consumer (never removed), the idle bound (ms), most to remove,
+--       the caller's readers (n; absent: 1).
 -- Returns how many were removed (0 when the stream or the group is missing).
 local bad = wrong_types({{KEYS[1], 'stream'}})
 if bad then return redis.error_reply(bad) end
 local bound, most = tonumber(ARGV[3]), tonumber(ARGV[4])
+local mine = {[ARGV[2]] = true}
+for i = 2, tonumber(ARGV[5] or '1') or 1 do mine[ARGV[2] .. '-' .. i] = true end
 if not bound or not most then
   return redis.error_reply('RSARGS forget_consumers.lua: the bound and the most (arguments 3 and 4) must be numbers')
 end
@@ -23,7 +29,7 @@ for _, c in ipairs(consumers) do
   if gone >= most then break end
   local f = {}
   for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
-  if f.name ~= ARGV[2] and f.pending == 0 and (tonumber(f.idle) or 0) > bound then
+  if not mine[f.name] and f.pending == 0 and (tonumber(f.idle) or 0) > bound then
     redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f.name)
     gone = gone + 1
   end

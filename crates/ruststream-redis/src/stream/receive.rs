@@ -42,14 +42,35 @@ use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
 use crate::pause::{Gate, Hold};
 use crate::transport::{
-    Receive, RedisReceiver, RedisSettler, Token, delivery, signal_ids, unreadable, watch_source,
+    Receive, RedisReceiver, RedisSettler, Token, delivery, pause_gate, signal_ids, unreadable,
+    watch_source,
 };
 
-/// Opens the receiver of `stream`: its keys, mover, gauges and settler.
+/// Opens the receiver of `stream`, and its other readers as its siblings (one consumer of the
+/// group each, see [`RedisStream::readers`]).
 pub(super) async fn open(
     stream: &RedisStream,
     conns: &std::sync::Arc<Connections>,
     stop: CancellationToken,
+) -> Result<RedisReceiver> {
+    let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
+    let first = open_one(stream, conns, stop.clone(), consumer.clone(), true).await?;
+    let mut siblings = Vec::new();
+    for i in 2..=stream.reader_count() {
+        let name = format!("{consumer}-{i}");
+        siblings.push(open_one(stream, conns, stop.clone(), name, false).await?);
+    }
+    Ok(first.with_siblings(siblings))
+}
+
+/// Opens one reader of `stream` as the group's consumer `consumer`: its keys, mover and
+/// settler; the `first` one also samples the gauges, hears cancel signals and trims.
+async fn open_one(
+    stream: &RedisStream,
+    conns: &std::sync::Arc<Connections>,
+    stop: CancellationToken,
+    consumer: String,
+    first: bool,
 ) -> Result<RedisReceiver> {
     let keys = stream.keys(&conns.keys);
     let group = stream.group_name().to_owned();
@@ -81,7 +102,11 @@ pub(super) async fn open(
         },
     )
     .await?;
-    let gate = watch_source(conns, stream, &pool, &stop).await?;
+    let gate = if first {
+        watch_source(conns, stream, &pool, &stop).await?
+    } else {
+        pause_gate(conns, stream, &pool, &stop).await?
+    };
     let pause = gate.as_ref().map(Gate::hold);
     let rate = stream
         .rate
@@ -92,15 +117,19 @@ pub(super) async fn open(
         .max_in_flight
         .map(|n| claim::Gate::cap_group(keys.stream.clone(), &group, n));
     let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
-    let signals = Some(conns.signals(&keys.cancel_channel).await?);
+    let signals = if first {
+        Some(conns.signals(&keys.cancel_channel).await?)
+    } else {
+        None
+    };
     let regroup = Arc::new(AtomicBool::new(false));
     let mark = regroup.clone();
     conn.on_reconnect(move || mark.store(true, Ordering::Release));
-    let consumer = stream.consumer.clone().unwrap_or_else(consumer_name);
     let recovery = (!stream.no_recovery).then(|| {
         let r = Recovery::new(
             stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE),
             stream.options.block,
+            first.then(|| stream.reader_count()),
         );
         r.rejoin.watch(&mut conn);
         r.spawn_renewal(
@@ -113,7 +142,7 @@ pub(super) async fn open(
         );
         r
     });
-    if let Some(every) = stream.trim_acked {
+    if let Some(every) = stream.trim_acked.filter(|_| first) {
         super::trim::spawn(pool.clone(), keys.stream.clone(), every, stop.clone());
     }
     let held = recovery.as_ref().map(|r| r.held.clone());

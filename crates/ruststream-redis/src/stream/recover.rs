@@ -13,7 +13,8 @@
 //!   reconnect (or a failed renewal) the consumer renews on its reading connection before its
 //!   next sweep, and sweeps nothing for a grace (`crate::rejoin`).
 //!
-//! - **Gone consumers.** A sweep that finds nothing stale removes the group's consumers that
+//! - **Gone consumers.** A sweep of a subscription's first reader that finds nothing stale
+//!   removes the group's consumers (never its own readers') that
 //!   hold nothing and were idle past a bound (`super::consumers`).
 //!
 //! A claimed entry's attempt is its `rs.attempt` plus the deliveries its group counted before
@@ -78,6 +79,9 @@ pub(super) struct Recovery {
     min_idle: Duration,
     /// How long a consumer with nothing pending may be idle before a sweep forgets it.
     forget_after: Duration,
+    /// The first reader of a subscription: how many readers it has (its sweeps forget idle
+    /// consumers, never these); `None` for the others, which forget none.
+    readers: Option<usize>,
     /// Whether the consumer's own pending entries were all taken back.
     own_done: bool,
     next_sweep: Instant,
@@ -90,10 +94,11 @@ pub(super) struct Recovery {
 pub(super) type Claimed = (Bytes, Frame, Option<FrameError>);
 
 impl Recovery {
-    pub(super) fn new(min_idle: Duration, block: Duration) -> Self {
+    pub(super) fn new(min_idle: Duration, block: Duration, readers: Option<usize>) -> Self {
         Self {
             min_idle,
             forget_after: super::consumers::forget_after(min_idle, block),
+            readers,
             own_done: false,
             next_sweep: Instant::now(),
             held: Arc::default(),
@@ -134,7 +139,9 @@ impl Recovery {
         self.next_sweep = Instant::now() + self.min_idle / 2;
         let stale = pending(client, g, Some(self.min_idle), max.min(SWEEP_BATCH), None).await?;
         if stale.is_empty() {
-            forget_consumers(client, g, self.forget_after).await;
+            if let Some(readers) = self.readers {
+                forget_consumers(client, g, readers, self.forget_after).await;
+            }
             return Ok(Vec::new());
         }
         let claimed = xclaim(client, g, self.min_idle, stale).await?;
@@ -173,11 +180,12 @@ impl Recovery {
 
 /// Forgets the group's consumers that hold nothing and were idle longer than `idle` (see
 /// `super::consumers`); a failure is logged, the next sweep tries again.
-async fn forget_consumers(client: &Client, g: &Group, idle: Duration) {
+async fn forget_consumers(client: &Client, g: &Group, readers: usize, idle: Duration) {
     let call = super::consumers::ForgetConsumers {
         stream: &g.key,
         group: &g.group,
         consumer: &g.consumer,
+        readers,
         idle,
         most: super::consumers::FORGET_BATCH,
     };

@@ -7,10 +7,11 @@ use crate::options::{SourceOptions, source_setters};
 
 /// A stream read with a consumer group.
 ///
-/// One subscription has one `XREADGROUP` in flight at a time, on a connection of its own, and
-/// decoding its replies bounds its rate (about 250-290k messages/s in the benchmark). Including
-/// the same subscription twice in the app makes two consumers of the group, each with its own
-/// connection, which read and decode at once (about 350k/s); or run more processes.
+/// One reader has one `XREADGROUP` in flight at a time, on a connection of its own, and decoding
+/// its replies bounds its rate. So a subscription whose concurrency is at least
+/// [`TWO_READERS_FROM`] reads with two readers by default: two consumers of the group, each
+/// with its own connection, recovery and settler, sharing the subscription's permits; set
+/// another number with [`readers`](Self::readers).
 ///
 /// ```
 /// use ruststream_redis::RedisStream;
@@ -31,8 +32,13 @@ pub struct RedisStream {
     pub(super) trim_acked: Option<std::time::Duration>,
     pub(super) rate: Option<RateLimit>,
     pub(super) max_in_flight: Option<u32>,
+    pub(super) readers: Option<usize>,
     pub(super) options: SourceOptions,
 }
+
+/// The concurrency from which a stream subscription reads with two readers by default (see
+/// [`RedisStream::readers`]).
+pub const TWO_READERS_FROM: usize = 128;
 
 source_setters!(queue: RedisStream);
 
@@ -50,6 +56,7 @@ impl RedisStream {
             trim_acked: None,
             rate: None,
             max_in_flight: None,
+            readers: None,
             options: SourceOptions::default(),
         }
     }
@@ -114,13 +121,46 @@ impl RedisStream {
         crate::partition::keys(&self.key, self.partitions)
     }
 
+    /// Reads with `n` readers (default: two when the concurrency is at least
+    /// [`TWO_READERS_FROM`], else one): `n` consumers of the group in this process, each with
+    /// its own connection, `XREADGROUP` in flight, recovery (its own pending entries at start,
+    /// sweeps, leases) and settler, all taking the subscription's
+    /// [`concurrency`](Self::concurrency) permits, so no more is claimed than with one. The first
+    /// is named as [`consumer`](Self::consumer) says, the others `<name>-2` … `<name>-n`.
+    /// A stream with [`partitions`](Self::partitions) reads them all with one reader.
+    ///
+    /// ```
+    /// use ruststream_redis::RedisStream;
+    /// let uploads = RedisStream::new("uploads").group("thumbnailer");
+    /// assert_eq!(uploads.reader_count(), 2);
+    /// assert_eq!(uploads.concurrency(16).reader_count(), 1);
+    /// ```
+    pub fn readers(mut self, n: usize) -> Self {
+        self.readers = Some(n);
+        self
+    }
+
+    /// How many readers it reads with (see [`readers`](Self::readers)).
+    pub fn reader_count(&self) -> usize {
+        if self.partitions.is_some() || self.partition_of.is_some() {
+            return 1;
+        }
+        let default = if self.options.core.concurrency >= TWO_READERS_FROM {
+            2
+        } else {
+            1
+        };
+        self.readers.unwrap_or(default)
+    }
+
     /// The consumer group (created at start if missing, reading from the stream's beginning).
     pub fn group(mut self, group: impl Into<String>) -> Self {
         self.group = Some(group.into());
         self
     }
 
-    /// This process's consumer name in the group (default: `<host>-<pid>-<random>`).
+    /// This process's consumer name in the group (default: `<host>-<pid>-<random>`); its other
+    /// readers' are `<name>-2` … (see [`readers`](Self::readers)).
     pub fn consumer(mut self, name: impl Into<String>) -> Self {
         self.consumer = Some(name.into());
         self

@@ -86,6 +86,16 @@ impl Transport for RedisStream {
                 "stream `{key}`: no_recovery turns crash recovery off, so min_idle does not apply: remove one or the other"
             )));
         }
+        if self.readers == Some(0) {
+            return Err(Error::config(format!(
+                "stream `{key}`: readers must be at least 1"
+            )));
+        }
+        if self.partitions.is_some() && self.readers.is_some_and(|n| n > 1) {
+            return Err(Error::config(format!(
+                "stream `{key}`: a stream with partitions reads them all with one reader: remove `.readers(n)`"
+            )));
+        }
         if self.trim_acked.is_some_and(|d| d.is_zero()) {
             return Err(Error::config(format!(
                 "stream `{key}`: trim_acked needs a period longer than zero (e.g. 10 s): it runs a script each period"
@@ -227,6 +237,29 @@ pub(crate) fn pairs(record: Value) -> Vec<(String, Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_readers_from_the_default_concurrency_one_with_partitions() {
+        let space = KeySpace::new(String::new(), false);
+        let stream = || RedisStream::new("s").group("g");
+        assert_eq!(stream().reader_count(), 2);
+        assert_eq!(stream().concurrency(127).reader_count(), 1);
+        assert_eq!(stream().concurrency(16).readers(3).reader_count(), 3);
+        assert_eq!(stream().partitions(2).reader_count(), 1);
+        let e = stream()
+            .readers(0)
+            .validate(&space)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        let e = stream()
+            .partitions(2)
+            .readers(2)
+            .validate(&space)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("one reader"), "{e}");
+    }
 
     #[test]
     fn untagged_streams_keep_derived_keys_in_their_slot() {

@@ -23,4 +23,4 @@ pub(crate) use self::settler::{RedisSettler, Settle};
 pub use self::source::RedisSource;
 pub(crate) use self::source::Transport;
 pub(crate) use self::token::Token;
-pub(crate) use self::watch::watch_source;
+pub(crate) use self::watch::{pause_gate, watch_source};

@@ -59,6 +59,8 @@ pub struct RedisReceiver {
     receive: Box<dyn Receive>,
     /// Holds reads while an operator has paused the subscription.
     gate: Option<Gate>,
+    /// The subscription's other readers, until the dispatch loop takes them.
+    siblings: Vec<RedisReceiver>,
 }
 
 impl std::fmt::Debug for RedisReceiver {
@@ -72,7 +74,14 @@ impl RedisReceiver {
         Self {
             receive: Box::new(receive),
             gate: None,
+            siblings: Vec::new(),
         }
+    }
+
+    /// The same receiver, with `siblings` read beside it (see [`Receiver::siblings`]).
+    pub(crate) fn with_siblings(mut self, siblings: Vec<RedisReceiver>) -> Self {
+        self.siblings = siblings;
+        self
     }
 
     /// The same receiver, not reading while `gate` (if any) says the subscription is paused.
@@ -119,8 +128,21 @@ impl Receiver for RedisReceiver {
         self.receive.settler()
     }
 
+    /// Up when its connection and those of its siblings (not yet taken) are up.
     fn probe(&self) -> Option<ruststream_core::Probe> {
-        self.receive.probe()
+        let own = self.receive.probe();
+        if self.siblings.is_empty() {
+            return own;
+        }
+        let probes: Vec<_> = own
+            .into_iter()
+            .chain(self.siblings.iter().filter_map(Receiver::probe))
+            .collect();
+        Some(std::sync::Arc::new(move || probes.iter().all(|p| p())))
+    }
+
+    fn siblings(&mut self) -> Vec<Self> {
+        std::mem::take(&mut self.siblings)
     }
 
     fn cancel_signals(&mut self) -> Option<futures::stream::BoxStream<'static, String>> {

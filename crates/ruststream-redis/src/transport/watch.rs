@@ -17,8 +17,19 @@ pub(crate) async fn watch_source(
     stop: &CancellationToken,
 ) -> Result<Option<Gate>> {
     let keys = source.source_keys(&conns.keys);
-    crate::gauges::spawn(pool.clone(), keys.clone(), stop.clone());
-    let Some(key) = keys.paused else {
+    crate::gauges::spawn(pool.clone(), keys, stop.clone());
+    pause_gate(conns, source, pool, stop).await
+}
+
+/// The gate that holds a reader's reads while an operator has paused its source (a stream's
+/// second reader has this without the gauges: its first reader samples them).
+pub(crate) async fn pause_gate(
+    conns: &Connections,
+    source: &dyn Transport,
+    pool: &fred::clients::Pool,
+    stop: &CancellationToken,
+) -> Result<Option<Gate>> {
+    let Some(key) = source.source_keys(&conns.keys).paused else {
         return Ok(None);
     };
     let wake = conns.notifier(&key).await?;

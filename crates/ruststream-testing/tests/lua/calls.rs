@@ -357,8 +357,9 @@ async fn the_typed_trim_call_gives_the_same_reply_on_the_model_and_on_redis() {
     on_both("trim", expect, trim_acked).await;
 }
 
-/// `stream/forget_consumers.lua` through `ForgetConsumers`: of `me` (the caller), `gone`
-/// (nothing pending) and `busy` (one entry pending), all idle past the bound, only `gone` is
+/// `stream/forget_consumers.lua` through `ForgetConsumers`: of `me` (the caller), `me-2` (its
+/// second reader), `gone` (nothing pending) and `busy` (one entry pending), all idle past the
+/// bound, only `gone` is
 /// removed; a missing group removes nothing. Returns each call's reply and the names left.
 async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<String>) {
     use ruststream_redis::{Call, ForgetConsumers};
@@ -371,7 +372,7 @@ async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<Stri
         .xgroup_create(&stream, "g", "0", false)
         .await
         .unwrap();
-    for c in ["me", "gone"] {
+    for c in ["me", "me-2", "gone"] {
         let _: i64 = client.xgroup_createconsumer(&stream, "g", c).await.unwrap();
     }
     let _: Value = client
@@ -383,6 +384,7 @@ async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<Stri
         stream: &stream,
         group,
         consumer: "me",
+        readers: 2,
         idle: Duration::from_millis(1),
         most: 16,
     };
@@ -416,6 +418,9 @@ async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<Stri
 
 #[tokio::test]
 async fn the_typed_forget_consumers_call_gives_the_same_reply_on_the_model_and_on_redis() {
-    let expect = (vec![1, 0, 0], vec!["busy".to_owned(), "me".to_owned()]);
+    let expect = (
+        vec![1, 0, 0],
+        vec!["busy".to_owned(), "me".to_owned(), "me-2".to_owned()],
+    );
     on_both("forgetconsumers", expect, forget_consumers).await;
 }

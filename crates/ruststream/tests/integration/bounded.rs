@@ -943,7 +943,7 @@ async fn the_periodic_registry_forgets_a_removed_job_after_a_week_and_keeps_a_li
 // -- stream consumers ---------------------------------------------------------------------------
 
 /// The consumer names of group `g` of `stream` (a name without the prefix), sorted.
-async fn consumer_names(env: &Env, stream: &str) -> Vec<String> {
+pub(crate) async fn consumer_names(env: &Env, stream: &str) -> Vec<String> {
     let reply: Value = env
         .client
         .custom(
@@ -976,7 +976,7 @@ async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
         )
         .await
         .expect("XGROUP CREATE");
-    for gone in ["gone-1", "gone-2"] {
+    for gone in ["gone-1", "gone-2", "live-2"] {
         let _: Value = env
             .client
             .custom(
@@ -1010,8 +1010,13 @@ async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
         worker.seen().len() == 1
     })
     .await;
-    env.eventually("only the live consumer is left", async || {
-        consumer_names(env, "{dc}").await == ["live"]
+    // `live-2`, the subscription's second reader (two by default at concurrency 128), is as
+    // idle as the gone ones (it exists before it reads, and on Redis 7.0 a read that got
+    // nothing neither makes a consumer nor resets its idle time) and is never forgotten; `live`
+    // is in the group only if it was the reader that claimed the pending entry.
+    env.eventually("only the live consumers are left", async || {
+        let names = consumer_names(env, "{dc}").await;
+        names.contains(&"live-2".to_owned()) && names.iter().all(|n| n.starts_with("live"))
     })
     .await;
     env.stop(app).await;

@@ -50,6 +50,7 @@ on!(
     [standalone, cluster] multi_thread:
     the_concurrency_limit_is_never_exceeded,
     two_subscriptions_of_a_stream_group_split_its_entries,
+    two_readers_of_a_stream_subscription_share_its_permits,
 );
 
 // Standalone only: it counts the connections on a database, and a cluster has no databases.
@@ -811,6 +812,19 @@ impl Handle<Job> for Tally {
 /// The same stream subscription included twice is two consumers of the group (each a reader
 /// with its own connection): every entry is handled once, by one of them, and none stays
 /// pending.
+/// Publishes the jobs `0..n` to the stream `{ev}`.
+async fn publish_events(broker: RedisBroker, n: u32) {
+    let jobs: Vec<Job> = (0..n).map(|n| Job { n }).collect();
+    broker
+        .route("{ev}", stream::Publish::new())
+        .publisher()
+        .messages(&jobs)
+        .to("{ev}")
+        .publish()
+        .await
+        .expect("publish");
+}
+
 async fn two_subscriptions_of_a_stream_group_split_its_entries(env: &Env) {
     const N: u32 = 2_000;
     let broker = env.broker();
@@ -821,15 +835,7 @@ async fn two_subscriptions_of_a_stream_group_split_its_entries(env: &Env) {
         br.include(subscriber(RedisStream::new("{ev}").group("g").concurrency(8), hb).build());
     });
     let app = start(app).await;
-    let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
-    broker
-        .route("{ev}", stream::Publish::new())
-        .publisher()
-        .messages(&jobs)
-        .to("{ev}")
-        .publish()
-        .await
-        .expect("publish");
+    publish_events(broker.clone(), N).await;
     let handled = || a.0.lock().expect("lock").len() + b.0.lock().expect("lock").len();
     wait_until("every entry handled", Duration::from_secs(30), async || {
         handled() >= N as usize
@@ -854,6 +860,38 @@ async fn two_subscriptions_of_a_stream_group_split_its_entries(env: &Env) {
         .await
         .expect("XINFO CONSUMERS");
     assert_eq!(consumers.len(), 2, "two consumers in the group");
+}
+
+async fn two_readers_of_a_stream_subscription_share_its_permits(env: &Env) {
+    const N: u32 = 400;
+    let broker = env.broker();
+    let busy = Busy::default();
+    let handler = busy.clone();
+    let source = RedisStream::new("{ev}")
+        .group("g")
+        .consumer("c")
+        .concurrency(4)
+        .readers(2);
+    assert_eq!(source.reader_count(), 2);
+    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(source, handler).build());
+    });
+    let app = start(app).await;
+    publish_events(broker.clone(), N).await;
+    wait_until("every entry handled", Duration::from_secs(30), async || {
+        busy.done.load(Ordering::SeqCst) == N as usize
+    })
+    .await;
+    wait_until("no pending entry", WAIT, async || {
+        pending_count(env, "{ev}", "g").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    let max = busy.max.load(Ordering::SeqCst);
+    assert!((2..=4).contains(&max), "most handlers at once: {max}");
+    let names = crate::bounded::consumer_names(env, "{ev}").await;
+    assert_eq!(names, ["c", "c-2"], "one consumer of the group per reader");
 }
 
 async fn a_stream_entry_is_handled_and_acknowledged(env: &Env) {
