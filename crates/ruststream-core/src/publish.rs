@@ -208,7 +208,7 @@ impl Publisher {
     }
 
     /// Publishes already encoded messages. With the `otel` feature, in a producer span whose
-    /// trace context goes into each message's headers (see [`crate::otel`]).
+    /// trace context goes into each message's headers (see the `otel` module).
     pub async fn send(&self, messages: Vec<OutMessage>) -> Result<Enqueued> {
         if messages.is_empty() {
             return Ok(Enqueued::default());
