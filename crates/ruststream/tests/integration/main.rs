@@ -32,6 +32,7 @@ mod deadline;
 mod delayed;
 mod durable;
 mod flows;
+mod flows_kinds;
 mod flows_repair;
 mod groups;
 mod guide;
