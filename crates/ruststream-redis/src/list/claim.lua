@@ -103,11 +103,15 @@ for i = 6, m + 5, 1000 do
   redis.call('LPUSH', processing, unpack(out, i, math.min(i + 999, m + 5)))
 end
 if zset then
+  -- Numbers are made strings here, once for the score and with '%d' for the sequence: Lua's
+  -- own number-to-string (and Redis's, for a number handed to a command) formats a float, which
+  -- cost more than the ZADD itself, per entry.
   local seq = tonumber(ARGV[4])
+  local score, run = string.format('%d', now), '.' .. out[2] .. ':'
   local members = {}
   for i = 6, m + 5 do
-    members[#members + 1] = now
-    members[#members + 1] = rid .. ':' .. (seq + i - 6) .. '.' .. out[2] .. ':' .. out[i]
+    members[#members + 1] = score
+    members[#members + 1] = rid .. ':' .. string.format('%d', seq + i - 6) .. run .. out[i]
   end
   for i = 1, #members, 1000 do
     redis.call('ZADD', zset, unpack(members, i, math.min(i + 999, #members)))

@@ -13,8 +13,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local moved = 0
 local batch = {}
+-- The score as a string, made once: a number handed to a command is formatted as a float each time.
+local score = string.format('%d', now)
 for i = 2, #ARGV do
-  batch[#batch + 1] = now
+  batch[#batch + 1] = score
   batch[#batch + 1] = ARGV[i]
   if #batch == 1000 or i == #ARGV then
     moved = moved + redis.call('ZADD', KEYS[1], 'XX', 'CH', unpack(batch))
