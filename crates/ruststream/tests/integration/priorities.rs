@@ -106,13 +106,15 @@ async fn a_backlog_is_taken_highest_level_first_by_every_app(env: &Env) {
     assert_eq!(inspected[0].levels, Some(vec![10, 10, 10]));
     assert_eq!(inspected[0].ready, Some(30));
 
-    let seen = Seen::acking();
-    let apps = [
-        start(app(env, source(), seen.clone())).await,
-        start(app(env, source(), seen.clone())).await,
-        start(app(env, source(), seen.clone())).await,
-    ];
-    wait_until("30 handled", WAIT, async || seen.count() == 30).await;
+    // Each app claims one job at a time (concurrency 1) and handles it before it claims the
+    // next, so its own handling order is its claim order, whatever the load does to the others.
+    let seen: [Seen; 3] = std::array::from_fn(|_| Seen::acking());
+    let mut apps = Vec::new();
+    for s in &seen {
+        apps.push(start(app(env, source(), s.clone())).await);
+    }
+    let handled = || seen.iter().map(Seen::count).sum::<usize>();
+    wait_until("30 handled", WAIT, async || handled() == 30).await;
     wait_until("settled", WAIT, async || {
         env.llen("{jobs}.processing").await == 0
     })
@@ -120,17 +122,17 @@ async fn a_backlog_is_taken_highest_level_first_by_every_app(env: &Env) {
     for running in apps {
         stop(running).await;
     }
-    let order = levels(&seen);
-    // Three readers claim one at a time: at a level's boundary two of them may record out of
-    // claim order, never across the ten jobs of the level between.
-    let (last_high, first_low) = last_and_first(&order, 2, 0);
-    assert!(last_high < first_low, "{order:?}");
-    assert!(
-        order[..8].iter().all(|l| *l == 2),
-        "level 2 first: {order:?}"
-    );
-    assert!(order[22..].iter().all(|l| *l == 0), "{order:?}");
-    let mut ns: Vec<u32> = seen.jobs().iter().map(|(j, _)| j.n).collect();
+    // Every claim takes the highest non-empty level, so each app's claims never go up a level.
+    // (The apps' handlings interleave by timing, so their merged order proves less.)
+    let mut ns = Vec::new();
+    for s in &seen {
+        let order = levels(s);
+        assert!(
+            order.windows(2).all(|w| w[0] >= w[1]),
+            "an app took a higher level after a lower one: {order:?}"
+        );
+        ns.extend(s.jobs().iter().map(|(j, _)| j.n));
+    }
     ns.sort_unstable();
     assert_eq!(ns, (0..30).collect::<Vec<_>>(), "each once");
 }
