@@ -67,6 +67,33 @@ pub(crate) async fn evalsha_frame(
     keys: Vec<String>,
     args: Vec<Value>,
 ) -> Result<Reply> {
+    evalsha_frame_with(client, None, script, keys, args).await
+}
+
+/// fred's options for a command that must run when it is sent or not at all: one that was in
+/// flight when its connection dropped fails rather than being sent again after the reconnect,
+/// and one sent while fred knows the connection is down fails at once rather than waiting for
+/// it. A claim that sweeps is one: run after an outage, it would find the leases of live
+/// workers aged by the outage (`crate::rejoin`). Not for a client of the in-memory model,
+/// which fred never marks connected (`ReadConn::on_model`).
+pub(crate) fn once() -> Options {
+    Options {
+        fail_fast: true,
+        ..Options::default()
+    }
+}
+
+/// [`evalsha_frame`] with fred's per-command `options` (e.g. [`once`]); `None` for the client's.
+///
+/// # Errors
+/// The script's error reply or the connection's, as a typed broker error.
+pub(crate) async fn evalsha_frame_with(
+    client: &Client,
+    options: Option<&Options>,
+    script: &Script,
+    keys: Vec<String>,
+    args: Vec<Value>,
+) -> Result<Reply> {
     let hash = if keys.is_empty() {
         ClusterHash::Random
     } else {
@@ -78,7 +105,7 @@ pub(crate) async fn evalsha_frame(
     argv.push(int(keys.len()));
     argv.extend(keys.into_iter().map(Value::from));
     argv.extend(args);
-    let reply = match client.custom_raw(cmd.clone(), argv.clone()).await {
+    let reply = match custom_raw(client, options, cmd.clone(), argv.clone()).await {
         Ok(f) if frame_error(&f).is_some_and(|e| e.starts_with("NOSCRIPT")) => None,
         Err(e) if e.details().starts_with("NOSCRIPT") => None,
         other => Some(other),
@@ -87,7 +114,7 @@ pub(crate) async fn evalsha_frame(
         Some(r) => r,
         None => {
             script.load(client).await.map_err(core)?;
-            client.custom_raw(cmd, argv).await
+            custom_raw(client, options, cmd, argv).await
         }
     }
     .map_err(core)?;
@@ -97,6 +124,19 @@ pub(crate) async fn evalsha_frame(
             e,
         ))),
         None => Ok(reply),
+    }
+}
+
+/// `cmd` with `argv` on `client`, with `options` when given, its reply as fred received it.
+async fn custom_raw(
+    client: &Client,
+    options: Option<&Options>,
+    cmd: CustomCommand,
+    argv: Vec<Value>,
+) -> Result<fred::types::Resp3Frame, fred::error::Error> {
+    match options {
+        Some(o) => client.with_options(o).custom_raw(cmd, argv).await,
+        None => client.custom_raw(cmd, argv).await,
     }
 }
 

@@ -1,11 +1,17 @@
 //! Leases after a reconnect: an outage longer than `min_idle` (a Redis restart, a network cut)
 //! leaves every live claim scored as if its worker were gone, so the first sweep after the
 //! connection comes back would redeliver the work of live workers. A reader's [`Rejoin`] is
-//! marked when its connection comes back (fred reconnected it, or the reader replaced it:
-//! `ReadConn::on_reconnect`) or a lease renewal fails; the
+//! marked when its connection comes back (fred reconnected it: `ReadConn::came_back`, asked
+//! before each sweep, and `ReadConn::on_reconnect`; or the reader replaced it) or a lease
+//! renewal fails; the
 //! reader then renews its own claims' leases on its reading connection before its next sweep,
 //! and holds its sweeps back for a grace (two renewal periods), so that the other live readers,
 //! which renew when they reconnect or at their next renewal, do so before anyone sweeps.
+//!
+//! A sweep sent before an outage must not run after it either: a claim that may sweep (a list's
+//! `claim.lua` with recovery, a stream's sweeping `XCLAIM`) is sent with `lua::once`, so fred
+//! fails it rather than sending it again after the reconnect.
+//!
 //! Sends no command itself (the list's `lease.lua`, the stream's `XCLAIM .. JUSTID` renew).
 
 use std::sync::atomic::{AtomicBool, Ordering};

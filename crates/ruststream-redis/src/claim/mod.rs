@@ -188,6 +188,9 @@ pub struct Claim<'a> {
     pub max: usize,
     /// The sequence number of the first claim (with [`Record::Claims`]).
     pub first_seq: u64,
+    /// Whether the call must run when sent or not at all (`lua::once`): a claim that may sweep,
+    /// on a real connection.
+    pub once: bool,
 }
 
 /// What a claim took, and what held the rest back.
@@ -280,7 +283,9 @@ impl Call for Claim<'_> {
     fn call(&self, client: &Client) -> impl Future<Output = Result<Claimed>> + Send {
         async move {
             let (keys, args) = self.build();
-            let reply = lua::evalsha_frame(client, self.script(), keys, args).await?;
+            let once = self.once.then(lua::once);
+            let reply =
+                lua::evalsha_frame_with(client, once.as_ref(), self.script(), keys, args).await?;
             Ok(self.read(reply))
         }
     }

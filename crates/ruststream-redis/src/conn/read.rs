@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::prelude::*;
+use fred::types::config::Server;
 use ruststream_core::{Error as CoreError, ErrorKind, Result};
+use tokio::sync::broadcast;
 
 use super::watch;
 use crate::error::core;
@@ -34,6 +36,10 @@ pub(crate) struct ReadConn {
     stale: std::sync::atomic::AtomicBool,
     /// Called whenever the connection comes back: fred reconnected, or the client was replaced.
     reconnected: Vec<Reconnected>,
+    /// fred's reconnect events of the client in use, read without waiting ([`came_back`]).
+    ///
+    /// [`came_back`]: Self::came_back
+    reconnects: Mutex<broadcast::Receiver<Server>>,
     /// On the in-memory server, what to await before a blocking read.
     memory: Option<MemoryWait>,
 }
@@ -49,6 +55,7 @@ impl ReadConn {
     ) -> Result<Self, fred::error::Error> {
         let client = Self::connect(&builder, &target, command_timeout).await?;
         Ok(Self {
+            reconnects: Mutex::new(client.reconnect_rx()),
             current: Arc::new(Mutex::new(client.clone())),
             client,
             builder,
@@ -95,6 +102,28 @@ impl ReadConn {
         self.reconnected.push(f);
     }
 
+    /// Whether fred reconnected this connection since the last call. Exact, unlike a listener
+    /// of [`on_reconnect`](Self::on_reconnect), which may run late: fred announces a reconnect
+    /// before it sends again what it held and before it sends anything new, so a reply that
+    /// came on the reconnected connection is seen after the reconnect is.
+    pub(crate) fn came_back(&self) -> bool {
+        let Ok(mut events) = self.reconnects.lock() else {
+            return true;
+        };
+        let mut back = false;
+        loop {
+            match events.try_recv() {
+                Ok(_) | Err(broadcast::error::TryRecvError::Lagged(_)) => back = true,
+                Err(_) => return back,
+            }
+        }
+    }
+
+    /// Whether this connection goes to the in-memory model (`crate::memory`), not to Redis.
+    pub(crate) fn on_model(&self) -> bool {
+        self.memory.is_some()
+    }
+
     /// Whether the connection is up (fred's own state: no I/O).
     pub(crate) fn probe(&self) -> ruststream_core::Probe {
         let current = self.current.clone();
@@ -120,6 +149,9 @@ impl ReadConn {
         for f in &self.reconnected {
             listen(&fresh, f.clone());
             f();
+        }
+        if let Ok(mut events) = self.reconnects.lock() {
+            *events = fresh.reconnect_rx();
         }
         let old = std::mem::replace(&mut self.client, fresh.clone());
         if let Ok(mut current) = self.current.lock() {

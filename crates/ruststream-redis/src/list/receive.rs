@@ -242,12 +242,15 @@ impl Reader {
     /// One `claim.lua` call recording `record`; what the gates held back is counted, and a
     /// pause closes the reader's pause gate.
     async fn claim(&self, record: &Record, max: usize, first_seq: u64) -> Result<Claimed> {
+        // A claim with recovery may sweep: it runs when sent or not at all.
+        let once = matches!(record, Record::Claims { .. }) && !self.conn.on_model();
         let claimed = Claim {
             levels: &self.levels,
             record,
             gates: &self.gates,
             max,
             first_seq,
+            once,
         }
         .call(self.conn.client())
         .await?;
@@ -421,6 +424,9 @@ impl ReliableList {
         else {
             return true;
         };
+        if self.reader.conn.came_back() {
+            rejoin.mark();
+        }
         if rejoin.take()
             && let Err(e) = self
                 .leases

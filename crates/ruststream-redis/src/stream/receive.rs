@@ -252,7 +252,7 @@ impl StreamReceiver {
         }
         self.regroup().await?;
         if let Some(r) = &mut self.recovery {
-            let claimed = r.claim(self.conn.client(), &self.group, max).await?;
+            let claimed = r.claim(&self.conn, &self.group, max).await?;
             let claimed = self.uncancelled(claimed).await?;
             if !claimed.is_empty() {
                 return Ok(self.deliver(

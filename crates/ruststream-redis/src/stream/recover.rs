@@ -11,7 +11,9 @@
 //!   settled) get their idle time reset: `XCLAIM key group consumer 0 id.. JUSTID`, which leaves
 //!   their delivery count alone. So only a dead consumer's entries are ever swept. After a
 //!   reconnect (or a failed renewal) the consumer renews on its reading connection before its
-//!   next sweep, and sweeps nothing for a grace (`crate::rejoin`).
+//!   next sweep, and sweeps nothing for a grace (`crate::rejoin`). The sweep's `XCLAIM` runs
+//!   when sent or not at all (`lua::once`), and none is sent on an `XPENDING` reply that came
+//!   after a reconnect.
 //!
 //! - **Gone consumers.** A sweep of a subscription's first reader that finds nothing stale
 //!   removes the group's consumers (never its own readers') that
@@ -32,9 +34,10 @@ use ruststream_core::Result;
 use tokio::time::Instant;
 
 use super::entries::entry_list;
+use crate::conn::ReadConn;
 use crate::error::core;
 use crate::frame::{Frame, FrameError};
-use crate::lua::Call;
+use crate::lua::{self, Call};
 use crate::rejoin::Rejoin;
 use crate::reply::value_bytes;
 
@@ -110,10 +113,11 @@ impl Recovery {
     /// start, then, when a sweep is due, entries idle longer than `min_idle` on any consumer.
     pub(super) async fn claim(
         &mut self,
-        client: &Client,
+        conn: &ReadConn,
         g: &Group,
         max: usize,
     ) -> Result<Vec<Claimed>> {
+        let client = conn.client();
         if !self.own_done {
             let own = pending(client, g, None, max, Some(&g.consumer)).await?;
             if own.len() < max {
@@ -122,8 +126,11 @@ impl Recovery {
             if !own.is_empty() {
                 tracing::info!(consumer = %g.consumer, entries = own.len(),
                     "taking back this consumer's pending entries");
-                return xclaim(client, g, Duration::ZERO, own).await;
+                return xclaim(client, g, Duration::ZERO, own, None).await;
             }
+        }
+        if conn.came_back() {
+            self.rejoin.mark();
         }
         if self.rejoin.take()
             && let Err(e) = renew(client, g, &self.held).await
@@ -144,7 +151,14 @@ impl Recovery {
             }
             return Ok(Vec::new());
         }
-        let claimed = xclaim(client, g, self.min_idle, stale).await?;
+        // fred sends a read again after a reconnect: the ids are then no ground to claim on
+        // before the leases are renewed.
+        if conn.came_back() {
+            self.rejoin.mark();
+            return Ok(Vec::new());
+        }
+        let once = (!conn.on_model()).then(lua::once);
+        let claimed = xclaim(client, g, self.min_idle, stale, once.as_ref()).await?;
         if !claimed.is_empty() {
             metrics::counter!("ruststream_recovered_total", "queue" => g.key.clone())
                 .increment(claimed.len() as u64);
@@ -258,13 +272,16 @@ async fn pending(
         .collect())
 }
 
-/// Claims `entries` (`(id, deliveries so far)`) still idle at least `idle`; each claimed
-/// entry's attempt counts the deliveries before this one.
+/// Claims `entries` (`(id, deliveries so far)`) still idle at least `idle`
+/// (`XCLAIM key group consumer idle id..`, with fred's per-command `options` when given: a
+/// sweep's are [`lua::once`]); each claimed entry's attempt counts the deliveries before this
+/// one.
 async fn xclaim(
     client: &Client,
     g: &Group,
     idle: Duration,
     entries: Vec<(Bytes, u64)>,
+    options: Option<&Options>,
 ) -> Result<Vec<Claimed>> {
     let mut args: Vec<Value> = vec![
         g.key.as_str().into(),
@@ -273,10 +290,16 @@ async fn xclaim(
         millis(idle).into(),
     ];
     args.extend(entries.iter().map(|(id, _)| Value::Bytes(id.clone())));
-    let reply: Value = client
-        .custom(fred::cmd!("XCLAIM"), args)
-        .await
-        .map_err(core)?;
+    let reply: Value = match options {
+        Some(o) => {
+            client
+                .with_options(o)
+                .custom(fred::cmd!("XCLAIM"), args)
+                .await
+        }
+        None => client.custom(fred::cmd!("XCLAIM"), args).await,
+    }
+    .map_err(core)?;
     let counts: std::collections::HashMap<Bytes, u64> = entries.into_iter().collect();
     Ok(entry_list(reply)
         .into_iter()

@@ -129,6 +129,7 @@ async fn sifted(client: Client, prefix: String) -> (Vec<Vec<u8>>, i64, i64) {
         gates: &gates,
         max: 5,
         first_seq: 0,
+        once: false,
     }
     .call(&client)
     .await

@@ -18,6 +18,7 @@ fn claim_of<'a>(
         gates,
         max: 5,
         first_seq: 0,
+        once: false,
     }
 }
 

@@ -12,6 +12,10 @@
 //! [`Proxy::stall_all`] silences every open connection without closing it (a frozen peer, a
 //! network that drops everything): for the failures no reconnect notices by itself.
 //!
+//! [`Proxy::outage_on`] holds the next request that contains some bytes (Redis never gets it),
+//! closes every connection and turns new ones away for a while: an outage that begins while
+//! that command is in flight, for what a client does with it when Redis is back.
+//!
 //! Everything the clients sent is kept per connection, so a test can count how often a request
 //! reached Redis ([`Proxy::sent_count`]), e.g. to see that a cut command was sent again.
 //!
@@ -20,7 +24,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -44,6 +48,32 @@ struct State {
     stalled: AtomicUsize,
     /// What each connection's client sent, in order.
     sent: Mutex<Vec<Vec<u8>>>,
+    /// Hold the next request containing these bytes, then an outage this long.
+    outage: Mutex<Option<(Vec<u8>, Duration)>>,
+    /// New connections close at once until then.
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl State {
+    /// Whether connections are turned away now.
+    fn down(&self) -> bool {
+        self.down_until
+            .lock()
+            .expect("proxy state")
+            .is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Takes the armed outage if `chunk` contains its needle: the outage's length.
+    fn outage_hit(&self, chunk: &[u8]) -> Option<Duration> {
+        let mut armed = self.outage.lock().expect("proxy state");
+        let (needle, length) = armed.as_ref()?;
+        if !chunk.windows(needle.len()).any(|w| w == &needle[..]) {
+            return None;
+        }
+        let length = *length;
+        *armed = None;
+        Some(length)
+    }
 }
 
 /// A proxy on a free loopback port; stops when dropped.
@@ -66,6 +96,10 @@ impl Proxy {
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if shared.down() {
+                    drop(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue;
                 };
@@ -90,6 +124,17 @@ impl Proxy {
     /// Whether a cut is still armed (not yet triggered).
     pub fn armed(&self) -> bool {
         self.state.armed.lock().expect("proxy state").is_some()
+    }
+
+    /// When a request containing `needle` next comes, does not forward it, closes every
+    /// connection, and closes new ones at once for `outage` (Redis is unreachable).
+    pub fn outage_on(&self, needle: &[u8], outage: Duration) {
+        *self.state.outage.lock().expect("proxy state") = Some((needle.to_vec(), outage));
+    }
+
+    /// Whether an outage is still armed (its request not yet seen).
+    pub fn outage_armed(&self) -> bool {
+        self.state.outage.lock().expect("proxy state").is_some()
     }
 
     /// Closes every connection open now.
@@ -211,6 +256,12 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
                 continue;
             }
             let chunk = std::mem::take(&mut pending);
+            if let Some(length) = state.outage_hit(&chunk) {
+                *state.down_until.lock().expect("proxy state") = Some(Instant::now() + length);
+                state.generation.fetch_add(1, Ordering::SeqCst);
+                state.cut.notify_waiters();
+                return false;
+            }
             state.sent.lock().expect("proxy state")[conn].extend_from_slice(&chunk);
             let hit = {
                 let mut armed = state.armed.lock().expect("proxy state");

@@ -1,8 +1,12 @@
 //! Leases after a reconnect (issue 24): a Redis outage longer than `min_idle` must not
 //! redeliver the work of live workers. A reliable list (with recovery) and a reliable stream
-//! each hold slow jobs in live handlers while their own Redis (`appendfsync always`) is
-//! SIGKILLed and restarted after 2.5 s, 2.5 × `min_idle`; when the connections come back each
-//! reader renews its claims before it sweeps, so every job is handled once.
+//! each hold slow jobs in live handlers while Redis goes away for 2.5 s, 2.5 × `min_idle`, in
+//! three ways: their own Redis (`appendfsync always`) is SIGKILLed and restarted, whatever each
+//! connection was doing; or, through a proxy, the reader's next sweep, or its next blocking
+//! read, is in flight when Redis becomes unreachable (the proxy holds it, closes every
+//! connection and turns new ones away).
+//! When the connections come back each reader renews its claims before it sweeps, and a sweep
+//! sent before the outage never runs after it, so every job is handled once.
 
 use crate::harness;
 
@@ -10,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use harness::proxy::{Proxy, resp_args};
 use harness::stand::OwnRedis;
 use harness::{bounded, unique, wait_until};
 use ruststream::prelude::*;
@@ -67,12 +72,43 @@ async fn in_flight(r: &fred::prelude::Client, prefix: &str, stream: bool) -> Opt
     }
 }
 
-async fn outage_run(stream: bool) {
+/// How Redis goes away while every job is in its handler.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    /// SIGKILL, restarted after [`OUTAGE`].
+    Kill,
+    /// The reader's next sweep held in flight by the proxy, then Redis unreachable for
+    /// [`OUTAGE`]. The sweep is the claim call recording claims (a list's `claims` argument),
+    /// or `XPENDING .. IDLE` (a stream's).
+    SweepInFlight,
+    /// Likewise with the reader's next blocking read (`BLMOVE`, `XREAD .. BLOCK`), which fred
+    /// sends again after the outage: the sweep after its reply must know of the outage.
+    ReadInFlight,
+}
+
+impl Fault {
+    /// What the proxy holds: a request containing this.
+    fn needle(self, stream: bool) -> Vec<u8> {
+        let arg: &[u8] = match (self, stream) {
+            (Self::SweepInFlight, false) => b"claims",
+            (Self::SweepInFlight, true) => b"IDLE",
+            (_, false) => b"BLMOVE",
+            (_, true) => b"BLOCK",
+        };
+        resp_args(&[arg])
+    }
+}
+
+async fn outage_run(stream: bool, fault: Fault) {
     let dir = std::env::temp_dir().join(unique("leases"));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let port = OwnRedis::free_port();
     let mut redis = OwnRedis::start(dir.clone(), port).await;
-    let url = redis.url();
+    let proxy = match fault {
+        Fault::Kill => None,
+        Fault::SweepInFlight | Fault::ReadInFlight => Some(Proxy::start(&redis.url()).await),
+    };
+    let url = proxy.as_ref().map_or_else(|| redis.url(), Proxy::url);
     let prefix = format!("{}:", unique("leases"));
     let slow = Slow::default();
     let broker = RedisBroker::standalone(&url).prefix(&prefix);
@@ -109,10 +145,22 @@ async fn outage_run(stream: bool) {
         || async { slow.starts().len() == JOBS as usize },
     )
     .await;
-    redis.kill();
-    // The fault itself: Redis stays down longer than min_idle.
-    tokio::time::sleep(OUTAGE).await;
-    let _back = OwnRedis::start(dir.clone(), port).await;
+    // The fault itself: Redis stays away longer than min_idle.
+    let _back = match &proxy {
+        None => {
+            redis.kill();
+            tokio::time::sleep(OUTAGE).await;
+            Some(OwnRedis::start(dir.clone(), port).await)
+        }
+        Some(proxy) => {
+            proxy.outage_on(&fault.needle(stream), OUTAGE);
+            wait_until("the request is held", Duration::from_secs(10), || async {
+                !proxy.outage_armed()
+            })
+            .await;
+            None
+        }
+    };
     // Everything settled: a redelivered job would still be in flight (it works WORK again).
     let r = harness::stand::node_client(&format!("127.0.0.1:{port}")).await;
     wait_until("every job is settled", Duration::from_secs(30), || async {
@@ -124,7 +172,9 @@ async fn outage_run(stream: bool) {
         .expect("the app stops");
     let starts = slow.starts();
     let what = if stream { "stream" } else { "list" };
-    println!("leases ({what}): handler starts per job after a {OUTAGE:?} outage: {starts:?}");
+    println!(
+        "leases ({what}, {fault:?}): handler starts per job after a {OUTAGE:?} outage: {starts:?}"
+    );
     assert!(
         starts.values().all(|s| *s == 1),
         "{what}: a live worker's job was redelivered after the outage: {starts:?}"
@@ -134,10 +184,34 @@ async fn outage_run(stream: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliable_list_keeps_live_claims_through_an_outage_longer_than_min_idle() {
-    outage_run(false).await;
+    outage_run(false, Fault::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_keeps_live_claims_through_an_outage_longer_than_min_idle() {
-    outage_run(true).await;
+    outage_run(true, Fault::Kill).await;
+}
+
+// Before: fred sent the sweep held in flight again once Redis was back, before the reader knew
+// of the outage, and it took the live workers' claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reliable_list_sweep_in_flight_at_an_outage_does_not_run_after_it() {
+    outage_run(false, Fault::SweepInFlight).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_sweep_in_flight_at_an_outage_does_not_run_after_it() {
+    outage_run(true, Fault::SweepInFlight).await;
+}
+
+// Before: the sweep after the read's reply knew of the outage only if fred's reconnect event had
+// reached its listener's task by then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reliable_list_read_in_flight_at_an_outage_renews_before_the_next_sweep() {
+    outage_run(false, Fault::ReadInFlight).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_read_in_flight_at_an_outage_renews_before_the_next_sweep() {
+    outage_run(true, Fault::ReadInFlight).await;
 }
