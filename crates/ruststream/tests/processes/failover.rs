@@ -267,10 +267,14 @@ async fn run(durable: bool) -> Tally {
             // A full sync (the promoted primary forks for it, after repl-diskless-sync-delay's
             // 5 s) takes seconds, and longer beside the other process tests: a generous bound
             // (60 s was passed once in a CI run beside the ledger; alone it takes about 6 s).
+            // Past 30 s, both sides' replication state is printed every 30 s: a sync that never
+            // ends (it did once, in a full local run) then says why.
+            let waiting = Instant::now();
+            let mut told = Duration::ZERO;
             wait_until(
                 "the new replica syncs",
                 Duration::from_secs(120),
-                || async {
+                async || {
                     let info = promoted_client
                         .custom::<String, _>(fred::cmd!("INFO"), vec!["replication"]);
                     let info = tokio::time::timeout(Duration::from_secs(5), info)
@@ -278,9 +282,21 @@ async fn run(durable: bool) -> Tally {
                         .ok()
                         .and_then(Result::ok)
                         .unwrap_or_default();
-                    info.lines().any(|l| {
+                    let synced = info.lines().any(|l| {
                         l.starts_with("slave") && l.contains(&port) && l.contains("state=online")
-                    })
+                    });
+                    if !synced && waiting.elapsed() > told + Duration::from_secs(30) {
+                        told = waiting.elapsed();
+                        let own = Command::new("redis-cli")
+                            .args(["-p", &replica.2, "info", "replication"])
+                            .output()
+                            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                            .unwrap_or_default();
+                        println!(
+                            "failover ({what}): the new replica not synced after {told:?}; the promoted primary says:\n{info}\nthe replica says:\n{own}"
+                        );
+                    }
+                    synced
                 },
             )
             .await;
