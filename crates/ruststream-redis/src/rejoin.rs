@@ -50,6 +50,16 @@ impl Rejoin {
         });
     }
 
+    /// Marks this reader if fred reconnected `conn` since the last look (`ReadConn::came_back`);
+    /// whether it did. Asked before a sweep.
+    pub(crate) fn mark_if_back(&self, conn: &ReadConn) -> bool {
+        let back = conn.came_back();
+        if back {
+            self.mark();
+        }
+        back
+    }
+
     /// The leases may have aged past `min_idle`: renew before the next sweep.
     pub(crate) fn mark(&self) {
         self.stale.store(true, Ordering::Release);

@@ -424,9 +424,7 @@ impl ReliableList {
         else {
             return true;
         };
-        if self.reader.conn.came_back() {
-            rejoin.mark();
-        }
+        rejoin.mark_if_back(&self.reader.conn);
         if rejoin.take()
             && let Err(e) = self
                 .leases

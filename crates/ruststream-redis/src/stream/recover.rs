@@ -129,9 +129,7 @@ impl Recovery {
                 return xclaim(client, g, Duration::ZERO, own, None).await;
             }
         }
-        if conn.came_back() {
-            self.rejoin.mark();
-        }
+        self.rejoin.mark_if_back(conn);
         if self.rejoin.take()
             && let Err(e) = renew(client, g, &self.held).await
         {
@@ -153,8 +151,7 @@ impl Recovery {
         }
         // fred sends a read again after a reconnect: the ids are then no ground to claim on
         // before the leases are renewed.
-        if conn.came_back() {
-            self.rejoin.mark();
+        if self.rejoin.mark_if_back(conn) {
             return Ok(Vec::new());
         }
         let once = (!conn.on_model()).then(lua::once);
