@@ -68,7 +68,8 @@ async fn the_typed_claim_call_gives_the_same_claims_on_the_model_and_on_redis() 
 #[tokio::test]
 async fn a_claim_and_a_stream_read_load_their_scripts_again_after_a_flush() {
     use ruststream_redis::{Call, Record, StreamRead};
-    let Some(client) = redis().await else {
+    let _alone = crate::SCRIPT_CACHE.write().await;
+    let Some(client) = crate::connect().await else {
         return;
     };
     let prefix = format!("flush{}", fastrand_suffix());

@@ -253,5 +253,8 @@ async fn a_flow_is_in_the_publishing_set_with_its_plan_until_every_child_is_sent
         return;
     };
     let prefix = format!("rspub-{}-{}", std::process::id(), crate::fastrand_suffix());
-    assert_eq!(publishing(redis, prefix.clone()).await, expect(&prefix));
+    assert_eq!(
+        publishing(redis.clone(), prefix.clone()).await,
+        expect(&prefix)
+    );
 }

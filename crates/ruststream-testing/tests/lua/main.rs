@@ -58,8 +58,38 @@ fn value(v: Value) -> Reply {
     }
 }
 
+/// Redis's script cache is the server's, shared by every test of this binary: a test that uses
+/// the real Redis holds this shared for as long as it does, and the one that empties the cache
+/// (`SCRIPT FLUSH`) holds it alone, so no other test's script is flushed between its
+/// `SCRIPT LOAD` and its `EVALSHA`.
+static SCRIPT_CACHE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A client on the real Redis with the script cache held shared (`SCRIPT_CACHE`).
+struct Redis {
+    client: Client,
+    _cache: tokio::sync::RwLockReadGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Redis {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+/// A client on the real Redis, the script cache held shared, or `None` (skip) when there is
+/// none, except under CI.
+async fn redis() -> Option<Redis> {
+    let cache = SCRIPT_CACHE.read().await;
+    Some(Redis {
+        client: connect().await?,
+        _cache: cache,
+    })
+}
+
 /// A client on the real Redis, or `None` (skip) when there is none, except under CI.
-async fn redis() -> Option<Client> {
+async fn connect() -> Option<Client> {
     let url = std::env::var("RUSTSTREAM_REDIS_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let client = Builder::from_config(Config::from_url(&url).ok()?)
