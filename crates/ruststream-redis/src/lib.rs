@@ -99,6 +99,7 @@ mod results;
 mod settle;
 mod setup;
 pub mod stream;
+mod sweep_clock;
 mod tls;
 mod transport;
 mod unique;

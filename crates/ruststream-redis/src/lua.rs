@@ -5,7 +5,7 @@
 //! first line only), and [`Call`], the one shape of every script's typed call.
 //!
 //! Commands: `EVALSHA` of a call's script (`SCRIPT LOAD` on `NOSCRIPT`), through [`Call::call`]
-//! or, for the calls whose replies are read as frames, [`evalsha_frame`].
+//! or, for the calls whose replies are read as frames, [`call_frame`].
 
 use std::future::Future;
 
@@ -54,20 +54,19 @@ pub trait Call {
     }
 }
 
-/// Runs `script` on `client` (`EVALSHA`, `SCRIPT LOAD` and once more on `NOSCRIPT`) and returns
-/// its reply's RESP frame as fred received it, not read into [`Value`]s: for the calls on the
-/// consume path, which read their replies in one pass (a claim's entries, a stream read's).
-/// The command is routed by its first key (all of a script's keys share a slot).
+/// Runs `call`'s script on `client` ([`evalsha_frame_with`], with [`once`]'s options when
+/// `once`): the reply's RESP frame, for the calls that read their replies in one pass.
 ///
 /// # Errors
 /// The script's error reply or the connection's, as a typed broker error.
-pub(crate) async fn evalsha_frame(
+pub(crate) async fn call_frame(
+    call: &(impl Call + Sync),
     client: &Client,
-    script: &Script,
-    keys: Vec<String>,
-    args: Vec<Value>,
+    once: bool,
 ) -> Result<Reply> {
-    evalsha_frame_with(client, None, script, keys, args).await
+    let (keys, args) = call.build();
+    let options = once.then(self::once);
+    evalsha_frame_with(client, options.as_ref(), call.script(), keys, args).await
 }
 
 /// fred's options for a command that must run when it is sent or not at all: one that was in
@@ -83,7 +82,11 @@ pub(crate) fn once() -> Options {
     }
 }
 
-/// [`evalsha_frame`] with fred's per-command `options` (e.g. [`once`]); `None` for the client's.
+/// Runs `script` on `client` (`EVALSHA`, `SCRIPT LOAD` and once more on `NOSCRIPT`) with fred's
+/// per-command `options` (e.g. [`once`]; `None` for the client's), and returns its reply's RESP
+/// frame as fred received it, not read into [`Value`]s: for the calls on the consume path, which
+/// read their replies in one pass (a claim's entries, a stream read's). The command is routed by
+/// its first key (all of a script's keys share a slot).
 ///
 /// # Errors
 /// The script's error reply or the connection's, as a typed broker error.

@@ -191,6 +191,9 @@ pub struct Claim<'a> {
     /// Whether the call must run when sent or not at all (`lua::once`): a claim that may sweep,
     /// on a real connection.
     pub once: bool,
+    /// The server time (ms) past which the call must not sweep (`crate::sweep_clock`); `None`:
+    /// no deadline.
+    pub sweep_by: Option<u64>,
 }
 
 /// What a claim took, and what held the rest back.
@@ -267,6 +270,10 @@ impl Call for Claim<'_> {
         args.push(Value::from(ttl.to_string()));
         args.push(Value::Integer(i64::from(most)));
         args.push(lua::int(self.levels.len()));
+        args.push(
+            self.sweep_by
+                .map_or_else(|| "".into(), |by| Value::from(by.to_string())),
+        );
         for g in self.gates {
             g.push(&mut keys, &mut args);
         }
@@ -281,13 +288,7 @@ impl Call for Claim<'_> {
     // trait's lifetimes (its future must be `Send` for every `&self`).
     #[expect(clippy::manual_async_fn, reason = "see the comment above")]
     fn call(&self, client: &Client) -> impl Future<Output = Result<Claimed>> + Send {
-        async move {
-            let (keys, args) = self.build();
-            let once = self.once.then(lua::once);
-            let reply =
-                lua::evalsha_frame_with(client, once.as_ref(), self.script(), keys, args).await?;
-            Ok(self.read(reply))
-        }
+        async move { Ok(self.read(lua::call_frame(self, client, self.once).await?)) }
     }
 }
 
@@ -387,11 +388,7 @@ impl Call for StreamRead<'_> {
     // trait's lifetimes (its future must be `Send` for every `&self`).
     #[expect(clippy::manual_async_fn, reason = "see the comment above")]
     fn call(&self, client: &Client) -> impl Future<Output = Result<StreamClaimed>> + Send {
-        async move {
-            let (keys, args) = self.build();
-            let reply = lua::evalsha_frame(client, self.script(), keys, args).await?;
-            Ok(read_stream(reply))
-        }
+        async move { Ok(read_stream(lua::call_frame(self, client, false).await?)) }
     }
 }
 

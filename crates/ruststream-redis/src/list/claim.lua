@@ -15,9 +15,12 @@
 --       (record 'list' or 'claims'), the recovery set (record 'claims'), then each gate's keys.
 -- ARGV: most entries to claim, record ('' = none: a simple list's pop, 'list', 'claims'),
 --       reader id, first claim sequence number, min_idle ms, recovery-set ttl ms (0 = none),
---       most claims to recover, number of levels, then the gates (claim/gates.lua).
+--       most claims to recover, number of levels, the sweep's deadline (server time in ms;
+--       '' = none), then the gates (claim/gates.lua).
 --
--- With recovery, it first sweeps: each claim scored older than now - min_idle leaves the set,
+-- With recovery, it first sweeps, unless the server's TIME is past the sweep's deadline (the
+-- call reached Redis late, and the leases of live workers may have aged meanwhile:
+-- `crate::sweep_clock`): each claim scored older than now - min_idle leaves the set,
 -- and its entry goes from the processing list back to the queue with its attempt raised by one
 -- (back.lua: onto its own level, behind what waits). Then every claim is recorded in the set as
 -- `<reader id>:<seq>.<run>:<value>` scored by the server's clock, so two claims of identical
@@ -37,7 +40,7 @@ local levels = {}
 for i = 1, nlevels do levels[i] = KEYS[i] end
 local processing = record ~= '' and KEYS[nlevels + 1] or nil
 local zset = record == 'claims' and KEYS[nlevels + 2] or nil
-local gates, err = gates_of(nlevels + 1 + (processing and 1 or 0) + (zset and 1 or 0), 9)
+local gates, err = gates_of(nlevels + 1 + (processing and 1 or 0) + (zset and 1 or 0), 10)
 if not gates then return redis.error_reply(err) end
 local checks = {}
 for _, k in ipairs(levels) do checks[#checks + 1] = {k, 'list'} end
@@ -51,25 +54,28 @@ if zset then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   out[2] = t[1] .. '.' .. t[2]
-  local most = tonumber(ARGV[7])
-  local swept = {}
-  if redis.call('EXISTS', zset) == 0 then
-    local orphans = redis.call('RPOP', processing, most)
-    if orphans then
-      for _, v in ipairs(orphans) do swept[#swept + 1] = bump(v) end
+  local by = tonumber(ARGV[9])
+  if not by or now <= by then
+    local most = tonumber(ARGV[7])
+    local swept = {}
+    if redis.call('EXISTS', zset) == 0 then
+      local orphans = redis.call('RPOP', processing, most)
+      if orphans then
+        for _, v in ipairs(orphans) do swept[#swept + 1] = bump(v) end
+      end
     end
-  end
-  local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
-    'LIMIT', 0, most)
-  for _, m in ipairs(stale) do
-    redis.call('ZREM', zset, m)
-    local p = string.find(m, ':', 1, true)
-    local q = p and string.find(m, ':', p + 1, true)
-    if q and redis.call('LREM', processing, '-1', string.sub(m, q + 1)) > 0 then
-      swept[#swept + 1] = bump(string.sub(m, q + 1))
+    local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
+      'LIMIT', 0, most)
+    for _, m in ipairs(stale) do
+      redis.call('ZREM', zset, m)
+      local p = string.find(m, ':', 1, true)
+      local q = p and string.find(m, ':', p + 1, true)
+      if q and redis.call('LREM', processing, '-1', string.sub(m, q + 1)) > 0 then
+        swept[#swept + 1] = bump(string.sub(m, q + 1))
+      end
     end
+    out[1] = put_back(list_dest(levels), swept, false)
   end
-  out[1] = put_back(list_dest(levels), swept, false)
 end
 if want < 1 then return out end
 

@@ -3,8 +3,10 @@
 //! rate limit) and from its priority levels, highest first.
 //!
 //! - Simple: `claim.lua` pops up to `n` entries, recording nothing.
-//! - Reliable: `claim.lua` sweeps stale claims back first (with recovery), then claims up to `n`
-//!   entries into the processing list, each recorded in the recovery set.
+//! - Reliable: `claim.lua` sweeps stale claims back first (with recovery, and only by the
+//!   sweep's deadline in the server's clock, `crate::sweep_clock`: `TIME` before a reader's
+//!   first sweep), then claims up to `n` entries into the processing list, each recorded in the
+//!   recovery set.
 //! - When the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when
 //!   an entry arrives on level 0 (a level above announces its first entry on Pub/Sub, see
 //!   `levels.rs`), then `claim.lua` again.
@@ -44,6 +46,7 @@ use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};
 use crate::rejoin::Rejoin;
+use crate::sweep_clock::{SweepClock, run_ms};
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, list_delivery, signal_ids, watch_source,
 };
@@ -146,6 +149,7 @@ fn open_reliable(
     let reader_id = uuid::Uuid::now_v7().simple().to_string();
     let processing = keys.processing.clone().unwrap_or_default();
     let mut rejoin = None;
+    let mut slack = Duration::ZERO;
     let record = match keys.recovery.clone() {
         None => Record::List { processing },
         Some(zset) => {
@@ -163,6 +167,7 @@ fn open_reliable(
                 r.clone(),
             );
             rejoin = Some(r);
+            slack = every;
             Record::Claims {
                 processing,
                 zset,
@@ -189,6 +194,7 @@ fn open_reliable(
         record,
         leases,
         rejoin,
+        clock: SweepClock::new(slack),
         reader,
     })
 }
@@ -239,9 +245,15 @@ impl Reader {
         }
     }
 
-    /// One `claim.lua` call recording `record`; what the gates held back is counted, and a
-    /// pause closes the reader's pause gate.
-    async fn claim(&self, record: &Record, max: usize, first_seq: u64) -> Result<Claimed> {
+    /// One `claim.lua` call recording `record`, sweeping only by `sweep_by` (server time);
+    /// what the gates held back is counted, and a pause closes the reader's pause gate.
+    async fn claim(
+        &self,
+        record: &Record,
+        max: usize,
+        first_seq: u64,
+        sweep_by: Option<u64>,
+    ) -> Result<Claimed> {
         // A claim with recovery may sweep: it runs when sent or not at all.
         let once = matches!(record, Record::Claims { .. }) && !self.conn.on_model();
         let claimed = Claim {
@@ -251,6 +263,7 @@ impl Reader {
             max,
             first_seq,
             once,
+            sweep_by,
         }
         .call(self.conn.client())
         .await?;
@@ -351,7 +364,9 @@ impl Receive for SimpleList {
             self.reader.conn.heal().await?;
             let r = &self.reader;
             let read = r
-                .receive(max, Duration::MAX, hurry, |n| r.claim(&Record::Pop, n, 0))
+                .receive(max, Duration::MAX, hurry, |n| {
+                    r.claim(&Record::Pop, n, 0, None)
+                })
                 .await
                 .map(|claimed| r.deliveries(claimed.values));
             r.conn.check(read)
@@ -386,6 +401,8 @@ struct ReliableList {
     leases: Arc<Leases>,
     /// With recovery, after a reconnect: renew before sweeping (`crate::rejoin`).
     rejoin: Option<Arc<Rejoin>>,
+    /// With recovery: the server time each sweep must run by (`crate::sweep_clock`).
+    clock: SweepClock,
     reader: Reader,
     settler: RedisSettler,
 }
@@ -406,15 +423,43 @@ impl ReliableList {
     /// One claim: its first sequence number is taken here, so each claim's is its own.
     async fn claim(&self, max: usize) -> Result<Claimed> {
         let first_seq = self.seq.fetch_add(max as u64, Ordering::Relaxed);
+        let Record::Claims { .. } = &self.record else {
+            return self.reader.claim(&self.record, max, first_seq, None).await;
+        };
         if !self.may_sweep().await {
             // Within the grace after a reconnect, no claim is old enough to sweep.
             let mut record = self.record.clone();
             if let Record::Claims { min_idle_ms, .. } = &mut record {
                 *min_idle_ms = NO_SWEEP_MS;
             }
-            return self.reader.claim(&record, max, first_seq).await;
+            let claimed = self.reader.claim(&record, max, first_seq, None).await?;
+            self.ran(&claimed, None);
+            return Ok(claimed);
         }
-        self.reader.claim(&self.record, max, first_seq).await
+        let by = self.clock.deadline(self.reader.conn.client()).await?;
+        let claimed = self
+            .reader
+            .claim(&self.record, max, first_seq, Some(by))
+            .await?;
+        self.ran(&claimed, Some(by));
+        Ok(claimed)
+    }
+
+    /// Notes the server time `claimed` ran at. A sweep its deadline `sweep_by` stopped (the call
+    /// reached Redis late: the leases may have aged meanwhile) marks the reader, which renews
+    /// them before it sweeps again.
+    fn ran(&self, claimed: &Claimed, sweep_by: Option<u64>) {
+        let Some(ran) = run_ms(&claimed.run) else {
+            return;
+        };
+        self.clock.saw(ran);
+        if let Some(by) = sweep_by.filter(|by| ran > *by) {
+            tracing::warn!(source = %self.reader.source, late_ms = ran - by,
+                "a claim reached Redis past its sweep's deadline: it swept nothing; renewing leases before the next sweep");
+            if let Some(rejoin) = &self.rejoin {
+                rejoin.mark();
+            }
+        }
     }
 
     /// After a reconnect, renews this reader's leases on its reading connection (the one the

@@ -3,11 +3,10 @@
 //! part that is not UTF-8. Sends no command.
 
 use bytes::Bytes;
-use fred::prelude::*;
 use ruststream_core::Headers;
 
 use crate::frame::{Frame, FrameError, FramePart};
-use crate::reply::{Reply, frame_bytes, frame_items, value_bytes};
+use crate::reply::{Reply, frame_bytes, frame_items};
 
 /// The field that holds an entry's payload.
 pub const PAYLOAD_FIELD: &str = "payload";
@@ -31,47 +30,38 @@ pub(crate) fn entries(reply: Reply) -> Vec<StreamEntry> {
             .collect(),
     };
     let mut out = Vec::new();
-    for list in streams.into_iter().filter_map(frame_items) {
-        out.reserve(list.len());
-        for entry in list {
-            let Some(mut parts) = frame_items(entry).map(Vec::into_iter) else {
-                continue;
-            };
-            let Some(id) = parts.next().and_then(frame_bytes) else {
-                continue;
-            };
-            // As in `entry_list`: an entry without fields is delivered with an empty payload.
-            let fields = parts.next().and_then(frame_items).unwrap_or_default();
-            out.push((id, frame(fields.into_iter().filter_map(frame_bytes))));
-        }
+    for list in streams {
+        push_entries(list, &mut out);
     }
     out
 }
 
-/// Reads a list of entries (`[[id, [field, value, ..]], ..]`, as `XRANGE` and `XCLAIM` reply)
-/// into `(entry id, frame)`, in one pass, with no intermediate field vectors.
-pub(super) fn entry_list(entries: Value) -> Vec<(Bytes, (Frame, Option<FrameError>))> {
-    let Value::Array(entries) = entries else {
-        return Vec::new();
+/// Reads a list of entries as fred received it (`[[id, [field, value, ..]], ..]`, as `XCLAIM`
+/// replies) into `(entry id, frame)`, in one pass.
+pub(crate) fn entry_frames(list: Reply) -> Vec<StreamEntry> {
+    let mut out = Vec::new();
+    push_entries(list, &mut out);
+    out
+}
+
+/// Appends the entries of `list` (`[[id, [field, value, ..]], ..]`) to `out`.
+fn push_entries(list: Reply, out: &mut Vec<StreamEntry>) {
+    let Some(list) = frame_items(list) else {
+        return;
     };
-    let mut out = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let Value::Array(parts) = entry else {
+    out.reserve(list.len());
+    for entry in list {
+        let Some(mut parts) = frame_items(entry).map(Vec::into_iter) else {
             continue;
         };
-        let mut parts = parts.into_iter();
-        let Some(id) = parts.next().and_then(value_bytes) else {
+        let Some(id) = parts.next().and_then(frame_bytes) else {
             continue;
         };
         // An entry deleted while pending has no fields: it is still delivered, with an empty
         // payload, so that it is settled (dead-lettered as undecodable) and not stuck.
-        let fields = match parts.next() {
-            Some(Value::Array(fields)) => fields,
-            _ => Vec::new(),
-        };
-        out.push((id, frame(fields.into_iter().filter_map(value_bytes))));
+        let fields = parts.next().and_then(frame_items).unwrap_or_default();
+        out.push((id, frame(fields.into_iter().filter_map(frame_bytes))));
     }
-    out
 }
 
 /// The frame of a stream entry's fields: `payload`, `rs.id`, `rs.attempt`, the rest headers.

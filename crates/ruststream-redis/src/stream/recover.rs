@@ -12,8 +12,9 @@
 //!   their delivery count alone. So only a dead consumer's entries are ever swept. After a
 //!   reconnect (or a failed renewal) the consumer renews on its reading connection before its
 //!   next sweep, and sweeps nothing for a grace (`crate::rejoin`). The sweep's `XCLAIM` runs
-//!   when sent or not at all (`lua::once`), and none is sent on an `XPENDING` reply that came
-//!   after a reconnect.
+//!   when sent or not at all (`lua::once`), none is sent on an `XPENDING` reply that came
+//!   after a reconnect, and it runs in `sweep.lua`, which skips it when it reaches Redis past
+//!   its deadline in the server's clock (`crate::sweep_clock`; `TIME` once, before the first).
 //!
 //! - **Gone consumers.** A sweep of a subscription's first reader that finds nothing stale
 //!   removes the group's consumers (never its own readers') that
@@ -25,7 +26,7 @@
 //! it does not return those counts.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -33,13 +34,15 @@ use fred::prelude::*;
 use ruststream_core::Result;
 use tokio::time::Instant;
 
-use super::entries::entry_list;
+use super::entries::entry_frames;
 use crate::conn::ReadConn;
 use crate::error::core;
 use crate::frame::{Frame, FrameError};
 use crate::lua::{self, Call};
 use crate::rejoin::Rejoin;
-use crate::reply::value_bytes;
+use crate::reply::{Reply, frame_bytes, frame_items, value_bytes, value_frame};
+use crate::sweep_clock::SweepClock;
+use fred::types::scripts::Script;
 
 /// Most entries one sweep claims.
 const SWEEP_BATCH: usize = 128;
@@ -91,6 +94,8 @@ pub(super) struct Recovery {
     pub(super) held: Arc<Held>,
     /// After a reconnect: renew before sweeping.
     pub(super) rejoin: Arc<Rejoin>,
+    /// The server time each sweep must run by.
+    clock: SweepClock,
 }
 
 /// An entry claimed back: its id, frame (attempt counted), and what could not be read of it.
@@ -106,6 +111,7 @@ impl Recovery {
             next_sweep: Instant::now(),
             held: Arc::default(),
             rejoin: Rejoin::new(renewal_period(min_idle)),
+            clock: SweepClock::new(renewal_period(min_idle)),
         }
     }
 
@@ -126,7 +132,7 @@ impl Recovery {
             if !own.is_empty() {
                 tracing::info!(consumer = %g.consumer, entries = own.len(),
                     "taking back this consumer's pending entries");
-                return xclaim(client, g, Duration::ZERO, own, None).await;
+                return xclaim(client, g, own).await;
             }
         }
         self.rejoin.mark_if_back(conn);
@@ -142,6 +148,9 @@ impl Recovery {
             return Ok(Vec::new());
         }
         self.next_sweep = Instant::now() + self.min_idle / 2;
+        // The deadline covers the sweep from here: an `XPENDING` reply that came late is no
+        // ground to claim on either.
+        let by = self.clock.deadline(client).await?;
         let stale = pending(client, g, Some(self.min_idle), max.min(SWEEP_BATCH), None).await?;
         if stale.is_empty() {
             if let Some(readers) = self.readers {
@@ -154,8 +163,20 @@ impl Recovery {
         if self.rejoin.mark_if_back(conn) {
             return Ok(Vec::new());
         }
-        let once = (!conn.on_model()).then(lua::once);
-        let claimed = xclaim(client, g, self.min_idle, stale, once.as_ref()).await?;
+        let sweep = Sweep {
+            g,
+            min_idle: self.min_idle,
+            by,
+            entries: stale,
+            once: !conn.on_model(),
+        };
+        let (ran, claimed) = sweep.call(client).await?;
+        self.clock.saw(ran);
+        if ran > sweep.by {
+            tracing::warn!(stream = %g.key, late_ms = ran - sweep.by,
+                "a sweep reached Redis past its deadline and claimed nothing; renewing leases before the next");
+            self.rejoin.mark();
+        }
         if !claimed.is_empty() {
             metrics::counter!("ruststream_recovered_total", "queue" => g.key.clone())
                 .increment(claimed.len() as u64);
@@ -269,36 +290,29 @@ async fn pending(
         .collect())
 }
 
-/// Claims `entries` (`(id, deliveries so far)`) still idle at least `idle`
-/// (`XCLAIM key group consumer idle id..`, with fred's per-command `options` when given: a
-/// sweep's are [`lua::once`]); each claimed entry's attempt counts the deliveries before this
-/// one.
-async fn xclaim(
-    client: &Client,
-    g: &Group,
-    idle: Duration,
-    entries: Vec<(Bytes, u64)>,
-    options: Option<&Options>,
-) -> Result<Vec<Claimed>> {
+/// Claims this consumer's own pending `entries` (`(id, deliveries so far)`) back:
+/// `XCLAIM key group consumer 0 id..`.
+async fn xclaim(client: &Client, g: &Group, entries: Vec<(Bytes, u64)>) -> Result<Vec<Claimed>> {
     let mut args: Vec<Value> = vec![
         g.key.as_str().into(),
         g.group.as_str().into(),
         g.consumer.as_str().into(),
-        millis(idle).into(),
+        "0".into(),
     ];
     args.extend(entries.iter().map(|(id, _)| Value::Bytes(id.clone())));
-    let reply: Value = match options {
-        Some(o) => {
-            client
-                .with_options(o)
-                .custom(fred::cmd!("XCLAIM"), args)
-                .await
-        }
-        None => client.custom(fred::cmd!("XCLAIM"), args).await,
-    }
-    .map_err(core)?;
-    let counts: std::collections::HashMap<Bytes, u64> = entries.into_iter().collect();
-    Ok(entry_list(reply)
+    let reply: Value = client
+        .custom(fred::cmd!("XCLAIM"), args)
+        .await
+        .map_err(core)?;
+    Ok(counted(value_frame(reply), &entries))
+}
+
+/// The entries of an `XCLAIM` reply, each one's attempt counting the deliveries before this one
+/// (`entries`' counts, `(id, deliveries so far)`).
+fn counted(reply: Reply, entries: &[(Bytes, u64)]) -> Vec<Claimed> {
+    let counts: std::collections::HashMap<&Bytes, u64> =
+        entries.iter().map(|(id, n)| (id, *n)).collect();
+    entry_frames(reply)
         .into_iter()
         .map(|(id, (mut frame, error))| {
             let before = counts.get(&id).copied().unwrap_or(1);
@@ -306,7 +320,74 @@ async fn xclaim(
             frame.attempt = frame.attempt.saturating_add(before);
             (id, frame, error)
         })
-        .collect())
+        .collect()
+}
+
+static SWEEP: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("sweep.lua"), &[]));
+
+/// One sweep's claim (`sweep.lua`): `XCLAIM key group consumer min_idle id..` of the stale
+/// `entries` (`(id, deliveries so far)`), unless the server's time is past `by`.
+struct Sweep<'a> {
+    g: &'a Group,
+    min_idle: Duration,
+    /// The server time (ms) past which it claims nothing.
+    by: u64,
+    entries: Vec<(Bytes, u64)>,
+    /// Whether it runs when sent or not at all (`lua::once`): on a real connection.
+    once: bool,
+}
+
+impl Call for Sweep<'_> {
+    /// The server time (ms) it ran at, and what it claimed.
+    type Reply = (u64, Vec<Claimed>);
+
+    fn script(&self) -> &'static Script {
+        &SWEEP
+    }
+
+    /// KEYS and ARGV: see `sweep.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let mut args: Vec<Value> = vec![
+            self.g.group.as_str().into(),
+            self.g.consumer.as_str().into(),
+            millis(self.min_idle).into(),
+            self.by.to_string().into(),
+        ];
+        args.extend(self.entries.iter().map(|(id, _)| Value::Bytes(id.clone())));
+        (vec![self.g.key.clone()], args)
+    }
+
+    fn parse(&self, reply: Value) -> (u64, Vec<Claimed>) {
+        self.read(value_frame(reply))
+    }
+
+    // The trait's `call` with fred's options and the reply read as a frame; an `async fn` here
+    // cannot name the trait's lifetimes (its future must be `Send` for every `&self`).
+    #[expect(clippy::manual_async_fn, reason = "see the comment above")]
+    fn call(
+        &self,
+        client: &Client,
+    ) -> impl std::future::Future<Output = Result<Self::Reply>> + Send {
+        async move { Ok(self.read(lua::call_frame(self, client, self.once).await?)) }
+    }
+}
+
+impl Sweep<'_> {
+    /// Reads the reply `server time ms, XCLAIM reply`.
+    fn read(&self, reply: Reply) -> (u64, Vec<Claimed>) {
+        let mut items = frame_items(reply).unwrap_or_default().into_iter();
+        let ran = items
+            .next()
+            .and_then(frame_bytes)
+            .and_then(|b| std::str::from_utf8(&b).ok()?.parse().ok())
+            .unwrap_or(0);
+        (
+            ran,
+            items
+                .next()
+                .map_or_else(Vec::new, |r| counted(r, &self.entries)),
+        )
+    }
 }
 
 fn millis(d: Duration) -> String {

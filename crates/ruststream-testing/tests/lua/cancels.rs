@@ -130,6 +130,7 @@ async fn sifted(client: Client, prefix: String) -> (Vec<Vec<u8>>, i64, i64) {
         max: 5,
         first_seq: 0,
         once: false,
+        sweep_by: None,
     }
     .call(&client)
     .await

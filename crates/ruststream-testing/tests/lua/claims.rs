@@ -19,6 +19,7 @@ fn claim_of<'a>(
         max: 5,
         first_seq: 0,
         once: false,
+        sweep_by: None,
     }
 }
 
@@ -59,6 +60,50 @@ async fn the_typed_claim_call_gives_the_same_claims_on_the_model_and_on_redis() 
         (None, vec![b"c".to_vec(), b"b".to_vec(), b"a".to_vec()]),
     ];
     on_both("claim", expect, typed_claim).await;
+}
+
+/// A claim's sweep runs only by its deadline in the server's clock (`sweep_by`): `a` claimed
+/// (min_idle 0: stale at once), a claim whose deadline passed sweeps nothing, one within it
+/// sweeps `a` back (its attempt raised) and claims it again. Returns each sweeping claim's
+/// (recovered, claimed).
+async fn sweep_deadline(client: Client, prefix: String) -> Vec<(u64, usize)> {
+    use ruststream_redis::{Call, Record};
+    let key = |s: &str| key(&prefix, &format!("q{s}"));
+    let levels = vec![key("")];
+    let _: i64 = client.rpush(&levels[0], "a").await.unwrap();
+    let record = Record::Claims {
+        processing: key(".processing"),
+        zset: key(".claims"),
+        reader: "r".to_owned(),
+        min_idle_ms: 0,
+        ttl_ms: 0,
+        most: 128,
+    };
+    let first = claim_of(&levels, &record, &[]).call(&client).await.unwrap();
+    assert_eq!(first.values.len(), 1, "a claimed");
+    let time: Vec<String> = client
+        .custom(fred::cmd!("TIME"), Vec::<Value>::new())
+        .await
+        .unwrap();
+    let now_ms: u64 = time[0].parse::<u64>().unwrap() * 1000;
+    let mut out = Vec::new();
+    for by in [now_ms - 60_000, now_ms + 60_000] {
+        let mut claim = claim_of(&levels, &record, &[]);
+        claim.sweep_by = Some(by);
+        let got = claim.call(&client).await.expect("the claim runs");
+        out.push((got.recovered, got.values.len()));
+    }
+    let _: i64 = client
+        .del(vec![key(""), key(".processing"), key(".claims")])
+        .await
+        .unwrap_or(0);
+    out
+}
+
+#[tokio::test]
+async fn a_claim_sweeps_only_by_its_deadline_on_the_model_and_on_redis() {
+    let expect = vec![(0, 0), (1, 1)];
+    on_both("sweepby", expect, sweep_deadline).await;
 }
 
 /// The claim and the stream read send their scripts by hash and read their replies as RESP

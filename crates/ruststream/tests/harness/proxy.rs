@@ -16,6 +16,12 @@
 //! closes every connection and turns new ones away for a while: an outage that begins while
 //! that command is in flight, for what a client does with it when Redis is back.
 //!
+//! [`Proxy::freeze_on`] holds the next request that contains some bytes and, for a while, every
+//! request of every connection: a server that froze (or a network that stalled) with that
+//! command on its way. At the thaw the held request reaches Redis first, and the others only
+//! once it and the next requests of its connection (as many as asked) have their replies, so
+//! they run before anything sent during the freeze.
+//!
 //! Everything the clients sent is kept per connection, so a test can count how often a request
 //! reached Redis ([`Proxy::sent_count`]), e.g. to see that a cut command was sent again.
 //!
@@ -52,6 +58,16 @@ struct State {
     outage: Mutex<Option<(Vec<u8>, Duration)>>,
     /// New connections close at once until then.
     down_until: Mutex<Option<Instant>>,
+    /// Hold the next request containing these bytes, and every request, this long.
+    freeze: Mutex<Option<(Vec<u8>, Duration)>>,
+    /// How many requests of the held one's connection go before the others at the thaw.
+    freeze_first: AtomicUsize,
+    /// While a freeze holds: when it thaws.
+    thaw: Mutex<Option<Instant>>,
+    /// Set when the requests that go first at the thaw got their replies: the others go then.
+    thawed: AtomicBool,
+    /// Woken when `thawed` is set.
+    thawing: Notify,
 }
 
 impl State {
@@ -65,15 +81,38 @@ impl State {
 
     /// Takes the armed outage if `chunk` contains its needle: the outage's length.
     fn outage_hit(&self, chunk: &[u8]) -> Option<Duration> {
-        let mut armed = self.outage.lock().expect("proxy state");
-        let (needle, length) = armed.as_ref()?;
-        if !chunk.windows(needle.len()).any(|w| w == &needle[..]) {
-            return None;
-        }
-        let length = *length;
-        *armed = None;
-        Some(length)
+        take_hit(&self.outage, chunk)
     }
+
+    /// Waits while a freeze holds: until its held request got its reply (at most
+    /// [`REPLY_WAIT`] past the thaw).
+    async fn thawed(&self) {
+        loop {
+            let woken = self.thawing.notified();
+            let Some(thaw) = *self.thaw.lock().expect("proxy state") else {
+                return;
+            };
+            if self.thawed.load(Ordering::SeqCst) {
+                return;
+            }
+            let latest = tokio::time::Instant::from_std(thaw + REPLY_WAIT);
+            if tokio::time::timeout_at(latest, woken).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Takes the armed `(needle, length)` in `slot` if `chunk` contains its needle: its length.
+fn take_hit(slot: &Mutex<Option<(Vec<u8>, Duration)>>, chunk: &[u8]) -> Option<Duration> {
+    let mut armed = slot.lock().expect("proxy state");
+    let (needle, length) = armed.as_ref()?;
+    if !chunk.windows(needle.len()).any(|w| w == &needle[..]) {
+        return None;
+    }
+    let length = *length;
+    *armed = None;
+    Some(length)
 }
 
 /// A proxy on a free loopback port; stops when dropped.
@@ -135,6 +174,21 @@ impl Proxy {
     /// Whether an outage is still armed (its request not yet seen).
     pub fn outage_armed(&self) -> bool {
         self.state.outage.lock().expect("proxy state").is_some()
+    }
+
+    /// When a request containing `needle` next comes, holds it and every request of every
+    /// connection for `freeze`; then forwards it, and the others once it and the next
+    /// `first - 1` requests of its connection got their replies.
+    pub fn freeze_on(&self, needle: &[u8], freeze: Duration, first: usize) {
+        self.state
+            .freeze_first
+            .store(first.max(1), Ordering::SeqCst);
+        *self.state.freeze.lock().expect("proxy state") = Some((needle.to_vec(), freeze));
+    }
+
+    /// Whether a freeze is still armed (its request not yet seen).
+    pub fn freeze_armed(&self) -> bool {
+        self.state.freeze.lock().expect("proxy state").is_some()
     }
 
     /// Closes every connection open now.
@@ -241,6 +295,9 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
     // Set before a request that must lose its reply is forwarded: from then on nothing goes
     // to the client. `marker` is the reply that says Redis answered everything before it.
     let cutting = AtomicBool::new(false);
+    // After this connection forwarded the request a freeze held: how many more of its replies
+    // the others wait for.
+    let thawing = AtomicUsize::new(0);
     let marker = format!("rs-proxy-cut-{}", MARKERS.fetch_add(1, Ordering::Relaxed));
     let up = async {
         let mut buf = vec![0u8; 64 * 1024];
@@ -256,6 +313,21 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
                 continue;
             }
             let chunk = std::mem::take(&mut pending);
+            if let Some(length) = take_hit(&state.freeze, &chunk) {
+                let thaw = Instant::now() + length;
+                state.thawed.store(false, Ordering::SeqCst);
+                *state.thaw.lock().expect("proxy state") = Some(thaw);
+                tokio::time::sleep_until(tokio::time::Instant::from_std(thaw)).await;
+                state.sent.lock().expect("proxy state")[conn].extend_from_slice(&chunk);
+                thawing.store(state.freeze_first.load(Ordering::SeqCst), Ordering::SeqCst);
+                if server_tx.write_all(&chunk).await.is_err() {
+                    return false;
+                }
+                continue;
+            }
+            if thawing.load(Ordering::SeqCst) == 0 {
+                state.thawed().await;
+            }
             if let Some(length) = state.outage_hit(&chunk) {
                 *state.down_until.lock().expect("proxy state") = Some(Instant::now() + length);
                 state.generation.fetch_add(1, Ordering::SeqCst);
@@ -293,6 +365,14 @@ async fn pump(client: TcpStream, server: TcpStream, state: Arc<State>) {
             let n = server_rx.read(&mut buf).await.unwrap_or(0);
             if n == 0 {
                 return;
+            }
+            let left = thawing.load(Ordering::SeqCst);
+            if left > 0 {
+                thawing.store(left - 1, Ordering::SeqCst);
+                if left == 1 {
+                    state.thawed.store(true, Ordering::SeqCst);
+                    state.thawing.notify_waiters();
+                }
             }
             if !cutting.load(Ordering::SeqCst) {
                 if client_tx.write_all(&buf[..n]).await.is_err() {

@@ -227,6 +227,24 @@ impl OwnRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Freezes the server (SIGSTOP) for `length`, then lets it go on (SIGCONT): what a VM
+    /// pause or a long stall looks like to its clients, whose connections stay open.
+    pub async fn freeze(&self, length: Duration) {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return;
+        };
+        let signal = |sig: &str| {
+            let status = Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status()
+                .expect("kill runs");
+            assert!(status.success(), "kill {sig} {pid} failed");
+        };
+        signal("-STOP");
+        tokio::time::sleep(length).await;
+        signal("-CONT");
+    }
+
     /// SIGKILL, then waits for the process to end.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -4,7 +4,10 @@
 //! three ways: their own Redis (`appendfsync always`) is SIGKILLed and restarted, whatever each
 //! connection was doing; or, through a proxy, the reader's next sweep, or its next blocking
 //! read, is in flight when Redis becomes unreachable (the proxy holds it, closes every
-//! connection and turns new ones away).
+//! connection and turns new ones away). Or Redis freezes for as long with the reader's next
+//! sweep on its way, and at the thaw that sweep reaches Redis before the leases' renewals held
+//! meanwhile (the proxy holds every request, then lets the sweep through first). Or the server
+//! itself is frozen (SIGSTOP) for as long, whatever each connection was doing.
 //! When the connections come back each reader renews its claims before it sweeps, and a sweep
 //! sent before the outage never runs after it, so every job is handled once.
 
@@ -84,14 +87,21 @@ enum Fault {
     /// Likewise with the reader's next blocking read (`BLMOVE`, `XREAD .. BLOCK`), which fred
     /// sends again after the outage: the sweep after its reply must know of the outage.
     ReadInFlight,
+    /// Every request held for [`OUTAGE`] from the reader's next sweep on (a list's claim call
+    /// recording claims, a stream's `XPENDING .. IDLE` and its claim), then that sweep
+    /// forwarded first: it reaches Redis past its deadline, with every lease aged by the freeze.
+    SweepLate,
+    /// The server frozen (SIGSTOP) for [`OUTAGE`], whatever each connection was doing; every
+    /// lease ages by the freeze, and nothing reconnects.
+    Freeze,
 }
 
 impl Fault {
     /// What the proxy holds: a request containing this.
     fn needle(self, stream: bool) -> Vec<u8> {
         let arg: &[u8] = match (self, stream) {
-            (Self::SweepInFlight, false) => b"claims",
-            (Self::SweepInFlight, true) => b"IDLE",
+            (Self::SweepInFlight | Self::SweepLate, false) => b"claims",
+            (Self::SweepInFlight | Self::SweepLate, true) => b"IDLE",
             (_, false) => b"BLMOVE",
             (_, true) => b"BLOCK",
         };
@@ -105,8 +115,8 @@ async fn outage_run(stream: bool, fault: Fault) {
     let port = OwnRedis::free_port();
     let mut redis = OwnRedis::start(dir.clone(), port).await;
     let proxy = match fault {
-        Fault::Kill => None,
-        Fault::SweepInFlight | Fault::ReadInFlight => Some(Proxy::start(&redis.url()).await),
+        Fault::Kill | Fault::Freeze => None,
+        _ => Some(Proxy::start(&redis.url()).await),
     };
     let url = proxy.as_ref().map_or_else(|| redis.url(), Proxy::url);
     let prefix = format!("{}:", unique("leases"));
@@ -147,10 +157,24 @@ async fn outage_run(stream: bool, fault: Fault) {
     .await;
     // The fault itself: Redis stays away longer than min_idle.
     let _back = match &proxy {
+        None if fault == Fault::Freeze => {
+            redis.freeze(OUTAGE).await;
+            None
+        }
         None => {
             redis.kill();
             tokio::time::sleep(OUTAGE).await;
             Some(OwnRedis::start(dir.clone(), port).await)
+        }
+        Some(proxy) if fault == Fault::SweepLate => {
+            // A stream's sweep is `XPENDING`, then the claim of what it found: on this new
+            // server its script's first `EVALSHA` gets `NOSCRIPT`, then `SCRIPT LOAD`, `EVALSHA`.
+            proxy.freeze_on(&fault.needle(stream), OUTAGE, if stream { 4 } else { 1 });
+            wait_until("the sweep is held", Duration::from_secs(10), || async {
+                !proxy.freeze_armed()
+            })
+            .await;
+            None
         }
         Some(proxy) => {
             proxy.outage_on(&fault.needle(stream), OUTAGE);
@@ -214,4 +238,28 @@ async fn a_reliable_list_read_in_flight_at_an_outage_renews_before_the_next_swee
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_read_in_flight_at_an_outage_renews_before_the_next_sweep() {
     outage_run(true, Fault::ReadInFlight).await;
+}
+
+// Before: the sweep ran when it reached Redis, however late, and took the live workers' claims,
+// their renewals held behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reliable_list_sweep_that_reaches_redis_past_its_deadline_sweeps_nothing() {
+    outage_run(false, Fault::SweepLate).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_sweep_that_reaches_redis_past_its_deadline_claims_nothing() {
+    outage_run(true, Fault::SweepLate).await;
+}
+
+// A frozen server, the fault `SweepLate` stages: no run so far lost the race at the thaw (the
+// renewals queued during the freeze ran before the next sweep), with or without the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reliable_list_keeps_live_claims_through_a_freeze_longer_than_min_idle() {
+    outage_run(false, Fault::Freeze).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_live_claims_through_a_freeze_longer_than_min_idle() {
+    outage_run(true, Fault::Freeze).await;
 }
