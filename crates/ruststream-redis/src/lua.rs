@@ -74,7 +74,7 @@ pub(crate) async fn call_frame(
 /// and one sent while fred knows the connection is down fails at once rather than waiting for
 /// it. A claim that sweeps is one: run after an outage, it would find the leases of live
 /// workers aged by the outage (`crate::rejoin`). Not for a client of the in-memory model,
-/// which fred never marks connected (`ReadConn::on_model`).
+/// which fred never marks connected (`ReadConn::sweeps_once`).
 pub(crate) fn once() -> Options {
     Options {
         fail_fast: true,

@@ -119,9 +119,11 @@ impl ReadConn {
         }
     }
 
-    /// Whether this connection goes to the in-memory model (`crate::memory`), not to Redis.
-    pub(crate) fn on_model(&self) -> bool {
-        self.memory.is_some()
+    /// Whether a sweep on this connection is sent to run when sent or not at all
+    /// (`lua::once`): on Redis, not on the in-memory model (`crate::memory`), whose clients fred
+    /// never marks connected, so that `fail_fast` would fail every command.
+    pub(crate) fn sweeps_once(&self) -> bool {
+        self.memory.is_none()
     }
 
     /// Whether the connection is up (fred's own state: no I/O).

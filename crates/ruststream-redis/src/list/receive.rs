@@ -255,7 +255,7 @@ impl Reader {
         sweep_by: Option<u64>,
     ) -> Result<Claimed> {
         // A claim with recovery may sweep: it runs when sent or not at all.
-        let once = matches!(record, Record::Claims { .. }) && !self.conn.on_model();
+        let once = matches!(record, Record::Claims { .. }) && self.conn.sweeps_once();
         let claimed = Claim {
             levels: &self.levels,
             record,

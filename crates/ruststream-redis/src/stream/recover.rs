@@ -168,7 +168,7 @@ impl Recovery {
             min_idle: self.min_idle,
             by,
             entries: stale,
-            once: !conn.on_model(),
+            once: conn.sweeps_once(),
         };
         let (ran, claimed) = sweep.call(client).await?;
         self.clock.saw(ran);
