@@ -13,7 +13,8 @@
 //!   Any number of readers may move at once: the script is atomic, so nothing is delivered twice
 //!   and no lock is taken. The same call takes the flows of the destination's publishing set
 //!   older than the flow repair's grace (`ZRANGEBYSCORE`, `ZADD XX` to now), and the mover
-//!   repairs them (`crate::flow::repair`): a reader finishes a flow whose publisher stopped.
+//!   repairs them (`crate::flow::repair`): a reader finishes a flow whose publisher stopped,
+//!   each repair counted in `ruststream_flow_repairs_total{queue,outcome}`.
 //! - `schedule_retry.lua`: the part of the settle scripts that schedules a retry (`ZADD`, `HSET`).
 //!
 //! A reader never waits past the next due entry: the mover keeps that time ([`DueClock`]), the
@@ -317,10 +318,17 @@ impl Mover {
         .await?;
         self.trims.record(m.trimmed);
         for record in &m.repair {
-            if let Err(e) = crate::flow::repair(&self.conns, &self.publishing, record).await {
-                tracing::warn!(queue = %self.queue, record, error = %e,
-                    "flow not repaired; a reader tries again after the grace");
-            }
+            let outcome = match crate::flow::repair(&self.conns, &self.publishing, record).await {
+                Ok(repaired) => repaired.label(),
+                Err(e) => {
+                    tracing::warn!(queue = %self.queue, record, error = %e,
+                        "flow not repaired; a reader tries again after the grace");
+                    "failed"
+                }
+            };
+            metrics::counter!("ruststream_flow_repairs_total", "queue" => self.queue.clone(),
+                "outcome" => outcome)
+            .increment(1);
         }
         let (moved, now, due, dead) = (m.moved, m.now_ms, m.next_due_ms, m.dead);
         if dead > 0 {

@@ -14,11 +14,37 @@ use ruststream_core::{Headers, Result};
 use crate::conn::Connections;
 use crate::error::core;
 
+/// What a repair did, as `ruststream_flow_repairs_total{queue,outcome}` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repaired {
+    /// The children still unsent were published.
+    Published,
+    /// The record was gone, or published whole: nothing to do.
+    Gone,
+    /// The plan could not be decoded: nothing published (an error is logged).
+    Undecodable,
+}
+
+impl Repaired {
+    /// The metric's `outcome` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Published => "published",
+            Self::Gone => "gone",
+            Self::Undecodable => "undecodable",
+        }
+    }
+}
+
 /// Publishes what the flow of `record` (an entry of `publishing`) left unsent.
 ///
 /// # Errors
 /// Redis's, or the publish's: the entry stays, and a reader tries again after the grace.
-pub(crate) async fn repair(conns: &Connections, publishing: &str, record: &str) -> Result<()> {
+pub(crate) async fn repair(
+    conns: &Connections,
+    publishing: &str,
+    record: &str,
+) -> Result<Repaired> {
     let pool = conns.pool()?;
     let plan: Option<Bytes> = pool.next().hget(record, "plan").await.map_err(core)?;
     let decoded = plan.as_deref().map(super::plan::decode);
@@ -26,20 +52,25 @@ pub(crate) async fn repair(conns: &Connections, publishing: &str, record: &str) 
         Some(Ok(decoded)) => decoded,
         None => {
             tracing::debug!(record, "flow record gone or published whole: not repaired");
-            return forget(conns, publishing, record).await;
+            return forget(conns, publishing, record)
+                .await
+                .map(|()| Repaired::Gone);
         }
         Some(Err(e)) => {
             tracing::error!(record, error = %e,
                 "flow not repaired: its plan cannot be decoded (written by another version?); \
                  its unsent children stay unpublished and its record expires with its max age");
-            return forget(conns, publishing, record).await;
+            return forget(conns, publishing, record)
+                .await
+                .map(|()| Repaired::Undecodable);
         }
     };
     tracing::warn!(
         record,
         "flow left half published (its publisher stopped?): publishing the rest"
     );
-    super::publish_flow(conns, &routes, flow, Headers::new(), true).await
+    super::publish_flow(conns, &routes, flow, Headers::new(), true).await?;
+    Ok(Repaired::Published)
 }
 
 /// Takes `record` out of `publishing`.

@@ -4,8 +4,9 @@
 //! the grace, from the plan in its record, nested flow included (and a partitioned parent's, by
 //! its partition's reader); its parent then runs once.
 //! Two readers repairing at once, and a repair of a flow published whole, do nothing twice; a
-//! plan that cannot be decoded takes the flow out of the publishing set. A publisher SIGKILLed
-//! mid-flow is in `processes/flows.rs`.
+//! plan that cannot be decoded takes the flow out of the publishing set. Each repair is counted
+//! in `ruststream_flow_repairs_total{queue,outcome}`. A publisher SIGKILLed mid-flow is in
+//! `processes/flows.rs`.
 
 use crate::harness;
 
@@ -47,6 +48,20 @@ async fn repairing_workers(env: &Env, log: &Log) -> RunningApp {
     workers_on(env, broker, log, None).await
 }
 
+/// Waits until `ruststream_flow_repairs_total` of the parents' queue counts `n` repairs with
+/// `outcome` (the recorder is the process's: each environment's prefix makes the queue its own).
+async fn repairs_counted(env: &Env, outcome: &str, n: f64) {
+    let prometheus = harness::metrics::prometheus();
+    let queue = format!("queue=\"{}\"", env.key(REPORTS));
+    let outcome = format!("outcome=\"{outcome}\"");
+    env.eventually("the repair is counted", async || {
+        let text = prometheus.render();
+        harness::metrics::sample(&text, "ruststream_flow_repairs_total", &[&queue, &outcome])
+            == Some(n)
+    })
+    .await;
+}
+
 /// The flow `id`: three parts on two queues, and a nested flow of two parts whose parent goes to
 /// `{mid}` ([`inner`]).
 fn nested(env: &Env, id: &str) -> OutFlow {
@@ -79,12 +94,14 @@ async fn a_flow_left_halfway_is_finished_by_a_reader_of_its_parents_queue(env: &
         "the flow is being published"
     );
     assert!(env.pttl(PUBLISHING).await > 0, "the set has a ttl");
+    harness::metrics::prometheus();
     let log = Log::default();
     let app = repairing_workers(env, &log).await;
     env.eventually("the parent ran", async || {
         log.count("report:{reports}:r1") == 1
     })
     .await;
+    repairs_counted(env, "published", 1.0).await;
     for child in ["r1.0", "r1.1", "r1.3", "r1.2.0", "r1.2.1"] {
         assert!(
             log.count(&format!("part:{child}")) >= 1,
@@ -176,12 +193,14 @@ async fn an_undecodable_plan_takes_the_flow_out_of_the_set(env: &Env) {
     )
     .await
     .expect("HSET");
+    harness::metrics::prometheus();
     let log = Log::default();
     let app = repairing_workers(env, &log).await;
     env.eventually("the entry is dropped", async || {
         env.zcard(PUBLISHING).await == 0
     })
     .await;
+    repairs_counted(env, "undecodable", 1.0).await;
     env.advance(GRACE * 2).await;
     assert_eq!(log.count("report:{reports}:r3"), 0, "the parent never ran");
     assert_eq!(log.count("part:r3.1"), 0, "nothing was repaired");
