@@ -22,6 +22,7 @@ use ruststream_core::Result;
 use tokio::time::Instant;
 
 use crate::error::core;
+use crate::rejoin::Rejoin;
 
 /// The last server time a reader saw, for its sweeps' deadlines.
 #[derive(Debug)]
@@ -65,6 +66,24 @@ impl SweepClock {
             self.saw(ms);
         }
         Ok(self.estimate().unwrap_or(0))
+    }
+
+    /// Notes `ran`, the server time (ms) a call with a sweep deadline `by` ran at, as
+    /// [`saw`](Self::saw) does. A sweep the deadline stopped (the call reached Redis late: the
+    /// leases may have aged meanwhile) is logged and marks `rejoin`, so the reader renews before
+    /// it sweeps again.
+    pub(crate) fn ran(&self, ran: u64, by: Option<u64>, rejoin: Option<&Rejoin>, source: &str) {
+        self.saw(ran);
+        if let Some(by) = by.filter(|by| ran > *by) {
+            tracing::warn!(
+                source,
+                late_ms = ran - by,
+                "a sweep reached Redis past its deadline and took nothing; renewing leases before the next"
+            );
+            if let Some(rejoin) = rejoin {
+                rejoin.mark();
+            }
+        }
     }
 
     fn estimate(&self) -> Option<u64> {

@@ -445,20 +445,11 @@ impl ReliableList {
         Ok(claimed)
     }
 
-    /// Notes the server time `claimed` ran at. A sweep its deadline `sweep_by` stopped (the call
-    /// reached Redis late: the leases may have aged meanwhile) marks the reader, which renews
-    /// them before it sweeps again.
+    /// Notes the server time `claimed` ran at, against its sweep's deadline `sweep_by`.
     fn ran(&self, claimed: &Claimed, sweep_by: Option<u64>) {
-        let Some(ran) = run_ms(&claimed.run) else {
-            return;
-        };
-        self.clock.saw(ran);
-        if let Some(by) = sweep_by.filter(|by| ran > *by) {
-            tracing::warn!(source = %self.reader.source, late_ms = ran - by,
-                "a claim reached Redis past its sweep's deadline: it swept nothing; renewing leases before the next sweep");
-            if let Some(rejoin) = &self.rejoin {
-                rejoin.mark();
-            }
+        if let Some(ran) = run_ms(&claimed.run) {
+            let rejoin = self.rejoin.as_deref();
+            self.clock.ran(ran, sweep_by, rejoin, &self.reader.source);
         }
     }
 

@@ -171,12 +171,7 @@ impl Recovery {
             once: conn.sweeps_once(),
         };
         let (ran, claimed) = sweep.call(client).await?;
-        self.clock.saw(ran);
-        if ran > sweep.by {
-            tracing::warn!(stream = %g.key, late_ms = ran - sweep.by,
-                "a sweep reached Redis past its deadline and claimed nothing; renewing leases before the next");
-            self.rejoin.mark();
-        }
+        self.clock.ran(ran, Some(by), Some(&self.rejoin), &g.key);
         if !claimed.is_empty() {
             metrics::counter!("ruststream_recovered_total", "queue" => g.key.clone())
                 .increment(claimed.len() as u64);
