@@ -157,7 +157,8 @@ pub enum Record {
         /// The processing list (full name).
         processing: String,
     },
-    /// The processing list and one claim per entry in the recovery set, swept first.
+    /// The processing list and, in the recovery set, one member a claimed batch with the
+    /// batch's list of values (`list/claim.lua`), swept first.
     Claims {
         /// The processing list (full name).
         processing: String,
@@ -209,6 +210,9 @@ pub struct Claimed {
     pub closed: Option<String>,
     /// The entries, oldest of each level first.
     pub values: Vec<Bytes>,
+    /// With recovery, each entry's batch (0: the batch of [`first_seq`](Self::first_seq), 1: the
+    /// next, ...); empty when one batch holds them all. Equal values go into batches of their own.
+    pub batches: Vec<u64>,
     /// The sequence number of the first entry's claim (the call's [`Claim::first_seq`]).
     pub first_seq: u64,
 }
@@ -293,7 +297,8 @@ impl Call for Claim<'_> {
 }
 
 impl Claim<'_> {
-    /// Reads the reply `recovered, run, held, wait, closed, entries..` (`list/claim.lua`).
+    /// Reads the reply `recovered, run, held, wait, closed, batches, entries..`
+    /// (`list/claim.lua`).
     fn read(&self, reply: Reply) -> Claimed {
         let mut claimed = Claimed {
             first_seq: self.first_seq,
@@ -307,6 +312,11 @@ impl Claim<'_> {
         claimed.run = items.next().and_then(frame_bytes).unwrap_or_default();
         claimed.held = Held::read(&mut items);
         claimed.closed = items.next().and_then(text);
+        claimed.batches = items
+            .next()
+            .and_then(frame_items)
+            .map(|b| b.iter().map(frame_u64).collect())
+            .unwrap_or_default();
         let mut values = Vec::with_capacity(items.len());
         values.extend(items.filter_map(frame_bytes));
         claimed.values = values;

@@ -20,19 +20,30 @@
 --
 -- With recovery, it first sweeps, unless the server's TIME is past the sweep's deadline (the
 -- call reached Redis late, and the leases of live workers may have aged meanwhile:
--- `crate::sweep_clock`): each claim scored older than now - min_idle leaves the set,
--- and its entry goes from the processing list back to the queue with its attempt raised by one
--- (back.lua: onto its own level, behind what waits). Then every claim is recorded in the set as
--- `<reader id>:<seq>.<run>:<value>` scored by the server's clock, so two claims of identical
--- bytes are two members. `<run>` is the server's TIME (seconds.microseconds) of this run: a
+-- `crate::sweep_clock`). Then the claimed entries are recorded as one claim a batch: a member
+-- `<reader id>:<seq>.<run>` of the recovery set, scored by the server's clock, and the batch list
+-- `<set>:<member>` holding the batch's values as they were taken (RPUSH), each removed by its
+-- settle (list/settle.lua). Two equal values never share a batch: the second goes into a batch
+-- of its own (member `<seq + 1>`, and so on), so a settle sent twice cannot take another claim's
+-- entry of the same bytes. `<run>` is the server's TIME (seconds.microseconds) of this run: a
 -- client sends a call again when its reply was lost (fred does, on a new connection), and the
 -- second run must not record its claims under the first run's members (the first run's entries
--- would then never be swept back). When the recovery set does not exist (it expired with
--- recovery_ttl, or the queue ran without recovery before) while the processing list holds
--- entries, nobody holds a claim on them: they go back to the queue as well.
+-- would then never be swept back). The batch list has twice the set's ttl, so it outlives its
+-- member for as long as the member can be swept (recovery_ttl is longer than min_idle).
+-- The sweep: each member scored older than now - min_idle leaves the set, with its batch list;
+-- each value of the list still in the processing list (LREM -1) goes back to the queue with its
+-- attempt raised by one (back.lua: onto its own level, behind what waits). At most ARGV[7]
+-- values a run: a batch longer than what is left of that is swept in part (LTRIM), its member
+-- kept for the next run. A member of the earlier form, one a claimed entry
+-- (`<reader id>:<seq>.<run>:<value>`), is swept as such: its value follows the second ':'.
+-- When the recovery set does not exist (it expired with recovery_ttl, or the queue ran without
+-- recovery before) while the processing list holds entries, nobody holds a claim on them: they
+-- go back to the queue as well, and while ARGV[7] of them went back the claim takes nothing
+-- (more may wait; the next run finds the set still missing and goes on).
 -- Returns {recovered, run ('' without recovery), entries the gates held back, ms until they let
--- the next pass, the gate that let nothing through ('' none), value...}, values oldest of each
--- level first.
+-- the next pass, the gate that let nothing through ('' none), the values' batches, value...},
+-- values oldest of each level first; the batches are empty when one batch holds every value,
+-- else each value's batch (0: `<seq>`, 1: `<seq + 1>`, ...).
 local want = tonumber(ARGV[1])
 local record, rid = ARGV[2], ARGV[3]
 local nlevels = tonumber(ARGV[8])
@@ -48,7 +59,7 @@ if processing then checks[#checks + 1] = {processing, 'list'} end
 if zset then checks[#checks + 1] = {zset, 'zset'} end
 local bad = wrong_types(gate_checks(checks, gates))
 if bad then return redis.error_reply(bad) end
-local out = {0, '', 0, 0, ''}
+local out = {0, '', 0, 0, '', {}}
 local now = 0
 if zset then
   local t = redis.call('TIME')
@@ -62,16 +73,34 @@ if zset then
       local orphans = redis.call('RPOP', processing, most)
       if orphans then
         for _, v in ipairs(orphans) do swept[#swept + 1] = bump(v) end
+        if #orphans == most then want = 0 end
       end
     end
     local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
       'LIMIT', 0, most)
+    local left = most - #swept
     for _, m in ipairs(stale) do
-      redis.call('ZREM', zset, m)
+      if left <= 0 then break end
       local p = string.find(m, ':', 1, true)
       local q = p and string.find(m, ':', p + 1, true)
-      if q and redis.call('LREM', processing, '-1', string.sub(m, q + 1)) > 0 then
-        swept[#swept + 1] = bump(string.sub(m, q + 1))
+      local values
+      if q then
+        redis.call('ZREM', zset, m)
+        values = {string.sub(m, q + 1)}
+      else
+        local batch = zset .. ':' .. m
+        if redis.call('LLEN', batch) <= left then
+          values = redis.call('LRANGE', batch, 0, -1)
+          redis.call('DEL', batch)
+          redis.call('ZREM', zset, m)
+        else
+          values = redis.call('LRANGE', batch, 0, left - 1)
+          redis.call('LTRIM', batch, left, -1)
+        end
+      end
+      left = left - #values
+      for _, v in ipairs(values) do
+        if redis.call('LREM', processing, '-1', v) > 0 then swept[#swept + 1] = bump(v) end
       end
     end
     out[1] = put_back(list_dest(levels), swept, false)
@@ -103,25 +132,49 @@ if held > 0 then
 end
 local m = #taken
 if m == 0 then return out end
-for i = 1, m do out[#out + 1] = taken[i] end
+local first = #out + 1
+for i = 1, m do out[first + i - 1] = taken[i] end
 if not processing then return out end
-for i = 6, m + 5, 1000 do
-  redis.call('LPUSH', processing, unpack(out, i, math.min(i + 999, m + 5)))
+local last = first + m - 1
+for i = first, last, 1000 do
+  redis.call('LPUSH', processing, unpack(out, i, math.min(i + 999, last)))
 end
 if zset then
   -- Numbers are made strings here, once for the score and with '%d' for the sequence: Lua's
   -- own number-to-string (and Redis's, for a number handed to a command) formats a float, which
-  -- cost more than the ZADD itself, per entry.
-  local seq = tonumber(ARGV[4])
-  local score, run = string.format('%d', now), '.' .. out[2] .. ':'
-  local members = {}
-  for i = 6, m + 5 do
-    members[#members + 1] = score
-    members[#members + 1] = rid .. ':' .. string.format('%d', seq + i - 6) .. run .. out[i]
+  -- cost more than the ZADD itself.
+  local seq, ttl = tonumber(ARGV[4]), tonumber(ARGV[6])
+  local score, run = string.format('%d', now), '.' .. out[2]
+  -- Each value's batch: how many equal values came before it in this claim.
+  local seen, batches, split = {}, {}, false
+  for i = first, last do
+    local k = seen[out[i]] or 0
+    seen[out[i]] = k + 1
+    batches[i - first + 1] = k
+    if k > 0 then split = true end
   end
-  for i = 1, #members, 1000 do
-    redis.call('ZADD', zset, unpack(members, i, math.min(i + 999, #members)))
+  local lists = {out}
+  if split then
+    lists = {}
+    for i = first, last do
+      local k = batches[i - first + 1] + 1
+      lists[k] = lists[k] or {}
+      lists[k][#lists[k] + 1] = out[i]
+    end
+    out[6] = batches
   end
-  if tonumber(ARGV[6]) > 0 then redis.call('PEXPIRE', zset, ARGV[6]) end
+  local batch_ttl = string.format('%d', ttl * 2)
+  for k, values in ipairs(lists) do
+    local member = rid .. ':' .. string.format('%d', seq + k - 1) .. run
+    local batch = zset .. ':' .. member
+    local from, to = first, last
+    if split then from, to = 1, #values end
+    for i = from, to, 1000 do
+      redis.call('RPUSH', batch, unpack(values, i, math.min(i + 999, to)))
+    end
+    redis.call('ZADD', zset, score, member)
+    if ttl > 0 then redis.call('PEXPIRE', batch, batch_ttl) end
+  end
+  if ttl > 0 then redis.call('PEXPIRE', zset, ttl) end
 end
 return out

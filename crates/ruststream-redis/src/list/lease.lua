@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
--- LEASE: keeps a live worker's claims alive: moves each member's score in the recovery set to
--- now, so only a dead worker's claims are ever idle longer than min_idle. A member no longer in
--- the set (settled, or swept by another worker) is not added back (ZADD XX). Runs under maxmemory
--- (allow-oom): it adds nothing. Prepended with guard.lua.
+-- LEASE: keeps a live worker's claims alive: moves each batch member's score in the recovery set
+-- to now, so only a dead worker's claims are ever idle longer than min_idle. A member no longer
+-- in the set (settled, or swept by another worker) is not added back (ZADD XX). With a ttl, the
+-- set's and each batch list's (`<set>:<member>`, twice the set's: list/claim.lua) are renewed.
+-- Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua.
 --
 -- KEYS: recovery set. ARGV: recovery-set ttl ms (0 = none), then the members.
 -- Returns how many scores moved.
@@ -23,5 +24,9 @@ for i = 2, #ARGV do
     batch = {}
   end
 end
-if tonumber(ARGV[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+if tonumber(ARGV[1]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  local batch_ttl = string.format('%d', tonumber(ARGV[1]) * 2)
+  for i = 2, #ARGV do redis.call('PEXPIRE', KEYS[1] .. ':' .. ARGV[i], batch_ttl) end
+end
 return moved

@@ -1,6 +1,8 @@
 //! Leases: while a worker holds claims on a reliable list (handlers running, and entries claimed
-//! ahead and waiting for a handler), a task of its own moves their scores in the recovery set to
-//! now every `min_idle / 3` (`lease.lua`: `ZADD XX`, and `PEXPIRE` with a `recovery_ttl`). So a
+//! ahead and waiting for a handler), a task of its own moves the scores of their batches'
+//! members in the recovery set to now every `min_idle / 3` (`lease.lua`: `ZADD XX`, and
+//! `PEXPIRE` of the set and the batch lists with a `recovery_ttl`). A batch is leased while any
+//! of its claims is held. So a
 //! claim is idle longer than `min_idle` only when its worker is gone, and the sweep never takes
 //! work from a live one: `min_idle` is how long a dead worker's work takes to come back.
 //!
@@ -36,7 +38,7 @@ pub struct Lease<'a> {
     pub zset: &'a str,
     /// The recovery set's ttl in ms (0 = none).
     pub ttl_ms: u64,
-    /// The claims' members.
+    /// The claimed batches' members, each once.
     pub members: &'a [Bytes],
 }
 
@@ -61,7 +63,7 @@ impl Call for Lease<'_> {
     }
 }
 
-/// The claims a reader holds: claim sequence number → recovery-set member.
+/// The claims a reader holds: claim sequence number → its batch's recovery-set member.
 #[derive(Debug, Default)]
 pub(super) struct Leases(Mutex<HashMap<u64, Bytes>>);
 
@@ -87,7 +89,11 @@ impl Leases {
 
     /// Renews every held claim's lease in the recovery set `zset`, on `client`.
     pub(super) async fn renew(&self, client: &Client, zset: &str, ttl_ms: u64) -> Result<()> {
-        let members: Vec<Bytes> = self.held().values().cloned().collect();
+        let members: Vec<Bytes> = {
+            let held = self.held();
+            let unique: std::collections::HashSet<&Bytes> = held.values().collect();
+            unique.into_iter().cloned().collect()
+        };
         for chunk in members.chunks(LEASE_BATCH) {
             let lease = Lease {
                 zset,

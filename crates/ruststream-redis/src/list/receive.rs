@@ -5,8 +5,8 @@
 //! - Simple: `claim.lua` pops up to `n` entries, recording nothing.
 //! - Reliable: `claim.lua` sweeps stale claims back first (with recovery, and only by the
 //!   sweep's deadline in the server's clock, `crate::sweep_clock`: `TIME` before a reader's
-//!   first sweep), then claims up to `n` entries into the processing list, each recorded in the
-//!   recovery set.
+//!   first sweep), then claims up to `n` entries into the processing list, recorded in the
+//!   recovery set as one batch (a member, and the batch's list of values).
 //! - When the queue is empty, `BLMOVE key key RIGHT RIGHT t`, which moves nothing but wakes when
 //!   an entry arrives on level 0 (a level above announces its first entry on Pub/Sub, see
 //!   `levels.rs`), then `claim.lua` again.
@@ -391,7 +391,8 @@ const NO_SWEEP_MS: u64 = 1_000_000_000_000_000;
 
 /// A reliable list: claimed into the processing list, at least once.
 struct ReliableList {
-    /// This reader's identity: its claims are `<reader id>:<seq>.<run>` (see `claim.lua`).
+    /// This reader's identity: its claimed batches are `<reader id>:<seq>.<run>` (see
+    /// `claim.lua`).
     reader_id: String,
     /// The sequence number of this reader's next claim.
     seq: AtomicU64,
@@ -475,18 +476,30 @@ impl ReliableList {
         rejoin.may_sweep()
     }
 
-    /// The deliveries of `claimed`, each with its claim (and member, with recovery), leased.
+    /// The deliveries of `claimed`, each with its claim (and its batch's member, with
+    /// recovery), leased.
     fn tokens(&self, claimed: Claimed) -> Vec<Delivery<Token>> {
         let recovery = matches!(self.record, Record::Claims { .. });
+        let first_seq = claimed.first_seq;
+        let batches = claimed.batches;
+        let run = claimed.run;
+        let member = |batch: u64| {
+            let mut m = format!("{}:{}.", self.reader_id, first_seq + batch).into_bytes();
+            m.extend_from_slice(&run);
+            Bytes::from(m)
+        };
+        let mut members: Vec<Bytes> = Vec::new();
         let mut out = self.reader.deliveries(claimed.values);
-        for (i, d) in (claimed.first_seq..).zip(out.iter_mut()) {
+        for (k, (i, d)) in (first_seq..).zip(out.iter_mut()).enumerate() {
             d.token.claim = Some(i);
             if recovery {
-                let mut member = format!("{}:{i}.", self.reader_id).into_bytes();
-                member.extend_from_slice(&claimed.run);
-                member.push(b':');
-                member.extend_from_slice(&d.token.raw);
-                d.token.member = Some(Bytes::from(member));
+                // A value's batch is at most one past the batches before it.
+                let batch = batches.get(k).copied().unwrap_or(0);
+                let at = usize::try_from(batch).unwrap_or(usize::MAX);
+                if at == members.len() {
+                    members.push(member(batch));
+                }
+                d.token.member = members.get(at).cloned();
             }
         }
         if recovery {

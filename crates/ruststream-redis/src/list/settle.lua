@@ -14,10 +14,14 @@
 --   d  retry later: remove, then schedule `new` (ZADD delayed, HSET hash); arg = `delay_ms:id`
 --   x  dead: remove, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
 --      bound (dead/trim.lua), to which the list is trimmed after the last push
--- `member` is the claim's member in the recovery set ('' without recovery). The claim is still
--- this worker's only while its member is in the set (a sweep may have handed the entry to
--- another worker); then the entry is removed from the processing list, and only when that finds
--- it do the follow-up writes happen, so nothing is duplicated.
+-- With recovery (the token is ''), `member` is the member of the claim's batch in the recovery
+-- set (list/claim.lua), '' for the same batch as the entry before. The claim is still this
+-- worker's only while its batch's member is in the set (a sweep may have handed the entry to
+-- another worker: one ZSCORE a batch) and its value in the batch list `<set>:<member>` (LREM 1:
+-- a settle sent twice finds it gone, and no two equal values share a batch); then the entry is
+-- removed from the processing list, and only when that finds it do the follow-up writes happen,
+-- so nothing is duplicated. A batch whose list the settle emptied (Redis deleted it: EXISTS)
+-- leaves the set.
 -- Without recovery an entry is known only by its bytes, and two claims of identical bytes look
 -- alike, so a settle sent twice (a client resends it when the connection drops before the
 -- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
@@ -45,6 +49,9 @@ for i = first, #ARGV, 5 do
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
 end
+if ARGV[1] == '' and ARGV[first + 1] == '' then
+  return redis.error_reply('RSARGS settle.lua: with recovery the first entry names its batch')
+end
 local token = ARGV[1]
 if token ~= '' then
   if redis.call('ZSCORE', KEYS[5], token) then return {-1, 0} end
@@ -59,11 +66,22 @@ local retried = {}
 local bound, now
 -- Whether the claimed value `v` is of a cancelled message.
 local cancelled = cancelled_in(KEYS[6])
+-- With recovery: the batch of the entry at hand, each batch's list (false: its member is gone),
+-- and the batches touched in order.
+local member
+local lists, touched = {}, {}
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned
-  if ARGV[i + 1] ~= '' then
-    owned = redis.call('ZREM', KEYS[5], ARGV[i + 1]) == 1
+  if token == '' then
+    if ARGV[i + 1] ~= '' then member = ARGV[i + 1] end
+    local list = lists[member]
+    if list == nil then
+      list = redis.call('ZSCORE', KEYS[5], member) and KEYS[5] .. ':' .. member
+      lists[member] = list
+      if list then touched[#touched + 1] = member end
+    end
+    owned = list and redis.call('LREM', list, 1, ARGV[i]) > 0
       and redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
   else
     owned = redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
@@ -82,6 +100,9 @@ for i = first, #ARGV, 5 do
       schedule_retry(KEYS[3], KEYS[4], ARGV[i + 4], new)
     end
   end
+end
+for _, m in ipairs(touched) do
+  if redis.call('EXISTS', lists[m]) == 0 then redis.call('ZREM', KEYS[5], m) end
 end
 put_back(dest, retried, false)
 local trimmed = 0

@@ -1,8 +1,8 @@
 //! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack (or
 //! cancelled: a cancel's, or any settle of a message in the cancel record) `LREM`, retry
 //! `LPUSH` onto the entry's priority level (`back.lua`), retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
-//! with recovery, each only while the claim's member is still in the recovery set, which it
-//! leaves with `ZREM`).
+//! with recovery, each only while its batch's member is still in the recovery set and its value
+//! in the batch list (`LREM`); a batch emptied leaves the set with `ZREM`).
 //!
 //! Acks as pipelined `LREM`s would cost the client (fred, per command) twice what the script
 //! costs Redis, so they stay in the script.
@@ -54,8 +54,8 @@ pub struct SettleList<'a> {
     pub dest: &'a Dest,
     /// Without recovery, the settle's token (a settle sent twice runs once); `None` with.
     pub token: Option<String>,
-    /// Per claim: its value in the processing list, its member in the recovery set (with
-    /// recovery), and what to do with it.
+    /// Per claim: its value in the processing list, its batch's member in the recovery set
+    /// (with recovery), and what to do with it.
     pub entries: Vec<(Bytes, Option<Bytes>, Op)>,
 }
 
@@ -82,13 +82,17 @@ impl Call for SettleList<'_> {
         let mut args = Vec::with_capacity(4 + self.entries.len() * 5);
         args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
         self.dest.push(&mut keys, &mut args);
+        let mut last: Option<&Bytes> = None;
         for (claimed, member, op) in &self.entries {
             args.push(Value::Bytes(claimed.clone()));
-            args.push(
-                member
-                    .clone()
-                    .map_or_else(|| Value::from_static_str(""), Value::Bytes),
-            );
+            // A member is sent once for a run of entries of its batch ('': the one before's).
+            match member {
+                Some(m) if last != Some(m) => {
+                    args.push(Value::Bytes(m.clone()));
+                    last = Some(m);
+                }
+                _ => args.push(Value::from_static_str("")),
+            }
             op.push(&mut args);
         }
         (keys, args)

@@ -431,7 +431,10 @@ impl ListKeys {
         keys.extend(self.processing.clone());
         keys.extend([self.delayed.set.clone(), self.delayed.payloads.clone()]);
         keys.extend(self.dead.clone());
-        keys.extend(self.recovery.clone());
+        if let Some(set) = &self.recovery {
+            // A claimed batch's list, `<set>:<member>` (`list/claim.lua`).
+            keys.extend([set.clone(), format!("{set}:batch")]);
+        }
         keys.extend(self.settle_tokens.clone());
         keys.extend(self.rate.clone());
         keys.extend(self.levels.iter().cloned());

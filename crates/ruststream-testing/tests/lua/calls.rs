@@ -7,8 +7,8 @@ use fred::prelude::*;
 use crate::{key, on_both};
 
 /// `operate/oldest_claim.lua` through `OldestClaim`: the claim time is read from each member
-/// (`<reader>:<seq>.<seconds>.<microseconds>:<value>`), not from its score; a member of another
-/// shape names none. Returns each call's reply.
+/// (a batch's `<reader>:<seq>.<seconds>.<microseconds>`, or the earlier form with `:<value>`),
+/// not from its score; a member of another shape names none. Returns each call's reply.
 async fn oldest_claim(client: Client, prefix: String) -> Vec<(u64, Option<i64>)> {
     use ruststream_redis::{Call, OldestClaim};
     let zset = key(&prefix, "q.claims");
@@ -16,6 +16,7 @@ async fn oldest_claim(client: Client, prefix: String) -> Vec<(u64, Option<i64>)>
         (1.0, "junk"),
         (3.0, "r1:2.1600000000.999999:b"),
         (5.0, "r1:1.1700000000.250000:a"),
+        (7.0, "r2:3.1500000000.000005"),
     ];
     let mut out = Vec::new();
     let none = OldestClaim {
@@ -41,7 +42,7 @@ async fn the_typed_oldest_claim_call_gives_the_same_reply_on_the_model_and_on_re
         (0, None),
         (1, None),
         (2, Some(1_600_000_000_999)),
-        (3, Some(1_600_000_000_999)),
+        (4, Some(1_500_000_000_000)),
     ];
     on_both("oldest", expect, oldest_claim).await;
 }

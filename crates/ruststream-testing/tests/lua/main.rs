@@ -12,6 +12,7 @@
 
 mod adhoc;
 mod back;
+mod batches;
 mod calls;
 mod cancels;
 mod claims;

@@ -1,0 +1,275 @@
+//! A reliable list's recovery records, one a claimed batch (`list/claim.lua`, `list/settle.lua`,
+//! `list/lease.lua`): equal values in batches of their own, a settle sent twice, the sweep of a
+//! batch in parts and of a member of the earlier form, orphans beyond one sweep, the batch
+//! lists' ttl. Each on the model and on Redis, with the same result.
+
+use bytes::Bytes;
+use fred::prelude::*;
+use ruststream_redis::{Call, Claim, Claimed, Dest, Lease, Op, Record, SettleKeys, SettleList};
+
+use crate::{key, on_both};
+
+/// The keys of queue `q` under `prefix`.
+fn keys(prefix: &str) -> impl Fn(&str) -> String {
+    let prefix = prefix.to_owned();
+    move |s: &str| key(&prefix, &format!("q{s}"))
+}
+
+/// A recovery record for `q` under `prefix`: reader `r`, sweeping claims older than `min_idle_ms`,
+/// at most `most` a run, with a recovery-set ttl of `ttl_ms`.
+fn record(prefix: &str, min_idle_ms: u64, ttl_ms: u64, most: u32) -> Record {
+    let key = keys(prefix);
+    Record::Claims {
+        processing: key(".processing"),
+        zset: key(".claims"),
+        reader: "r".to_owned(),
+        min_idle_ms,
+        ttl_ms,
+        most,
+    }
+}
+
+/// One claim of up to `max` entries of `q`, its claims numbered from `first_seq`.
+async fn claim(
+    client: &Client,
+    levels: &[String],
+    record: &Record,
+    max: usize,
+    first_seq: u64,
+) -> Claimed {
+    Claim {
+        levels,
+        record,
+        gates: &[],
+        max,
+        first_seq,
+        once: false,
+        sweep_by: None,
+    }
+    .call(client)
+    .await
+    .expect("the claim runs")
+}
+
+/// The member of batch `k` of `claimed` by reader `r`.
+fn member(claimed: &Claimed, k: u64) -> Bytes {
+    let mut m = format!("r:{}.", claimed.first_seq + k).into_bytes();
+    m.extend_from_slice(&claimed.run);
+    Bytes::from(m)
+}
+
+/// Acks `value` of batch `member` of `q`'s claims; how many claims were still owned.
+async fn ack(client: &Client, prefix: &str, value: &str, member: &Bytes) -> i64 {
+    let key = keys(prefix);
+    let settle_keys = SettleKeys {
+        processing: key(".processing"),
+        dead: key(".dead"),
+        delayed: key(".delayed"),
+        payloads: key(".delayed.payloads"),
+        record: key(".claims"),
+        cancels: key(".cancels"),
+    };
+    SettleList {
+        keys: &settle_keys,
+        dest: &Dest::list(vec![key("")]),
+        token: None,
+        entries: vec![(
+            Bytes::copy_from_slice(value.as_bytes()),
+            Some(member.clone()),
+            Op::Ack,
+        )],
+    }
+    .call(client)
+    .await
+    .expect("the settle runs")
+    .owned
+}
+
+/// The length of batch `member`'s list.
+async fn batch_len(client: &Client, prefix: &str, member: &Bytes) -> i64 {
+    let name = format!(
+        "{}:{}",
+        keys(prefix)(".claims"),
+        String::from_utf8_lossy(member)
+    );
+    client.llen(name).await.unwrap()
+}
+
+/// Deletes `q`'s keys and the batch lists its set names.
+async fn clean(client: &Client, prefix: &str) {
+    let key = keys(prefix);
+    let members: Vec<String> = client
+        .zrange(key(".claims"), 0, -1, None, false, None, false)
+        .await
+        .unwrap_or_default();
+    let mut all: Vec<String> = members
+        .iter()
+        .map(|m| format!("{}:{m}", key(".claims")))
+        .collect();
+    all.extend([key(""), key(".processing"), key(".claims")]);
+    let _: i64 = client.del(all).await.unwrap_or(0);
+}
+
+/// `v`, `v`, `w` claimed at once: the second `v` goes into a batch of its own. An ack sent twice
+/// (its reply lost) settles one claim, not the other `v`'s; each batch leaves the set with its
+/// last entry. Returns (batches, set size, each batch's length, each ack's owned count, the
+/// processing list's and the set's sizes after each ack).
+async fn equal_values(
+    client: Client,
+    prefix: String,
+) -> (Vec<u64>, i64, Vec<i64>, Vec<(i64, i64, i64)>) {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let _: i64 = client.lpush(&levels[0], vec!["v", "v", "w"]).await.unwrap();
+    let record = record(&prefix, 60_000, 0, 128);
+    let claimed = claim(&client, &levels, &record, 5, 10).await;
+    assert_eq!(
+        claimed.values,
+        [&b"v"[..], b"v", b"w"].map(Bytes::from_static)
+    );
+    let (first, second) = (member(&claimed, 0), member(&claimed, 1));
+    let size: i64 = client.zcard(key(".claims")).await.unwrap();
+    let lens = vec![
+        batch_len(&client, &prefix, &first).await,
+        batch_len(&client, &prefix, &second).await,
+    ];
+    let mut acks = Vec::new();
+    for (value, member) in [("v", &first), ("v", &first), ("v", &second), ("w", &first)] {
+        let owned = ack(&client, &prefix, value, member).await;
+        let processing: i64 = client.llen(key(".processing")).await.unwrap();
+        let set: i64 = client.zcard(key(".claims")).await.unwrap();
+        acks.push((owned, processing, set));
+    }
+    let gone =
+        batch_len(&client, &prefix, &first).await + batch_len(&client, &prefix, &second).await;
+    assert_eq!(gone, 0, "settled batches leave no list");
+    clean(&client, &prefix).await;
+    (claimed.batches, size, lens, acks)
+}
+
+#[tokio::test]
+async fn equal_values_claimed_at_once_are_settled_each_once_on_the_model_and_on_redis() {
+    let expect = (
+        vec![0, 1, 0],
+        2,
+        vec![2, 1],
+        vec![(1, 2, 2), (0, 2, 2), (1, 1, 1), (1, 0, 0)],
+    );
+    on_both("batchequal", expect, equal_values).await;
+}
+
+/// Five entries claimed in one batch and an earlier-form member (`<reader>:<seq>.<run>:<value>`)
+/// all stale (min_idle 0), swept three a run: the old member's value and two of the batch, then
+/// the batch's last three. Returns per sweeping run (recovered, set size, the batch's length,
+/// queue length, processing length).
+async fn sweep_in_parts(client: Client, prefix: String) -> Vec<(u64, i64, i64, i64, i64)> {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let _: i64 = client
+        .lpush(&levels[0], vec!["a", "b", "c", "d", "e"])
+        .await
+        .unwrap();
+    let record = record(&prefix, 0, 0, 3);
+    let claimed = claim(&client, &levels, &record, 5, 0).await;
+    assert_eq!(claimed.values.len(), 5);
+    assert!(claimed.batches.is_empty(), "one batch");
+    let batch = member(&claimed, 0);
+    let _: i64 = client.lpush(key(".processing"), "z").await.unwrap();
+    let _: i64 = client
+        .zadd(
+            key(".claims"),
+            None,
+            None,
+            false,
+            false,
+            (1.0, "old:1.1.0:z"),
+        )
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for _ in 0..3 {
+        let swept = claim(&client, &levels, &record, 0, 100).await;
+        out.push((
+            swept.recovered,
+            client.zcard(key(".claims")).await.unwrap(),
+            batch_len(&client, &prefix, &batch).await,
+            client.llen(key("")).await.unwrap(),
+            client.llen(key(".processing")).await.unwrap(),
+        ));
+    }
+    clean(&client, &prefix).await;
+    out
+}
+
+#[tokio::test]
+async fn a_sweep_takes_a_long_batch_in_parts_and_members_of_the_earlier_form_on_the_model_and_on_redis()
+ {
+    let expect = vec![(3, 1, 3, 3, 3), (3, 0, 0, 6, 0), (0, 0, 0, 6, 0)];
+    on_both("batchsweep", expect, sweep_in_parts).await;
+}
+
+/// Five entries in a processing list whose recovery set is gone, and one waiting: a claim that
+/// puts back as many orphans as one run may (3) takes nothing, as more may be left; the next puts
+/// back the last two and takes. Returns per claim (recovered, taken).
+async fn orphans(client: Client, prefix: String) -> Vec<(u64, usize)> {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let _: i64 = client.lpush(&levels[0], "n").await.unwrap();
+    let _: i64 = client
+        .lpush(key(".processing"), vec!["o1", "o2", "o3", "o4", "o5"])
+        .await
+        .unwrap();
+    let record = record(&prefix, 60_000, 0, 3);
+    let mut out = Vec::new();
+    for seq in [0, 10] {
+        let got = claim(&client, &levels, &record, 10, seq).await;
+        out.push((got.recovered, got.values.len()));
+    }
+    let left: i64 = client.llen(key(".processing")).await.unwrap();
+    assert_eq!(left, 6, "every entry is claimed again");
+    clean(&client, &prefix).await;
+    out
+}
+
+#[tokio::test]
+async fn orphans_beyond_one_sweep_all_come_back_on_the_model_and_on_redis() {
+    on_both("batchorphans", vec![(3, 0), (2, 6)], orphans).await;
+}
+
+/// With a recovery ttl of 10 s, a claimed batch's list expires in twice that, the set in the
+/// ttl; a lease renews both. Returns (the list's ttl in s after the claim, after the lease, the
+/// set's ttl in s).
+async fn batch_ttl(client: Client, prefix: String) -> (bool, bool, bool) {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let _: i64 = client.lpush(&levels[0], "a").await.unwrap();
+    let record = record(&prefix, 5_000, 10_000, 128);
+    let claimed = claim(&client, &levels, &record, 5, 0).await;
+    let batch = member(&claimed, 0);
+    let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&batch));
+    let in_window = |ms: i64, lo: i64, hi: i64| ms > lo && ms <= hi;
+    let claimed_ttl: i64 = client.pttl(&name).await.unwrap();
+    let _: i64 = client.pexpire(&name, 1_000, None).await.unwrap();
+    let moved = Lease {
+        zset: &key(".claims"),
+        ttl_ms: 10_000,
+        members: std::slice::from_ref(&batch),
+    }
+    .call(&client)
+    .await
+    .expect("the lease runs");
+    assert!(moved <= 1);
+    let leased_ttl: i64 = client.pttl(&name).await.unwrap();
+    let set_ttl: i64 = client.pttl(key(".claims")).await.unwrap();
+    clean(&client, &prefix).await;
+    (
+        in_window(claimed_ttl, 10_000, 20_000),
+        in_window(leased_ttl, 10_000, 20_000),
+        in_window(set_ttl, 5_000, 10_000),
+    )
+}
+
+#[tokio::test]
+async fn a_batch_list_outlives_its_set_and_a_lease_renews_it_on_the_model_and_on_redis() {
+    on_both("batchttl", (true, true, true), batch_ttl).await;
+}
