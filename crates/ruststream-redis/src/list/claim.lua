@@ -39,7 +39,9 @@
 -- When the recovery set does not exist (it expired with recovery_ttl, or the queue ran without
 -- recovery before) while the processing list holds entries, nobody holds a claim on them: they
 -- go back to the queue as well, and while ARGV[7] of them went back the claim takes nothing
--- (more may wait; the next run finds the set still missing and goes on).
+-- (more may wait; the next run finds the set still missing and goes on). A claim past its
+-- sweep's deadline takes nothing while such orphans wait, for the same reason.
+-- Every stale batch list's type is checked before the sweep's first write.
 -- Returns {recovered, run ('' without recovery), entries the gates held back, ms until they let
 -- the next pass, the gate that let nothing through ('' none), the values' batches, value...},
 -- values oldest of each level first; the batches are empty when one batch holds every value,
@@ -78,11 +80,19 @@ if zset then
     end
     local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
       'LIMIT', 0, most)
-    local left = most - #swept
-    for _, m in ipairs(stale) do
-      if left <= 0 then break end
+    -- Each stale member's form, and its batch list's type checked before the sweep writes.
+    local olds, batch_checks = {}, {}
+    for i, m in ipairs(stale) do
       local p = string.find(m, ':', 1, true)
-      local q = p and string.find(m, ':', p + 1, true)
+      olds[i] = p and string.find(m, ':', p + 1, true)
+      if not olds[i] then batch_checks[#batch_checks + 1] = {zset .. ':' .. m, 'list'} end
+    end
+    local bad_batch = wrong_types(batch_checks)
+    if bad_batch then return redis.error_reply(bad_batch) end
+    local left = most - #swept
+    for i, m in ipairs(stale) do
+      if left <= 0 then break end
+      local q = olds[i]
       local values
       if q then
         redis.call('ZREM', zset, m)
@@ -104,6 +114,10 @@ if zset then
       end
     end
     out[1] = put_back(list_dest(levels), swept, false)
+  elseif redis.call('EXISTS', zset) == 0 and redis.call('LLEN', processing) > 0 then
+    -- Orphans wait for a sweep that comes in time: a claim now would make the set again, and
+    -- a set that exists hides them from every later sweep.
+    want = 0
   end
 end
 if want < 1 then return out end

@@ -2,7 +2,10 @@
 -- LEASE: keeps a live worker's claims alive: moves each batch member's score in the recovery set
 -- to now, so only a dead worker's claims are ever idle longer than min_idle. A member no longer
 -- in the set (settled, or swept by another worker) is not added back (ZADD XX). With a ttl, the
--- set's and each batch list's (`<set>:<member>`, twice the set's: list/claim.lua) are renewed.
+-- set's is renewed, and so is the batch list (`<set>:<member>`, twice the set's: list/claim.lua)
+-- of every member in the set, this worker's or not: a dead worker's member waits in the set for
+-- a sweep, which runs only when a claim does, and a worker whose handlers hold every permit
+-- claims nothing while its leases keep the set alive; its batch list must not expire before it.
 -- Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua.
 --
 -- KEYS: recovery set. ARGV: recovery-set ttl ms (0 = none), then the members.
@@ -27,6 +30,8 @@ end
 if tonumber(ARGV[1]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   local batch_ttl = string.format('%d', tonumber(ARGV[1]) * 2)
-  for i = 2, #ARGV do redis.call('PEXPIRE', KEYS[1] .. ':' .. ARGV[i], batch_ttl) end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    redis.call('PEXPIRE', KEYS[1] .. ':' .. m, batch_ttl)
+  end
 end
 return moved

@@ -1,14 +1,15 @@
 //! Leases: while a worker holds claims on a reliable list (handlers running, and entries claimed
 //! ahead and waiting for a handler), a task of its own moves the scores of their batches'
-//! members in the recovery set to now every `min_idle / 3` (`lease.lua`: `ZADD XX`, and
-//! `PEXPIRE` of the set and the batch lists with a `recovery_ttl`). A batch is leased while any
-//! of its claims is held. So a
+//! members in the recovery set to now every `min_idle / 3` (`lease.lua`: `ZADD XX`; with a
+//! `recovery_ttl`, `PEXPIRE` of the set and of every batch list in it, `ZRANGE`). A batch is
+//! leased while any of its claims is held. So a
 //! claim is idle longer than `min_idle` only when its worker is gone, and the sweep never takes
 //! work from a live one: `min_idle` is how long a dead worker's work takes to come back.
 //!
 //! The reader adds what it claims ([`Leases::hold`]); the settler lets a claim go once its
 //! settle was sent ([`Leases::release`]), whatever came of it, so a claim whose settle keeps
-//! failing is left to the sweep rather than kept alive for ever.
+//! failing is left to the sweep rather than kept alive for ever: once the other claims of its
+//! batch are let go too (a batch is one member), `min_idle` after the last of them.
 //!
 //! After a reconnect (or a failed renewal) the reader renews on its own connection before its
 //! next sweep ([`Leases::renew`], see `crate::rejoin`).

@@ -17,8 +17,9 @@
 -- With recovery (the token is ''), `member` is the member of the claim's batch in the recovery
 -- set (list/claim.lua), '' for the same batch as the entry before. The claim is still this
 -- worker's only while its batch's member is in the set (a sweep may have handed the entry to
--- another worker: one ZSCORE a batch) and its value in the batch list `<set>:<member>` (LREM 1:
--- a settle sent twice finds it gone, and no two equal values share a batch); then the entry is
+-- another worker: one ZSCORE a batch, and a TYPE of its list before the first write) and its
+-- value in the batch list `<set>:<member>` (LREM 1: a settle sent twice finds it gone, and no
+-- two equal values share a batch); then the entry is
 -- removed from the processing list, and only when that finds it do the follow-up writes happen,
 -- so nothing is duplicated. A batch whose list the settle emptied (Redis deleted it: EXISTS)
 -- leaves the set.
@@ -53,6 +54,26 @@ if ARGV[1] == '' and ARGV[first + 1] == '' then
   return redis.error_reply('RSARGS settle.lua: with recovery the first entry names its batch')
 end
 local token = ARGV[1]
+-- With recovery: each batch's list (false: its member is gone, and so is the claim), and the
+-- batches owned in order; the lists' types are checked before the first write.
+local lists, touched = {}, {}
+if token == '' then
+  local member
+  local batch_checks = {}
+  for i = first, #ARGV, 5 do
+    if ARGV[i + 1] ~= '' then member = ARGV[i + 1] end
+    if lists[member] == nil then
+      local list = redis.call('ZSCORE', KEYS[5], member) and KEYS[5] .. ':' .. member
+      lists[member] = list
+      if list then
+        touched[#touched + 1] = member
+        batch_checks[#batch_checks + 1] = {list, 'list'}
+      end
+    end
+  end
+  local bad_batch = wrong_types(batch_checks)
+  if bad_batch then return redis.error_reply(bad_batch) end
+end
 if token ~= '' then
   if redis.call('ZSCORE', KEYS[5], token) then return {-1, 0} end
   local t = redis.call('TIME')
@@ -66,21 +87,14 @@ local retried = {}
 local bound, now
 -- Whether the claimed value `v` is of a cancelled message.
 local cancelled = cancelled_in(KEYS[6])
--- With recovery: the batch of the entry at hand, each batch's list (false: its member is gone),
--- and the batches touched in order.
+-- With recovery: the batch of the entry at hand.
 local member
-local lists, touched = {}, {}
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned
   if token == '' then
     if ARGV[i + 1] ~= '' then member = ARGV[i + 1] end
     local list = lists[member]
-    if list == nil then
-      list = redis.call('ZSCORE', KEYS[5], member) and KEYS[5] .. ':' .. member
-      lists[member] = list
-      if list then touched[#touched + 1] = member end
-    end
     owned = list and redis.call('LREM', list, 1, ARGV[i]) > 0
       and redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
   else

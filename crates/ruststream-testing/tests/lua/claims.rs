@@ -93,10 +93,7 @@ async fn sweep_deadline(client: Client, prefix: String) -> Vec<(u64, usize)> {
         let got = claim.call(&client).await.expect("the claim runs");
         out.push((got.recovered, got.values.len()));
     }
-    let _: i64 = client
-        .del(vec![key(""), key(".processing"), key(".claims")])
-        .await
-        .unwrap_or(0);
+    crate::batches::clean(&client, &prefix).await;
     out
 }
 
