@@ -172,5 +172,6 @@ pub use {
     settle::{Op, Settled},
     stream::consumers::ForgetConsumers,
     stream::settle::SettleStream,
+    transport::InBatch,
     unique::{Batch as UniqueBatch, PublishUnique},
 };

@@ -62,7 +62,13 @@ pub(crate) const PAUSED: &str = "paused";
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     with_gates(
         include_str!("../list/claim.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
+        &[
+            lua::GUARD,
+            crate::frame::LUA,
+            lua::BOUND,
+            lua::BACK,
+            crate::list::MARKS,
+        ],
         &[
             include_str!("../list/take.lua"),
             include_str!("../list/groups.lua"),
@@ -210,9 +216,6 @@ pub struct Claimed {
     pub closed: Option<String>,
     /// The entries, oldest of each level first.
     pub values: Vec<Bytes>,
-    /// With recovery, each entry's batch (0: the batch of [`first_seq`](Self::first_seq), 1: the
-    /// next, ...); empty when one batch holds them all. Equal values go into batches of their own.
-    pub batches: Vec<u64>,
     /// The sequence number of the first entry's claim (the call's [`Claim::first_seq`]).
     pub first_seq: u64,
 }
@@ -297,8 +300,7 @@ impl Call for Claim<'_> {
 }
 
 impl Claim<'_> {
-    /// Reads the reply `recovered, run, held, wait, closed, batches, entries..`
-    /// (`list/claim.lua`).
+    /// Reads the reply `recovered, run, held, wait, closed, entries..` (`list/claim.lua`).
     fn read(&self, reply: Reply) -> Claimed {
         let mut claimed = Claimed {
             first_seq: self.first_seq,
@@ -312,11 +314,6 @@ impl Claim<'_> {
         claimed.run = items.next().and_then(frame_bytes).unwrap_or_default();
         claimed.held = Held::read(&mut items);
         claimed.closed = items.next().and_then(text);
-        claimed.batches = items
-            .next()
-            .and_then(frame_items)
-            .map(|b| b.iter().map(frame_u64).collect())
-            .unwrap_or_default();
         let mut values = Vec::with_capacity(items.len());
         values.extend(items.filter_map(frame_bytes));
         claimed.values = values;

@@ -4,8 +4,9 @@
 -- own), the gates that hold the claim back (claim/gates.lua: paused, rate limit, ...), and what
 -- it records (nothing for a simple list; the processing list; with recovery, the recovery set).
 -- Runs under maxmemory (allow-oom): it moves entries, so a full Redis can still drain its
--- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, claim/gates.lua, the gates'
--- parts (claim/paused.lua, limit.lua) and list/take.lua. Called through `crate::claim::Claim`.
+-- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, list/marks.lua,
+-- claim/gates.lua, the gates' parts (claim/paused.lua, limit.lua) and list/take.lua. Called
+-- through `crate::claim::Claim`.
 --
 -- A grouped list's source part (list/groups.lua, registered as a gate) takes in place of the
 -- levels; its queue key is then the inbox the sweep puts entries back onto.
@@ -22,30 +23,31 @@
 -- call reached Redis late, and the leases of live workers may have aged meanwhile:
 -- `crate::sweep_clock`). Then the claimed entries are recorded as one claim a batch: a member
 -- `<reader id>:<seq>.<run>` of the recovery set, scored by the server's clock, and the batch list
--- `<set>:<member>` holding the batch's values as they were taken (RPUSH), each removed by its
--- settle (list/settle.lua). Two equal values never share a batch: the second goes into a batch
--- of its own (member `<seq + 1>`, and so on), so a settle sent twice cannot take another claim's
--- entry of the same bytes. `<run>` is the server's TIME (seconds.microseconds) of this run: a
--- client sends a call again when its reply was lost (fred does, on a new connection), and the
--- second run must not record its claims under the first run's members (the first run's entries
--- would then never be swept back). The batch list has twice the set's ttl, so it outlives its
--- member for as long as the member can be swept (recovery_ttl is longer than min_idle).
--- The sweep: each member scored older than now - min_idle leaves the set, with its batch list;
--- each value of the list still in the processing list (LREM -1) goes back to the queue with its
--- attempt raised by one (back.lua: onto its own level, behind what waits). At most ARGV[7]
--- values a run: a batch longer than what is left of that is swept in part (LTRIM), its member
--- kept for the next run. A member of the earlier form, one a claimed entry
--- (`<reader id>:<seq>.<run>:<value>`), is swept as such: its value follows the second ':'.
+-- `<set>:<member>` holding the batch's values as they were taken (RPUSH), in the reply's order.
+-- A settle marks its entries by their index in the batch list (list/marks.lua: the marks
+-- `<set>:<member>:s`), so two equal values of one batch are two claims, each settled once.
+-- `<run>` is the server's TIME (seconds.microseconds) of this run: a client sends a call again
+-- when its reply was lost (fred does, on a new connection), and the second run must not record
+-- its claims under the first run's members (the first run's entries would then never be swept
+-- back). The batch list has twice the set's ttl, so it outlives its member for as long as the
+-- member can be swept (recovery_ttl is longer than min_idle; list/lease.lua renews every batch
+-- list of the set).
+-- The sweep: for each member scored older than now - min_idle, its batch list and marks are read
+-- (a key of another type fails the call before its first write); each unmarked value still in
+-- the processing list (LREM -1) goes back to the queue with its attempt raised by one (back.lua:
+-- onto its own level, behind what waits). At most ARGV[7] unmarked values a run: a batch with
+-- more is swept in part, the values swept marked and its member kept for the next run; a batch
+-- whose every value is marked leaves the set with its list and marks. A member of the earlier
+-- form, one a claimed entry (`<reader id>:<seq>.<run>:<value>`), is swept as such: its value
+-- follows the second ':'.
 -- When the recovery set does not exist (it expired with recovery_ttl, or the queue ran without
 -- recovery before) while the processing list holds entries, nobody holds a claim on them: they
 -- go back to the queue as well, and while ARGV[7] of them went back the claim takes nothing
 -- (more may wait; the next run finds the set still missing and goes on). A claim past its
 -- sweep's deadline takes nothing while such orphans wait, for the same reason.
--- Every stale batch list's type is checked before the sweep's first write.
 -- Returns {recovered, run ('' without recovery), entries the gates held back, ms until they let
--- the next pass, the gate that let nothing through ('' none), the values' batches, value...},
--- values oldest of each level first; the batches are empty when one batch holds every value,
--- else each value's batch (0: `<seq>`, 1: `<seq + 1>`, ...).
+-- the next pass, the gate that let nothing through ('' none), value...}, values oldest of each
+-- level first.
 local want = tonumber(ARGV[1])
 local record, rid = ARGV[2], ARGV[3]
 local nlevels = tonumber(ARGV[8])
@@ -61,7 +63,7 @@ if processing then checks[#checks + 1] = {processing, 'list'} end
 if zset then checks[#checks + 1] = {zset, 'zset'} end
 local bad = wrong_types(gate_checks(checks, gates))
 if bad then return redis.error_reply(bad) end
-local out = {0, '', 0, 0, '', {}}
+local out = {0, '', 0, 0, ''}
 local now = 0
 if zset then
   local t = redis.call('TIME')
@@ -80,37 +82,41 @@ if zset then
     end
     local stale = redis.call('ZRANGEBYSCORE', zset, '-inf', now - tonumber(ARGV[5]),
       'LIMIT', 0, most)
-    -- Each stale member's form, and its batch list's type checked before the sweep writes.
-    local olds, batch_checks = {}, {}
-    for i, m in ipairs(stale) do
-      local p = string.find(m, ':', 1, true)
-      olds[i] = p and string.find(m, ':', p + 1, true)
-      if not olds[i] then batch_checks[#batch_checks + 1] = {zset .. ':' .. m, 'list'} end
-    end
-    local bad_batch = wrong_types(batch_checks)
-    if bad_batch then return redis.error_reply(bad_batch) end
-    local left = most - #swept
-    for i, m in ipairs(stale) do
+    -- Reads first: what each stale member gives back, up to the run's bound.
+    local plan, left = {}, most - #swept
+    for _, m in ipairs(stale) do
       if left <= 0 then break end
-      local q = olds[i]
-      local values
+      local p = string.find(m, ':', 1, true)
+      local q = p and string.find(m, ':', p + 1, true)
       if q then
-        redis.call('ZREM', zset, m)
-        values = {string.sub(m, q + 1)}
+        plan[#plan + 1] = {old = m, take = {{'', string.sub(m, q + 1)}}}
+        left = left - 1
       else
-        local batch = zset .. ':' .. m
-        if redis.call('LLEN', batch) <= left then
-          values = redis.call('LRANGE', batch, 0, -1)
-          redis.call('DEL', batch)
-          redis.call('ZREM', zset, m)
-        else
-          values = redis.call('LRANGE', batch, 0, left - 1)
-          redis.call('LTRIM', batch, left, -1)
+        local list = zset .. ':' .. m
+        local b = {member = m, list = list, marks = list .. ':s', take = {}}
+        local values = redis.call('LRANGE', list, 0, -1)
+        b.size = #values
+        b.m = marks_read(b.marks, b.size)
+        b.ttl = redis.call('PTTL', list)
+        for k, v in ipairs(values) do
+          if left > 0 and b.m[k] ~= MARKED then
+            b.take[#b.take + 1] = {k, v}
+            b.m[k] = MARKED
+            left = left - 1
+          end
         end
+        plan[#plan + 1] = b
       end
-      left = left - #values
-      for _, v in ipairs(values) do
-        if redis.call('LREM', processing, '-1', v) > 0 then swept[#swept + 1] = bump(v) end
+    end
+    for _, b in ipairs(plan) do
+      for _, t in ipairs(b.take) do
+        if redis.call('LREM', processing, '-1', t[2]) > 0 then swept[#swept + 1] = bump(t[2]) end
+      end
+      if b.old then
+        redis.call('ZREM', zset, b.old)
+      elseif marks_write(b.marks, b.m, b.size, b.ttl) then
+        redis.call('DEL', b.list, b.marks)
+        redis.call('ZREM', zset, b.member)
       end
     end
     out[1] = put_back(list_dest(levels), swept, false)
@@ -157,38 +163,16 @@ if zset then
   -- Numbers are made strings here, once for the score and with '%d' for the sequence: Lua's
   -- own number-to-string (and Redis's, for a number handed to a command) formats a float, which
   -- cost more than the ZADD itself.
-  local seq, ttl = tonumber(ARGV[4]), tonumber(ARGV[6])
-  local score, run = string.format('%d', now), '.' .. out[2]
-  -- Each value's batch: how many equal values came before it in this claim.
-  local seen, batches, split = {}, {}, false
-  for i = first, last do
-    local k = seen[out[i]] or 0
-    seen[out[i]] = k + 1
-    batches[i - first + 1] = k
-    if k > 0 then split = true end
+  local ttl = tonumber(ARGV[6])
+  local member = rid .. ':' .. string.format('%d', tonumber(ARGV[4])) .. '.' .. out[2]
+  local batch = zset .. ':' .. member
+  for i = first, last, 1000 do
+    redis.call('RPUSH', batch, unpack(out, i, math.min(i + 999, last)))
   end
-  local lists = {out}
-  if split then
-    lists = {}
-    for i = first, last do
-      local k = batches[i - first + 1] + 1
-      lists[k] = lists[k] or {}
-      lists[k][#lists[k] + 1] = out[i]
-    end
-    out[6] = batches
+  redis.call('ZADD', zset, string.format('%d', now), member)
+  if ttl > 0 then
+    redis.call('PEXPIRE', batch, string.format('%d', ttl * 2))
+    redis.call('PEXPIRE', zset, ttl)
   end
-  local batch_ttl = string.format('%d', ttl * 2)
-  for k, values in ipairs(lists) do
-    local member = rid .. ':' .. string.format('%d', seq + k - 1) .. run
-    local batch = zset .. ':' .. member
-    local from, to = first, last
-    if split then from, to = 1, #values end
-    for i = from, to, 1000 do
-      redis.call('RPUSH', batch, unpack(values, i, math.min(i + 999, to)))
-    end
-    redis.call('ZADD', zset, score, member)
-    if ttl > 0 then redis.call('PEXPIRE', batch, batch_ttl) end
-  end
-  if ttl > 0 then redis.call('PEXPIRE', zset, ttl) end
 end
 return out

@@ -2,8 +2,9 @@
 -- LEASE: keeps a live worker's claims alive: moves each batch member's score in the recovery set
 -- to now, so only a dead worker's claims are ever idle longer than min_idle. A member no longer
 -- in the set (settled, or swept by another worker) is not added back (ZADD XX). With a ttl, the
--- set's is renewed, and so is the batch list (`<set>:<member>`, twice the set's: list/claim.lua)
--- of every member in the set, this worker's or not: a dead worker's member waits in the set for
+-- set's is renewed, and so are the batch list (`<set>:<member>`, twice the set's: list/claim.lua)
+-- and its marks (`<set>:<member>:s`, list/settle.lua) of every member in the set, this worker's
+-- or not: a dead worker's member waits in the set for
 -- a sweep, which runs only when a claim does, and a worker whose handlers hold every permit
 -- claims nothing while its leases keep the set alive; its batch list must not expire before it.
 -- Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua.
@@ -31,7 +32,9 @@ if tonumber(ARGV[1]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   local batch_ttl = string.format('%d', tonumber(ARGV[1]) * 2)
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    redis.call('PEXPIRE', KEYS[1] .. ':' .. m, batch_ttl)
+    local batch = KEYS[1] .. ':' .. m
+    redis.call('PEXPIRE', batch, batch_ttl)
+    redis.call('PEXPIRE', batch .. ':s', batch_ttl)
   end
 end
 return moved

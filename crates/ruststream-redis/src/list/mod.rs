@@ -9,7 +9,7 @@
 //! | `source.rs` | [`RedisList`]: the source's options, its keys, the checks of its recovery options | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description, route; opening the receiver | `LLEN processing` at start, to warn of entries a reliable list without recovery left there |
 //! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause, concurrency-cap and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
-//! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`) |
+//! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`; with recovery, a batch's marks `GET`/`SET`, `marks.lua`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |
 //! | `lease.rs` | a reliable list's claims kept alive while their handlers run | `lease.lua` |
 //! | `groups.rs` | fair groups: their keys, the publish onto a group, the operator's group pause | `group_push.lua`, `HSET`/`HDEL`, `PUBLISH` |
@@ -31,6 +31,10 @@ pub(crate) use self::publish::{push, ttl_ms};
 pub use self::source::{Mode, RedisList};
 pub use crate::policy::ListPublish as Publish;
 pub use crate::policy::MAX_PRIORITIES;
+
+/// A claimed batch's settle marks (`marks_read`, `marks_write`): the claim's sweep and the
+/// settle read and write them; needs `guard.lua` before it.
+pub(crate) const MARKS: &str = include_str!("marks.lua");
 
 #[cfg(test)]
 mod tests;

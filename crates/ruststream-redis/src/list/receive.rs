@@ -48,7 +48,7 @@ use crate::pause::{Gate, Hold};
 use crate::rejoin::Rejoin;
 use crate::sweep_clock::{SweepClock, run_ms};
 use crate::transport::{
-    Receive, RedisReceiver, RedisSettler, Token, list_delivery, signal_ids, watch_source,
+    InBatch, Receive, RedisReceiver, RedisSettler, Token, list_delivery, signal_ids, watch_source,
 };
 
 /// Most stale claims one read moves back to the queue.
@@ -476,37 +476,31 @@ impl ReliableList {
         rejoin.may_sweep()
     }
 
-    /// The deliveries of `claimed`, each with its claim (and its batch's member, with
+    /// The deliveries of `claimed`, each with its claim (and its place in the batch, with
     /// recovery), leased.
     fn tokens(&self, claimed: Claimed) -> Vec<Delivery<Token>> {
         let recovery = matches!(self.record, Record::Claims { .. });
         let first_seq = claimed.first_seq;
-        let batches = claimed.batches;
-        let run = claimed.run;
-        let member = |batch: u64| {
-            let mut m = format!("{}:{}.", self.reader_id, first_seq + batch).into_bytes();
-            m.extend_from_slice(&run);
+        let member = {
+            let mut m = format!("{}:{first_seq}.", self.reader_id).into_bytes();
+            m.extend_from_slice(&claimed.run);
             Bytes::from(m)
         };
-        let mut members: Vec<Bytes> = Vec::new();
         let mut out = self.reader.deliveries(claimed.values);
-        for (k, (i, d)) in (first_seq..).zip(out.iter_mut()).enumerate() {
+        for (index, (i, d)) in (first_seq..).zip(out.iter_mut()).enumerate() {
             d.token.claim = Some(i);
             if recovery {
-                // A value's batch is at most one past the batches before it.
-                let batch = batches.get(k).copied().unwrap_or(0);
-                let at = usize::try_from(batch).unwrap_or(usize::MAX);
-                if at == members.len() {
-                    members.push(member(batch));
-                }
-                d.token.member = members.get(at).cloned();
+                d.token.batch = Some(InBatch {
+                    member: member.clone(),
+                    index,
+                });
             }
         }
         if recovery {
-            self.leases.hold(
-                out.iter()
-                    .filter_map(|d| Some((d.token.claim?, d.token.member.clone()?))),
-            );
+            self.leases
+                .hold(out.iter().filter_map(|d| {
+                    Some((d.token.claim?, d.token.batch.as_ref()?.member.clone()))
+                }));
         }
         out
     }

@@ -1,28 +1,31 @@
 #!lua flags=allow-oom
 -- SETTLE_LIST: settles a batch of claimed list entries. Runs under maxmemory (allow-oom): it
 -- removes as much as it adds, and acks free memory. Prepended with guard.lua,
--- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
--- `crate::list::settle::SettleList`.
+-- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua, dead/trim.lua and
+-- list/marks.lua. Called through `crate::list::settle::SettleList`.
 --
 -- KEYS: processing, dead-letter list, delayed set, delayed payload hash, the recovery set (with
 --       recovery) or the settle-token set (without), the cancel record (K.cancels), then the
 --       destination's keys (back.lua: the queue's levels).
 -- ARGV: a settle token ('' with recovery), the destination (back.lua), then groups of five,
---       `claimed member op new arg` (`crate::settle::Op` writes the last three):
+--       `claimed batch op new arg` (`crate::settle::Op` writes the last three):
 --   a  ack: LREM processing -1 claimed
 --   r  retry now: remove, then put `new` back onto the queue (back.lua: onto its own level)
 --   d  retry later: remove, then schedule `new` (ZADD delayed, HSET hash); arg = `delay_ms:id`
 --   x  dead: remove, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
 --      bound (dead/trim.lua), to which the list is trimmed after the last push
--- With recovery (the token is ''), `member` is the member of the claim's batch in the recovery
--- set (list/claim.lua), '' for the same batch as the entry before. The claim is still this
--- worker's only while its batch's member is in the set (a sweep may have handed the entry to
--- another worker: one ZSCORE a batch, and a TYPE of its list before the first write) and its
--- value in the batch list `<set>:<member>` (LREM 1: a settle sent twice finds it gone, and no
--- two equal values share a batch); then the entry is
--- removed from the processing list, and only when that finds it do the follow-up writes happen,
--- so nothing is duplicated. A batch whose list the settle emptied (Redis deleted it: EXISTS)
--- leaves the set.
+-- With recovery (the token is ''), `batch` is the entry's index in its batch list (four bytes,
+-- big-endian), then the member of the claim's batch in the recovery set (list/claim.lua), left
+-- out for the same batch as the entry before; without, ''. The claim is still this worker's
+-- only while its batch's member is in the set (a sweep may have handed the entry to another
+-- worker) and its index is not marked in the batch's marks `<set>:<member>:s` (list/marks.lua;
+-- a settle sent twice finds it marked). All of it is read first, one ZSCORE, LLEN, PTTL and GET
+-- a batch (a key of another type fails the call before its first write); then each owned entry
+-- is removed from the processing list, and only when that finds it do the follow-up writes
+-- happen, so nothing is duplicated. Each owned index is marked (one SET a batch, with the list's ttl), and a batch
+-- whose every index is marked leaves the set with its list and marks. A member whose batch list
+-- is gone (not expected: a lease renews every batch list) leaves its entries to the processing
+-- list's LREM alone.
 -- Without recovery an entry is known only by its bytes, and two claims of identical bytes look
 -- alike, so a settle sent twice (a client resends it when the connection drops before the
 -- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
@@ -50,29 +53,49 @@ for i = first, #ARGV, 5 do
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
 end
-if ARGV[1] == '' and ARGV[first + 1] == '' then
+if ARGV[1] == '' and #ARGV[first + 1] <= 4 then
   return redis.error_reply('RSARGS settle.lua: with recovery the first entry names its batch')
 end
 local token = ARGV[1]
--- With recovery: each batch's list (false: its member is gone, and so is the claim), and the
--- batches owned in order; the lists' types are checked before the first write.
-local lists, touched = {}, {}
+-- With recovery: each batch touched, in order, and whether each entry (by its first argument)
+-- is still this worker's claim by its batch's marks; a batch's keys are read when it is first
+-- named, before any write.
+local batches, mine = {}, {}
 if token == '' then
-  local member
-  local batch_checks = {}
+  local by, b = {}, nil
   for i = first, #ARGV, 5 do
-    if ARGV[i + 1] ~= '' then member = ARGV[i + 1] end
-    if lists[member] == nil then
-      local list = redis.call('ZSCORE', KEYS[5], member) and KEYS[5] .. ':' .. member
-      lists[member] = list
-      if list then
-        touched[#touched + 1] = member
-        batch_checks[#batch_checks + 1] = {list, 'list'}
+    local f = ARGV[i + 1]
+    local c1, c2, c3, c4 = string.byte(f, 1, 4)
+    if not c4 then
+      return redis.error_reply('RSARGS settle.lua: the batch at argument ' .. (i + 1) .. ' has no index')
+    end
+    if #f > 4 then
+      local member = string.sub(f, 5)
+      b = by[member]
+      if not b then
+        b = {member = member, list = KEYS[5] .. ':' .. member}
+        b.marks = b.list .. ':s'
+        b.live = redis.call('ZSCORE', KEYS[5], member) and true
+        if b.live then
+          b.size = redis.call('LLEN', b.list)
+          b.ttl = redis.call('PTTL', b.list)
+          b.m = marks_read(b.marks, b.size)
+        end
+        by[member] = b
+        batches[#batches + 1] = b
+      end
+    end
+    if b.live then
+      local at = ((c1 * 256 + c2) * 256 + c3) * 256 + c4 + 1
+      if b.size == 0 then
+        mine[i] = true
+      elseif at <= b.size and b.m[at] ~= MARKED then
+        mine[i] = true
+        b.m[at] = MARKED
+        b.changed = true
       end
     end
   end
-  local bad_batch = wrong_types(batch_checks)
-  if bad_batch then return redis.error_reply(bad_batch) end
 end
 if token ~= '' then
   if redis.call('ZSCORE', KEYS[5], token) then return {-1, 0} end
@@ -87,16 +110,11 @@ local retried = {}
 local bound, now
 -- Whether the claimed value `v` is of a cancelled message.
 local cancelled = cancelled_in(KEYS[6])
--- With recovery: the batch of the entry at hand.
-local member
 for i = first, #ARGV, 5 do
   local op, new = ARGV[i + 2], ARGV[i + 3]
   local owned
   if token == '' then
-    if ARGV[i + 1] ~= '' then member = ARGV[i + 1] end
-    local list = lists[member]
-    owned = list and redis.call('LREM', list, 1, ARGV[i]) > 0
-      and redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
+    owned = mine[i] and redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
   else
     owned = redis.call('LREM', KEYS[1], '-1', ARGV[i]) > 0
   end
@@ -115,8 +133,13 @@ for i = first, #ARGV, 5 do
     end
   end
 end
-for _, m in ipairs(touched) do
-  if redis.call('EXISTS', lists[m]) == 0 then redis.call('ZREM', KEYS[5], m) end
+-- Each owned index marked, found in the processing list or not: it is no longer the batch's to
+-- sweep. A batch fully marked leaves the set.
+for _, b in ipairs(batches) do
+  if b.changed and marks_write(b.marks, b.m, b.size, b.ttl) then
+    redis.call('DEL', b.list, b.marks)
+    redis.call('ZREM', KEYS[5], b.member)
+  end
 end
 put_back(dest, retried, false)
 local trimmed = 0

@@ -1,8 +1,9 @@
 //! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack (or
 //! cancelled: a cancel's, or any settle of a message in the cancel record) `LREM`, retry
 //! `LPUSH` onto the entry's priority level (`back.lua`), retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
-//! with recovery, each only while its batch's member is still in the recovery set and its value
-//! in the batch list (`LREM`); a batch emptied leaves the set with `ZREM`).
+//! with recovery, each only while its batch's member is still in the recovery set and its index
+//! unmarked in the batch's marks (`GET`, then `SET`: `marks.lua`); a batch fully marked leaves
+//! the set with `ZREM`).
 //!
 //! Acks as pipelined `LREM`s would cost the client (fred, per command) twice what the script
 //! costs Redis, so they stay in the script.
@@ -23,10 +24,13 @@ use crate::dead::{DeadBound, Trims, discarded, logged};
 use crate::delayed::DueClock;
 use crate::lua::{self, Call};
 use crate::settle::{Op, Settled};
-use crate::transport::{Settle, Token};
+use crate::transport::{InBatch, Settle, Token};
 
-static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("settle.lua"), &crate::settle::PARTS));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| {
+    let mut parts = crate::settle::PARTS.to_vec();
+    parts.push(super::MARKS);
+    lua::script(include_str!("settle.lua"), &parts)
+});
 
 /// The keys a list's settle writes besides its queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,9 +58,9 @@ pub struct SettleList<'a> {
     pub dest: &'a Dest,
     /// Without recovery, the settle's token (a settle sent twice runs once); `None` with.
     pub token: Option<String>,
-    /// Per claim: its value in the processing list, its batch's member in the recovery set
-    /// (with recovery), and what to do with it.
-    pub entries: Vec<(Bytes, Option<Bytes>, Op)>,
+    /// Per claim: its value in the processing list, its batch in the recovery record (with
+    /// recovery), and what to do with it.
+    pub entries: Vec<(Bytes, Option<InBatch>, Op)>,
 }
 
 impl Call for SettleList<'_> {
@@ -83,16 +87,12 @@ impl Call for SettleList<'_> {
         args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
         self.dest.push(&mut keys, &mut args);
         let mut last: Option<&Bytes> = None;
-        for (claimed, member, op) in &self.entries {
+        for (claimed, batch, op) in &self.entries {
             args.push(Value::Bytes(claimed.clone()));
-            // A member is sent once for a run of entries of its batch ('': the one before's).
-            match member {
-                Some(m) if last != Some(m) => {
-                    args.push(Value::Bytes(m.clone()));
-                    last = Some(m);
-                }
-                _ => args.push(Value::from_static_str("")),
-            }
+            args.push(match batch {
+                Some(b) => Value::Bytes(batch_field(b, &mut last)),
+                None => Value::from_static_str(""),
+            });
             op.push(&mut args);
         }
         (keys, args)
@@ -101,6 +101,20 @@ impl Call for SettleList<'_> {
     fn parse(&self, reply: Value) -> Settled {
         Settled::parse(&reply)
     }
+}
+
+/// An entry's batch as `settle.lua` reads it: its index in the batch list (four bytes,
+/// big-endian), then its batch's member unless the entry before (`last`) named it already.
+fn batch_field<'a>(b: &'a InBatch, last: &mut Option<&'a Bytes>) -> Bytes {
+    let index = u32::try_from(b.index).unwrap_or(u32::MAX).to_be_bytes();
+    if *last == Some(&b.member) {
+        return Bytes::copy_from_slice(&index);
+    }
+    *last = Some(&b.member);
+    let mut field = Vec::with_capacity(4 + b.member.len());
+    field.extend_from_slice(&index);
+    field.extend_from_slice(&b.member);
+    Bytes::from(field)
 }
 
 /// Settles the entries of one reliable list.
@@ -201,7 +215,7 @@ impl ReliableSettle {
                         }
                     }
                 };
-                (t.raw.clone(), t.member.clone(), op)
+                (t.raw.clone(), t.batch.clone(), op)
             })
             .collect();
         let call = SettleList {

@@ -25,7 +25,7 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
         token: Token {
             raw,
             frame,
-            member: None,
+            batch: None,
             claim: None,
             partition: 0,
         },

@@ -22,5 +22,6 @@ pub(crate) use self::receiver::{Receive, RedisReceiver, signal_ids};
 pub(crate) use self::settler::{RedisSettler, Settle};
 pub use self::source::RedisSource;
 pub(crate) use self::source::Transport;
+pub use self::token::InBatch;
 pub(crate) use self::token::Token;
 pub(crate) use self::watch::{pause_gate, watch_source};

@@ -12,12 +12,22 @@ pub struct Token {
     pub(crate) raw: Bytes,
     /// The decoded entry, its id filled in.
     pub(crate) frame: Frame,
-    /// The claim's member in the recovery set, when there is one.
-    pub(crate) member: Option<Bytes>,
+    /// The claim's batch in the recovery set, when there is one.
+    pub(crate) batch: Option<InBatch>,
     /// The claim's sequence number of its reader, when it has a recovery-set member.
     pub(crate) claim: Option<u64>,
     /// The partition it was read from, on a source with partitions (`crate::partition`).
     pub(crate) partition: usize,
+}
+
+/// A claim's place in a reliable list's recovery record (`list/claim.lua`): its batch's member
+/// in the recovery set, and its index in the batch list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InBatch {
+    /// The batch's member in the recovery set.
+    pub member: Bytes,
+    /// The claim's index in the batch list, from 0.
+    pub index: usize,
 }
 
 impl Token {

@@ -1,11 +1,13 @@
 //! A reliable list's recovery records, one a claimed batch (`list/claim.lua`, `list/settle.lua`,
-//! `list/lease.lua`): equal values in batches of their own, a settle sent twice, the sweep of a
-//! batch in parts and of a member of the earlier form, orphans beyond one sweep, the batch
-//! lists' ttl. Each on the model and on Redis, with the same result.
+//! `list/lease.lua`): equal values in one batch and a settle sent twice, the sweep of a batch in
+//! parts and of a member of the earlier form, orphans beyond one sweep, the batch lists' ttl,
+//! keys of another type. Each on the model and on Redis, with the same result.
 
 use bytes::Bytes;
 use fred::prelude::*;
-use ruststream_redis::{Call, Claim, Claimed, Dest, Lease, Op, Record, SettleKeys, SettleList};
+use ruststream_redis::{
+    Call, Claim, Claimed, Dest, InBatch, Lease, Op, Record, SettleKeys, SettleList,
+};
 
 use crate::{key, on_both};
 
@@ -64,25 +66,33 @@ async fn claim_by(
     .await
 }
 
-/// The member of batch `k` of `claimed` by reader `r`.
-fn member(claimed: &Claimed, k: u64) -> Bytes {
-    let mut m = format!("r:{}.", claimed.first_seq + k).into_bytes();
+/// The member of `claimed`'s batch, by reader `r`.
+fn member(claimed: &Claimed) -> Bytes {
+    let mut m = format!("r:{}.", claimed.first_seq).into_bytes();
     m.extend_from_slice(&claimed.run);
     Bytes::from(m)
 }
 
-/// Acks `value` of batch `member` of `q`'s claims; how many claims were still owned.
-async fn ack(client: &Client, prefix: &str, value: &str, member: &Bytes) -> i64 {
-    acks(client, prefix, &[(value, member)])
+/// Entry `index` of batch `member`.
+fn at(member: &Bytes, index: usize) -> InBatch {
+    InBatch {
+        member: member.clone(),
+        index,
+    }
+}
+
+/// Acks `value`, entry `index` of batch `member`; how many claims were still owned.
+async fn ack(client: &Client, prefix: &str, value: &str, member: &Bytes, index: usize) -> i64 {
+    acks(client, prefix, &[(value, at(member, index))])
         .await
         .expect("the settle runs")
 }
 
-/// Acks each `(value, member)` in one settle call, its error kept.
+/// Acks each `(value, place)` in one settle call, its error kept.
 async fn acks(
     client: &Client,
     prefix: &str,
-    entries: &[(&str, &Bytes)],
+    entries: &[(&str, InBatch)],
 ) -> ruststream_core::Result<i64> {
     let key = keys(prefix);
     let settle_keys = SettleKeys {
@@ -99,10 +109,10 @@ async fn acks(
         token: None,
         entries: entries
             .iter()
-            .map(|(value, member)| {
+            .map(|(value, place)| {
                 (
                     Bytes::copy_from_slice(value.as_bytes()),
-                    Some((*member).clone()),
+                    Some(place.clone()),
                     Op::Ack,
                 )
             })
@@ -113,17 +123,21 @@ async fn acks(
     .map(|settled| settled.owned)
 }
 
-/// The length of batch `member`'s list.
-async fn batch_len(client: &Client, prefix: &str, member: &Bytes) -> i64 {
+/// The length of batch `member`'s list and how many of its entries are marked settled.
+async fn batch_len(client: &Client, prefix: &str, member: &Bytes) -> (i64, usize) {
     let name = format!(
         "{}:{}",
         keys(prefix)(".claims"),
         String::from_utf8_lossy(member)
     );
-    client.llen(name).await.unwrap()
+    let marks: Option<Bytes> = client.get(format!("{name}:s")).await.unwrap();
+    (
+        client.llen(&name).await.unwrap(),
+        marks.map_or(0, |m| m.iter().filter(|&&b| b == b'1').count()),
+    )
 }
 
-/// Deletes `q`'s keys and the batch lists its set names.
+/// Deletes `q`'s keys and the batch lists and marks its set names.
 pub(crate) async fn clean(client: &Client, prefix: &str) {
     let key = keys(prefix);
     let members: Vec<String> = client
@@ -132,20 +146,20 @@ pub(crate) async fn clean(client: &Client, prefix: &str) {
         .unwrap_or_default();
     let mut all: Vec<String> = members
         .iter()
-        .map(|m| format!("{}:{m}", key(".claims")))
+        .flat_map(|m| {
+            let batch = format!("{}:{m}", key(".claims"));
+            [format!("{batch}:s"), batch]
+        })
         .collect();
     all.extend([key(""), key(".processing"), key(".claims")]);
     let _: i64 = client.del(all).await.unwrap_or(0);
 }
 
-/// `v`, `v`, `w` claimed at once: the second `v` goes into a batch of its own. An ack sent twice
-/// (its reply lost) settles one claim, not the other `v`'s; each batch leaves the set with its
-/// last entry. Returns (batches, set size, each batch's length, each ack's owned count, the
-/// processing list's and the set's sizes after each ack).
-async fn equal_values(
-    client: Client,
-    prefix: String,
-) -> (Vec<u64>, i64, Vec<i64>, Vec<(i64, i64, i64)>) {
+/// `v`, `v`, `w` claimed at once, one batch: each `v` is its own claim by its index. An ack
+/// sent twice (its reply lost) settles one claim, not the other `v`'s; the batch leaves the set
+/// with its last entry. Returns (the batch list's length and marks after the claim, each ack's
+/// owned count with the processing list's and the set's sizes after it).
+async fn equal_values(client: Client, prefix: String) -> ((i64, usize), Vec<(i64, i64, i64)>) {
     let key = keys(&prefix);
     let levels = vec![key("")];
     let _: i64 = client.lpush(&levels[0], vec!["v", "v", "w"]).await.unwrap();
@@ -155,42 +169,36 @@ async fn equal_values(
         claimed.values,
         [&b"v"[..], b"v", b"w"].map(Bytes::from_static)
     );
-    let (first, second) = (member(&claimed, 0), member(&claimed, 1));
-    let size: i64 = client.zcard(key(".claims")).await.unwrap();
-    let lens = vec![
-        batch_len(&client, &prefix, &first).await,
-        batch_len(&client, &prefix, &second).await,
-    ];
+    let batch = member(&claimed);
+    let lens = batch_len(&client, &prefix, &batch).await;
     let mut acks = Vec::new();
-    for (value, member) in [("v", &first), ("v", &first), ("v", &second), ("w", &first)] {
-        let owned = ack(&client, &prefix, value, member).await;
+    for (value, index) in [("v", 0), ("v", 0), ("v", 1), ("w", 2)] {
+        let owned = ack(&client, &prefix, value, &batch, index).await;
         let processing: i64 = client.llen(key(".processing")).await.unwrap();
         let set: i64 = client.zcard(key(".claims")).await.unwrap();
         acks.push((owned, processing, set));
     }
-    let gone =
-        batch_len(&client, &prefix, &first).await + batch_len(&client, &prefix, &second).await;
-    assert_eq!(gone, 0, "settled batches leave no list");
+    assert_eq!(
+        batch_len(&client, &prefix, &batch).await,
+        (0, 0),
+        "a settled batch leaves no list and no marks"
+    );
     clean(&client, &prefix).await;
-    (claimed.batches, size, lens, acks)
+    (lens, acks)
 }
 
 #[tokio::test]
 async fn equal_values_claimed_at_once_are_settled_each_once_on_the_model_and_on_redis() {
-    let expect = (
-        vec![0, 1, 0],
-        2,
-        vec![2, 1],
-        vec![(1, 2, 2), (0, 2, 2), (1, 1, 1), (1, 0, 0)],
-    );
+    let expect = ((3, 0), vec![(1, 2, 1), (0, 2, 1), (1, 1, 1), (1, 0, 0)]);
     on_both("batchequal", expect, equal_values).await;
 }
 
-/// Five entries claimed in one batch and an earlier-form member (`<reader>:<seq>.<run>:<value>`)
-/// all stale (min_idle 0), swept three a run: the old member's value and two of the batch, then
-/// the batch's last three. Returns per sweeping run (recovered, set size, the batch's length,
-/// queue length, processing length).
-async fn sweep_in_parts(client: Client, prefix: String) -> Vec<(u64, i64, i64, i64, i64)> {
+/// Five entries claimed in one batch, `b` of them acked, and an earlier-form member
+/// (`<reader>:<seq>.<run>:<value>`), all stale (min_idle 0), swept three a run: the old member's
+/// value and `a`, `c` (`b` is marked settled), then `d`, `e` and the batch with its marks.
+/// Returns per sweeping run (recovered, set size, the batch's length and marks, queue length,
+/// processing length).
+async fn sweep_in_parts(client: Client, prefix: String) -> Vec<(u64, i64, (i64, usize), i64, i64)> {
     let key = keys(&prefix);
     let levels = vec![key("")];
     let _: i64 = client
@@ -199,9 +207,12 @@ async fn sweep_in_parts(client: Client, prefix: String) -> Vec<(u64, i64, i64, i
         .unwrap();
     let record = record(&prefix, 0, 0, 3);
     let claimed = claim(&client, &levels, &record, 5, 0).await;
-    assert_eq!(claimed.values.len(), 5);
-    assert!(claimed.batches.is_empty(), "one batch");
-    let batch = member(&claimed, 0);
+    assert_eq!(
+        claimed.values,
+        [&b"a"[..], b"b", b"c", b"d", b"e"].map(Bytes::from_static)
+    );
+    let batch = member(&claimed);
+    assert_eq!(ack(&client, &prefix, "b", &batch, 1).await, 1);
     let _: i64 = client.lpush(key(".processing"), "z").await.unwrap();
     let _: i64 = client
         .zadd(
@@ -225,6 +236,11 @@ async fn sweep_in_parts(client: Client, prefix: String) -> Vec<(u64, i64, i64, i
             client.llen(key(".processing")).await.unwrap(),
         ));
     }
+    // Each went back as a frame with its attempt raised, the payload last.
+    let back: Vec<Bytes> = client.lrange(key(""), 0, -1).await.unwrap();
+    let mut payloads: Vec<u8> = back.iter().filter_map(|v| v.last().copied()).collect();
+    payloads.sort_unstable();
+    assert_eq!(payloads, b"acdez", "all but the acked b");
     clean(&client, &prefix).await;
     out
 }
@@ -232,7 +248,11 @@ async fn sweep_in_parts(client: Client, prefix: String) -> Vec<(u64, i64, i64, i
 #[tokio::test]
 async fn a_sweep_takes_a_long_batch_in_parts_and_members_of_the_earlier_form_on_the_model_and_on_redis()
  {
-    let expect = vec![(3, 1, 3, 3, 3), (3, 0, 0, 6, 0), (0, 0, 0, 6, 0)];
+    let expect = vec![
+        (3, 1, (5, 3), 3, 2),
+        (2, 0, (0, 0), 5, 0),
+        (0, 0, (0, 0), 5, 0),
+    ];
     on_both("batchsweep", expect, sweep_in_parts).await;
 }
 
@@ -264,20 +284,25 @@ async fn orphans_beyond_one_sweep_all_come_back_on_the_model_and_on_redis() {
     on_both("batchorphans", vec![(3, 0), (2, 6)], orphans).await;
 }
 
-/// With a recovery ttl of 10 s, a claimed batch's list expires in twice that, the set in the
-/// ttl; a lease renews both, and every batch list of the set, not only its own. Returns (the list's ttl in s after the claim, after the lease, the
-/// set's ttl in s).
-async fn batch_ttl(client: Client, prefix: String) -> (bool, bool, bool) {
+/// With a recovery ttl of 10 s, a claimed batch's list expires in twice that, its marks (written
+/// by a settle) with it, the set in the ttl; a lease renews them, and every batch list and marks
+/// of the set, not only its own. Returns whether each ttl is in its window: the list's after the
+/// claim, the marks' after the settle, the list's and the marks' after the lease, the set's.
+async fn batch_ttl(client: Client, prefix: String) -> (bool, bool, bool, bool, bool) {
     let key = keys(&prefix);
     let levels = vec![key("")];
-    let _: i64 = client.lpush(&levels[0], "a").await.unwrap();
+    let _: i64 = client.lpush(&levels[0], vec!["a", "b"]).await.unwrap();
     let record = record(&prefix, 5_000, 10_000, 128);
     let claimed = claim(&client, &levels, &record, 5, 0).await;
-    let batch = member(&claimed, 0);
+    let batch = member(&claimed);
     let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&batch));
+    let marks = format!("{name}:s");
     let in_window = |ms: i64, lo: i64, hi: i64| ms > lo && ms <= hi;
     let claimed_ttl: i64 = client.pttl(&name).await.unwrap();
+    assert_eq!(ack(&client, &prefix, "a", &batch, 0).await, 1);
+    let marked_ttl: i64 = client.pttl(&marks).await.unwrap();
     let _: i64 = client.pexpire(&name, 1_000, None).await.unwrap();
+    let _: i64 = client.pexpire(&marks, 1_000, None).await.unwrap();
     // Another worker's lease, holding none of this batch's claims: the batch waits in the set
     // for a sweep (its worker may be dead), and the set the lease keeps alive must not outlive
     // its list.
@@ -292,18 +317,22 @@ async fn batch_ttl(client: Client, prefix: String) -> (bool, bool, bool) {
     .expect("the lease runs");
     assert_eq!(moved, 0, "a member not in the set is not added");
     let leased_ttl: i64 = client.pttl(&name).await.unwrap();
+    let leased_marks_ttl: i64 = client.pttl(&marks).await.unwrap();
     let set_ttl: i64 = client.pttl(key(".claims")).await.unwrap();
     clean(&client, &prefix).await;
     (
         in_window(claimed_ttl, 10_000, 20_000),
+        in_window(marked_ttl, 10_000, 20_000),
         in_window(leased_ttl, 10_000, 20_000),
+        in_window(leased_marks_ttl, 10_000, 20_000),
         in_window(set_ttl, 5_000, 10_000),
     )
 }
 
 #[tokio::test]
-async fn a_batch_list_outlives_its_set_and_any_workers_lease_renews_it_on_the_model_and_on_redis() {
-    on_both("batchttl", (true, true, true), batch_ttl).await;
+async fn a_batch_list_and_its_marks_outlive_the_set_and_any_workers_lease_renews_them_on_the_model_and_on_redis()
+ {
+    on_both("batchttl", (true, true, true, true, true), batch_ttl).await;
 }
 
 /// Two orphans in a processing list whose recovery set is gone, and one entry waiting: a claim
@@ -350,12 +379,12 @@ async fn foreign_batch_key(client: Client, prefix: String) -> (bool, bool, i64, 
     let second = claim_by(&client, &levels, &record, 1, 10, Some(0))
         .await
         .expect("the second claim runs, sweeping nothing");
-    let (m1, m2) = (member(&first, 0), member(&second, 0));
+    let (m1, m2) = (member(&first), member(&second));
     let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&m2));
     let _: i64 = client.del(&name).await.unwrap();
     let _: () = client.set(&name, "x", None, None, false).await.unwrap();
     let swept = claim_by(&client, &levels, &record, 1, 20, None).await;
-    let settled = acks(&client, &prefix, &[("a", &m1), ("c", &m2)]).await;
+    let settled = acks(&client, &prefix, &[("a", at(&m1, 0)), ("c", at(&m2, 0))]).await;
     let sizes = (
         client.llen(key("")).await.unwrap(),
         client.llen(key(".processing")).await.unwrap(),
