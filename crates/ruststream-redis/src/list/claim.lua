@@ -94,9 +94,12 @@ if zset then
       else
         local list = zset .. ':' .. m
         local b = {member = m, list = list, marks = list .. ':s', take = {}}
-        local values = redis.call('LRANGE', list, 0, -1)
+        local values, lerr = batch_read('LRANGE', list, 0, -1)
+        if lerr then return redis.error_reply(lerr) end
+        local marks, merr = batch_read('GET', b.marks)
+        if merr then return redis.error_reply(merr) end
         b.size = #values
-        b.m = marks_read(b.marks, b.size)
+        b.m = marks_of(marks, b.size)
         b.ttl = redis.call('PTTL', list)
         for k, v in ipairs(values) do
           if left > 0 and b.m[k] ~= MARKED then
@@ -114,7 +117,7 @@ if zset then
       end
       if b.old then
         redis.call('ZREM', zset, b.old)
-      elseif marks_write(b.marks, b.m, b.size, b.ttl) then
+      elseif b.size == 0 or marks_write(b.marks, b.m, b.size, b.size, b.ttl) then
         redis.call('DEL', b.list, b.marks)
         redis.call('ZREM', zset, b.member)
       end

@@ -22,10 +22,11 @@
 -- a settle sent twice finds it marked). All of it is read first, one ZSCORE, LLEN, PTTL and GET
 -- a batch (a key of another type fails the call before its first write); then each owned entry
 -- is removed from the processing list, and only when that finds it do the follow-up writes
--- happen, so nothing is duplicated. Each owned index is marked (one SET a batch, with the list's ttl), and a batch
--- whose every index is marked leaves the set with its list and marks. A member whose batch list
--- is gone (not expected: a lease renews every batch list) leaves its entries to the processing
--- list's LREM alone.
+-- happen, so nothing is duplicated. Each owned index is marked (one SET a batch, with the
+-- list's ttl), and a batch whose every index is marked leaves the set with its list and marks.
+-- An index past the end of its batch list (the list is gone: not expected, a lease renews every
+-- batch list) is owned while unmarked too, the processing list's LREM deciding, and marked all
+-- the same, so a settle sent twice still runs once.
 -- Without recovery an entry is known only by its bytes, and two claims of identical bytes look
 -- alike, so a settle sent twice (a client resends it when the connection drops before the
 -- reply) must not run twice: its token is recorded in the token set (kept 10 minutes, and the
@@ -53,7 +54,7 @@ for i = first, #ARGV, 5 do
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
 end
-if ARGV[1] == '' and #ARGV[first + 1] <= 4 then
+if ARGV[1] == '' and #(ARGV[first + 1] or '') <= 4 then
   return redis.error_reply('RSARGS settle.lua: with recovery the first entry names its batch')
 end
 local token = ARGV[1]
@@ -77,9 +78,12 @@ if token == '' then
         b.marks = b.list .. ':s'
         b.live = redis.call('ZSCORE', KEYS[5], member) and true
         if b.live then
-          b.size = redis.call('LLEN', b.list)
+          local size, lerr = batch_read('LLEN', b.list)
+          if lerr then return redis.error_reply(lerr) end
+          local marks, merr = batch_read('GET', b.marks)
+          if merr then return redis.error_reply(merr) end
+          b.size, b.m, b.top = size, marks_of(marks, size), size
           b.ttl = redis.call('PTTL', b.list)
-          b.m = marks_read(b.marks, b.size)
         end
         by[member] = b
         batches[#batches + 1] = b
@@ -87,12 +91,11 @@ if token == '' then
     end
     if b.live then
       local at = ((c1 * 256 + c2) * 256 + c3) * 256 + c4 + 1
-      if b.size == 0 then
-        mine[i] = true
-      elseif at <= b.size and b.m[at] ~= MARKED then
+      if b.m[at] ~= MARKED then
         mine[i] = true
         b.m[at] = MARKED
         b.changed = true
+        if at > b.top then b.top = at end
       end
     end
   end
@@ -136,7 +139,7 @@ end
 -- Each owned index marked, found in the processing list or not: it is no longer the batch's to
 -- sweep. A batch fully marked leaves the set.
 for _, b in ipairs(batches) do
-  if b.changed and marks_write(b.marks, b.m, b.size, b.ttl) then
+  if b.changed and marks_write(b.marks, b.m, b.size, b.top, b.ttl) then
     redis.call('DEL', b.list, b.marks)
     redis.call('ZREM', KEYS[5], b.member)
   end

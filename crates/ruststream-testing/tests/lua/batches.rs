@@ -385,6 +385,16 @@ async fn foreign_batch_key(client: Client, prefix: String) -> (bool, bool, i64, 
     let _: () = client.set(&name, "x", None, None, false).await.unwrap();
     let swept = claim_by(&client, &levels, &record, 1, 20, None).await;
     let settled = acks(&client, &prefix, &[("a", at(&m1, 0)), ("c", at(&m2, 0))]).await;
+    for e in [swept.as_ref().err(), settled.as_ref().err()]
+        .into_iter()
+        .flatten()
+    {
+        let text = e.to_string();
+        assert!(
+            text.contains("WRONGTYPE") && text.contains(&name),
+            "the error names the key: {text}"
+        );
+    }
     let sizes = (
         client.llen(key("")).await.unwrap(),
         client.llen(key(".processing")).await.unwrap(),
@@ -399,4 +409,39 @@ async fn foreign_batch_key(client: Client, prefix: String) -> (bool, bool, i64, 
 async fn a_foreign_key_in_a_batch_lists_place_fails_the_sweep_and_the_settle_whole_on_the_model_and_on_redis()
  {
     on_both("batchforeign", (true, true, 0, 3, 2), foreign_batch_key).await;
+}
+
+/// `v`, `v` claimed in one batch whose list is then lost (deleted by hand, or evicted): an ack
+/// sent twice (its reply lost) still settles one claim once, by its mark, and not the other
+/// `v`'s; the marks expire in 10 minutes, as nothing else would delete them; the member, kept
+/// by the settles (with no list, they cannot tell the batch is done), goes at the sweep with
+/// its marks. Returns (each ack's owned count with the processing list's size after it, the
+/// marks' ttl in its window, the set's size and whether the marks exist after the sweep).
+async fn lost_batch_list(client: Client, prefix: String) -> (Vec<(i64, i64)>, bool, i64, bool) {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let _: i64 = client.lpush(&levels[0], vec!["v", "v"]).await.unwrap();
+    let live = record(&prefix, 60_000, 0, 128);
+    let claimed = claim(&client, &levels, &live, 5, 0).await;
+    let batch = member(&claimed);
+    let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&batch));
+    let _: i64 = client.del(&name).await.unwrap();
+    let mut acks = Vec::new();
+    for index in [0, 0, 1] {
+        let owned = ack(&client, &prefix, "v", &batch, index).await;
+        acks.push((owned, client.llen(key(".processing")).await.unwrap()));
+    }
+    let ttl: i64 = client.pttl(format!("{name}:s")).await.unwrap();
+    let sweep = record(&prefix, 0, 0, 128);
+    let _ = claim(&client, &levels, &sweep, 0, 10).await;
+    let set: i64 = client.zcard(key(".claims")).await.unwrap();
+    let marks: i64 = client.exists(format!("{name}:s")).await.unwrap();
+    clean(&client, &prefix).await;
+    (acks, ttl > 0 && ttl <= 600_000, set, marks == 1)
+}
+
+#[tokio::test]
+async fn a_lost_batch_list_still_settles_each_claim_once_on_the_model_and_on_redis() {
+    let expect = (vec![(1, 1), (0, 1), (1, 0)], true, 0, false);
+    on_both("batchlost", expect, lost_batch_list).await;
 }
