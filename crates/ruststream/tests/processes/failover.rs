@@ -136,6 +136,16 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
+/// `INFO replication` of `node`, or '' when it does not answer within 5 s.
+async fn replication(node: &Client) -> String {
+    let info = node.custom::<String, _>(fred::cmd!("INFO"), vec!["replication"]);
+    tokio::time::timeout(Duration::from_secs(5), info)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
+}
+
 /// `host:port` of the primary the sentinels name.
 async fn primary(sentinel: &Client, service: &str) -> String {
     let addr: Vec<String> = sentinel
@@ -276,13 +286,7 @@ async fn run(durable: bool) -> Tally {
                 "the new replica syncs",
                 Duration::from_secs(120),
                 async || {
-                    let info = promoted_client
-                        .custom::<String, _>(fred::cmd!("INFO"), vec!["replication"]);
-                    let info = tokio::time::timeout(Duration::from_secs(5), info)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .unwrap_or_default();
+                    let info = replication(&promoted_client).await;
                     let mut synced = info.lines().any(|l| {
                         l.starts_with("slave") && l.contains(&port) && l.contains("state=online")
                     });
@@ -290,13 +294,7 @@ async fn run(durable: bool) -> Tally {
                     // (the promoted primary, busy with the sync's fork, looked down): then the
                     // new replica is the primary, and synced once a replica of it is online.
                     if !synced {
-                        let own = replica_client
-                            .custom::<String, _>(fred::cmd!("INFO"), vec!["replication"]);
-                        let own = tokio::time::timeout(Duration::from_secs(5), own)
-                            .await
-                            .ok()
-                            .and_then(Result::ok)
-                            .unwrap_or_default();
+                        let own = replication(&replica_client).await;
                         synced = own.lines().any(|l| l == "role:master")
                             && own.lines().any(|l| {
                                 l.starts_with("slave") && l.contains("state=online")
