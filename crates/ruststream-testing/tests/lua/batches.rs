@@ -123,13 +123,18 @@ async fn acks(
     .map(|settled| settled.owned)
 }
 
-/// The length of batch `member`'s list and how many of its entries are marked settled.
-async fn batch_len(client: &Client, prefix: &str, member: &Bytes) -> (i64, usize) {
-    let name = format!(
+/// The name of batch `member`'s list (`<set>:<member>`; its marks are `<name>:s`).
+fn batch_key(prefix: &str, member: &Bytes) -> String {
+    format!(
         "{}:{}",
         keys(prefix)(".claims"),
         String::from_utf8_lossy(member)
-    );
+    )
+}
+
+/// The length of batch `member`'s list and how many of its entries are marked settled.
+async fn batch_len(client: &Client, prefix: &str, member: &Bytes) -> (i64, usize) {
+    let name = batch_key(prefix, member);
     let marks: Option<Bytes> = client.get(format!("{name}:s")).await.unwrap();
     (
         client.llen(&name).await.unwrap(),
@@ -295,7 +300,7 @@ async fn batch_ttl(client: Client, prefix: String) -> (bool, bool, bool, bool, b
     let record = record(&prefix, 5_000, 10_000, 128);
     let claimed = claim(&client, &levels, &record, 5, 0).await;
     let batch = member(&claimed);
-    let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&batch));
+    let name = batch_key(&prefix, &batch);
     let marks = format!("{name}:s");
     let in_window = |ms: i64, lo: i64, hi: i64| ms > lo && ms <= hi;
     let claimed_ttl: i64 = client.pttl(&name).await.unwrap();
@@ -380,7 +385,7 @@ async fn foreign_batch_key(client: Client, prefix: String) -> (bool, bool, i64, 
         .await
         .expect("the second claim runs, sweeping nothing");
     let (m1, m2) = (member(&first), member(&second));
-    let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&m2));
+    let name = batch_key(&prefix, &m2);
     let _: i64 = client.del(&name).await.unwrap();
     let _: () = client.set(&name, "x", None, None, false).await.unwrap();
     let swept = claim_by(&client, &levels, &record, 1, 20, None).await;
@@ -424,7 +429,7 @@ async fn lost_batch_list(client: Client, prefix: String) -> (Vec<(i64, i64)>, bo
     let live = record(&prefix, 60_000, 0, 128);
     let claimed = claim(&client, &levels, &live, 5, 0).await;
     let batch = member(&claimed);
-    let name = format!("{}:{}", key(".claims"), String::from_utf8_lossy(&batch));
+    let name = batch_key(&prefix, &batch);
     let _: i64 = client.del(&name).await.unwrap();
     let mut acks = Vec::new();
     for index in [0, 0, 1] {
