@@ -74,19 +74,34 @@ pub enum Op {
 }
 
 impl Op {
-    /// Appends the op's `op new arg` to a settle script's ARGV.
-    pub(crate) fn push(&self, args: &mut Vec<Value>) {
-        let empty = || Value::from_static_str("");
-        let (op, new, arg) = match self {
-            Self::Ack => ("a", empty(), empty()),
-            Self::Retry { frame } => ("r", Value::Bytes(frame.clone()), empty()),
-            Self::Later { frame, after, id } => (
-                "d",
+    /// The op's code, the first byte of its entry's control argument.
+    fn code(&self) -> &'static [u8] {
+        match self {
+            Self::Ack => b"a",
+            Self::Retry { .. } => b"r",
+            Self::Later { .. } => b"d",
+            Self::Dead { .. } => b"x",
+        }
+    }
+
+    /// Appends the entry's `ctl [new [arg]]` to a settle script's ARGV: `ctl` is the op's code
+    /// followed by `tail` (what the script reads of the entry besides the op), and only the ops
+    /// that use them send `new` and `arg`, so an ack is its claim and one short argument.
+    pub(crate) fn push(&self, args: &mut Vec<Value>, tail: &[u8]) {
+        let ctl = if tail.is_empty() {
+            Bytes::from_static(self.code())
+        } else {
+            [self.code(), tail].concat().into()
+        };
+        args.push(Value::Bytes(ctl));
+        match self {
+            Self::Ack => {}
+            Self::Retry { frame } => args.push(Value::Bytes(frame.clone())),
+            Self::Later { frame, after, id } => args.extend([
                 Value::Bytes(frame.clone()),
                 crate::delayed::retry_arg(*after, id),
-            ),
-            Self::Dead { frame, bound } => ("x", Value::Bytes(frame.clone()), bound.arg()),
-        };
-        args.extend([Value::from_static_str(op), new, arg]);
+            ]),
+            Self::Dead { frame, bound } => args.extend([Value::Bytes(frame.clone()), bound.arg()]),
+        }
     }
 }

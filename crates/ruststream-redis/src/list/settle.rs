@@ -83,17 +83,18 @@ impl Call for SettleList<'_> {
             k.record.clone(),
             k.cancels.clone(),
         ];
-        let mut args = Vec::with_capacity(4 + self.entries.len() * 5);
+        let mut args = Vec::with_capacity(4 + self.entries.len() * 2);
         args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
         self.dest.push(&mut keys, &mut args);
         let mut last: Option<&Bytes> = None;
+        let mut tail = Vec::new();
         for (claimed, batch, op) in &self.entries {
             args.push(Value::Bytes(claimed.clone()));
-            args.push(match batch {
-                Some(b) => Value::Bytes(batch_field(b, &mut last)),
-                None => Value::from_static_str(""),
-            });
-            op.push(&mut args);
+            tail.clear();
+            if let Some(b) = batch {
+                batch_field(b, &mut last, &mut tail);
+            }
+            op.push(&mut args, &tail);
         }
         (keys, args)
     }
@@ -103,18 +104,15 @@ impl Call for SettleList<'_> {
     }
 }
 
-/// An entry's batch as `settle.lua` reads it: its index in the batch list (four bytes,
-/// big-endian), then its batch's member unless the entry before (`last`) named it already.
-fn batch_field<'a>(b: &'a InBatch, last: &mut Option<&'a Bytes>) -> Bytes {
-    let index = u32::try_from(b.index).unwrap_or(u32::MAX).to_be_bytes();
-    if *last == Some(&b.member) {
-        return Bytes::copy_from_slice(&index);
+/// Appends an entry's batch to `out` as `settle.lua` reads it after the op: its index in the
+/// batch list (four bytes, big-endian), then its batch's member unless the entry before
+/// (`last`) named it already.
+fn batch_field<'a>(b: &'a InBatch, last: &mut Option<&'a Bytes>, out: &mut Vec<u8>) {
+    out.extend_from_slice(&u32::try_from(b.index).unwrap_or(u32::MAX).to_be_bytes());
+    if *last != Some(&b.member) {
+        *last = Some(&b.member);
+        out.extend_from_slice(&b.member);
     }
-    *last = Some(&b.member);
-    let mut field = Vec::with_capacity(4 + b.member.len());
-    field.extend_from_slice(&index);
-    field.extend_from_slice(&b.member);
-    Bytes::from(field)
 }
 
 /// Settles the entries of one reliable list.

@@ -6,14 +6,15 @@
 --
 -- KEYS: dead-letter list, delayed set, delayed payload hash, the stream's cancel record
 --       (K.cancels), then the destination's key (back.lua: the stream itself).
--- ARGV: group, the destination (back.lua: the stream and its bound), then groups of four,
---       `entry_id op new arg` (`crate::settle::Op` writes the last three):
---   a  ack: XACK
---   r  retry now: XACK, then put the frame `new` back (back.lua: an XADD of its fields; after
---      the last one the stream is trimmed to its bound)
---   d  retry later: XACK, then schedule the frame `new` after arg = `delay_ms:id`
---   x  dead: XACK, then LPUSH dead new (with its `dead-at`); arg = the dead-letter list's
---      bound (dead/trim.lua), to which the list is trimmed after the last push
+-- ARGV: group, the destination (back.lua: the stream and its bound), then each entry as
+--       `entry_id op [new [arg]]` (`crate::settle::Op` writes from op on); the op says what
+--       follows it:
+--   a  ack (nothing): XACK
+--   r  retry now (new): XACK, then put the frame `new` back (back.lua: an XADD of its fields;
+--      after the last one the stream is trimmed to its bound)
+--   d  retry later (new, arg): XACK, then schedule the frame `new` after arg = `delay_ms:id`
+--   x  dead (new, arg): XACK, then LPUSH dead new (with its `dead-at`); arg = the dead-letter
+--      list's bound (dead/trim.lua), to which the list is trimmed after the last push
 -- Follow-up writes happen only when XACK found the entry pending, and not for a cancelled
 -- message (its frame's id in the cancel record, see crate::cancel): that one is only acked,
 -- whatever the op. Returns {how many were found,
@@ -25,19 +26,20 @@ if dest.kind ~= 'stream' then
 end
 local stream = dest.keys[1]
 local first = dest.arg_end
-if (#ARGV - first + 1) % 4 ~= 0 then
-  return redis.error_reply('RSARGS settle.lua takes a group, a destination and groups of four arguments, got ' .. #ARGV)
-end
+-- How many arguments an entry of each op takes.
+local ARGS = {a = 2, r = 3, d = 4, x = 4}
 -- Without a dead-letter list the stream stands in for it, and nothing is pushed there.
 local checks = dest_checks(dest, {{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'}})
 if KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
 local items = {}
-for i = first, #ARGV, 4 do
+local i = first
+while i <= #ARGV do
   local op = ARGV[i + 1]
-  local ok = op == 'a' or op == 'r' or (op == 'x' and dead_bound(ARGV[i + 3]))
-    or (op == 'd' and string.match(ARGV[i + 3], '^%d+:'))
+  local n = ARGS[op or '']
+  local ok = n and i + n - 1 <= #ARGV and (op == 'a' or op == 'r'
+    or (op == 'x' and dead_bound(ARGV[i + 3])) or (op == 'd' and string.match(ARGV[i + 3], '^%d+:')))
   if ok and op == 'r' then
     local why
     items[i], why = dest_item(dest, ARGV[i + 2])
@@ -48,13 +50,15 @@ for i = first, #ARGV, 4 do
   if not ok then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
+  i = i + n
 end
 local found = 0
 local retried = {}
 local bound, now
 -- Whether the frame `v` (a retry's or dead letter's) is of a cancelled message.
 local cancelled = cancelled_in(KEYS[4])
-for i = first, #ARGV, 4 do
+i = first
+while i <= #ARGV do
   local op = ARGV[i + 1]
   if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then
     found = found + 1
@@ -70,6 +74,7 @@ for i = first, #ARGV, 4 do
       schedule_retry(KEYS[2], KEYS[3], ARGV[i + 3], ARGV[i + 2])
     end
   end
+  i = i + ARGS[ARGV[i + 1]]
 end
 put_back(dest, retried, false)
 local trimmed = 0

@@ -66,12 +66,12 @@ impl Call for SettleStream<'_> {
             self.payloads.to_owned(),
             self.cancels.to_owned(),
         ];
-        let mut args = Vec::with_capacity(4 + self.entries.len() * 4);
+        let mut args = Vec::with_capacity(4 + self.entries.len() * 2);
         args.push(Value::from(self.group));
         self.dest.push(&mut keys, &mut args);
         for (id, op) in &self.entries {
             args.push(Value::Bytes(id.clone()));
-            op.push(&mut args);
+            op.push(&mut args, &[]);
         }
         (keys, args)
     }

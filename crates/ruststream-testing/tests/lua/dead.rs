@@ -99,17 +99,11 @@ async fn the_dead_letter_push_trims_by_count_and_age_the_same_on_the_model_and_o
     on_both("deadpush", expect, push).await;
 }
 
-/// `list/settle.lua` through `SettleList`: three dead letters onto a list bounded at two; the
-/// reply counts the one trimmed, the two newest stay.
-async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
-    use ruststream_redis::{Dest, Op, SettleKeys, SettleList};
-    let k = |s: &str| key(&prefix, s);
-    let claimed: Vec<Bytes> = ["x1", "x2", "x3"].iter().map(|id| frame(id, &[])).collect();
-    let _: i64 = client
-        .lpush(k("q.processing"), claimed.clone())
-        .await
-        .expect("LPUSH");
-    let keys = SettleKeys {
+/// The keys of a list settle on queue `q` under `prefix` (the record is a settle-token set),
+/// and its queue as the destination.
+fn list_keys(prefix: &str) -> (ruststream_redis::SettleKeys, ruststream_redis::Dest) {
+    let k = |s: &str| key(prefix, s);
+    let keys = ruststream_redis::SettleKeys {
         processing: k("q.processing"),
         dead: k("q.dead"),
         delayed: k("q.delayed"),
@@ -117,7 +111,20 @@ async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, 
         record: k("q.settles"),
         cancels: k("q.cancels"),
     };
-    let dest = Dest::list(vec![k("q")]);
+    (keys, ruststream_redis::Dest::list(vec![k("q")]))
+}
+
+/// `list/settle.lua` through `SettleList`: three dead letters onto a list bounded at two; the
+/// reply counts the one trimmed, the two newest stay.
+async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
+    use ruststream_redis::{Op, SettleList};
+    let k = |s: &str| key(&prefix, s);
+    let claimed: Vec<Bytes> = ["x1", "x2", "x3"].iter().map(|id| frame(id, &[])).collect();
+    let _: i64 = client
+        .lpush(k("q.processing"), claimed.clone())
+        .await
+        .expect("LPUSH");
+    let (keys, dest) = list_keys(&prefix);
     let settled = SettleList {
         keys: &keys,
         dest: &dest,
@@ -152,6 +159,66 @@ async fn a_list_settle_trims_its_dead_letters_the_same_on_the_model_and_on_redis
         vec![("x3".to_owned(), 1, true), ("x2".to_owned(), 1, true)],
     );
     on_both("deadlist", expect, list_settle).await;
+}
+
+/// `list/settle.lua` with a dead-letter key holding a string: a settle of acks never writes
+/// that key, so it goes through; a settle with a drop is refused whole, naming the key, and
+/// leaves its claims where they were. Returns the acks' owned count, whether the refusal named
+/// the key, and the processing list's length after it.
+async fn list_settle_checks_what_it_writes(client: Client, prefix: String) -> (i64, bool, usize) {
+    use ruststream_redis::{Op, SettleList};
+    let k = |s: &str| key(&prefix, s);
+    let claimed: Vec<Bytes> = ["y1", "y2", "y3", "y4"]
+        .iter()
+        .map(|id| frame(id, &[]))
+        .collect();
+    let _: i64 = client
+        .lpush(k("q.processing"), claimed.clone())
+        .await
+        .expect("LPUSH");
+    let _: () = client
+        .set(k("q.dead"), "a string", None, None, false)
+        .await
+        .expect("SET");
+    let (keys, dest) = list_keys(&prefix);
+    let settle = |token: &str, entries: &[Bytes], op: &Op| SettleList {
+        keys: &keys,
+        dest: &dest,
+        token: Some(token.into()),
+        entries: entries
+            .iter()
+            .map(|c| (c.clone(), None, op.clone()))
+            .collect(),
+    };
+    let acked = settle("t1", &claimed[..2], &Op::Ack)
+        .call(&client)
+        .await
+        .expect("a settle of acks runs");
+    let drop = Op::Dead {
+        frame: claimed[2].clone(),
+        bound: bound(2, DAY),
+    };
+    let refused = settle("t2", &claimed[2..], &drop).call(&client).await;
+    let named = refused
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.to_string().contains(&keys.dead));
+    let left: usize = client.llen(&keys.processing).await.expect("LLEN");
+    let _: i64 = client
+        .del(vec![keys.processing, keys.dead, keys.record])
+        .await
+        .unwrap_or(0);
+    (acked.owned, named, left)
+}
+
+#[tokio::test]
+async fn a_list_settle_checks_the_type_of_only_the_keys_its_ops_write() {
+    on_both(
+        "settlechecks",
+        (2, true, 2),
+        list_settle_checks_what_it_writes,
+    )
+    .await;
 }
 
 /// `stream/settle.lua` through `SettleStream`: two pending entries dead-lettered onto a list
