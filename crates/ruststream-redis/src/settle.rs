@@ -74,26 +74,19 @@ pub enum Op {
 }
 
 impl Op {
-    /// The op's code, the first byte of its entry's control argument.
-    fn code(&self) -> &'static [u8] {
+    /// The op's code: `a`, `r`, `d` or `x`.
+    pub(crate) fn code(&self) -> u8 {
         match self {
-            Self::Ack => b"a",
-            Self::Retry { .. } => b"r",
-            Self::Later { .. } => b"d",
-            Self::Dead { .. } => b"x",
+            Self::Ack => b'a',
+            Self::Retry { .. } => b'r',
+            Self::Later { .. } => b'd',
+            Self::Dead { .. } => b'x',
         }
     }
 
-    /// Appends the entry's `ctl [new [arg]]` to a settle script's ARGV: `ctl` is the op's code
-    /// followed by `tail` (what the script reads of the entry besides the op), and only the ops
-    /// that use them send `new` and `arg`, so an ack is its claim and one short argument.
-    pub(crate) fn push(&self, args: &mut Vec<Value>, tail: &[u8]) {
-        let ctl = if tail.is_empty() {
-            Bytes::from_static(self.code())
-        } else {
-            [self.code(), tail].concat().into()
-        };
-        args.push(Value::Bytes(ctl));
+    /// Appends what the op sends after its entry's claim to a settle script's ARGV: `new` and
+    /// `arg` for the ops that use them, nothing for an ack.
+    pub(crate) fn push_rest(&self, args: &mut Vec<Value>) {
         match self {
             Self::Ack => {}
             Self::Retry { frame } => args.push(Value::Bytes(frame.clone())),
@@ -103,5 +96,11 @@ impl Op {
             ]),
             Self::Dead { frame, bound } => args.extend([Value::Bytes(frame.clone()), bound.arg()]),
         }
+    }
+
+    /// Appends the op as one argument, then what it sends after it (`push_rest`).
+    pub(crate) fn push(&self, args: &mut Vec<Value>) {
+        args.push(Value::Bytes(Bytes::from(vec![self.code()])));
+        self.push_rest(args);
     }
 }

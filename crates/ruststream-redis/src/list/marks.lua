@@ -2,7 +2,8 @@
 -- `<set>:<member>:s`, one byte an entry of the batch list `<set>:<member>`, '1' once the entry
 -- was settled or swept (any other byte, or past the end: not yet). Read and written whole, one
 -- GET and one SET a batch touched: a batch is at most one claim's size, and the string goes in
--- and out of Lua with one string.byte and one string.char. Prepended after guard.lua.
+-- and out of Lua with one string.byte and one string.char. Prepended after guard.lua; its
+-- bytes_of serves the settle's arguments too.
 
 local MARKED = 49 -- '1'
 local UNMARKED = 48 -- '0'
@@ -20,19 +21,25 @@ local function batch_read(cmd, key, ...)
   return r, nil
 end
 
+-- The bytes of the string `s` as a table (1: the first), read with string.byte a part at a
+-- time (Lua's C stack bounds how many values one call returns).
+local function bytes_of(s)
+  local n = #s
+  if n <= 4000 then return {string.byte(s, 1, n)} end
+  local t = {}
+  for j = 1, n, 4000 do
+    local part = {string.byte(s, j, math.min(j + 3999, n))}
+    for k = 1, #part do t[j + k - 1] = part[k] end
+  end
+  return t
+end
+
 -- The marks `s` (GET's reply: false when none) of a batch of `size` entries, as a table of
 -- bytes (1: the first entry), every entry of the batch in it.
 local function marks_of(s, size)
   s = s or ''
   if #s < size then s = s .. string.rep('0', size - #s) end
-  local n = math.max(#s, size)
-  if n <= 4000 then return {string.byte(s, 1, n)} end
-  local m = {}
-  for j = 1, n, 4000 do
-    local part = {string.byte(s, j, math.min(j + 3999, n))}
-    for k = 1, #part do m[j + k - 1] = part[k] end
-  end
-  return m
+  return bytes_of(s)
 end
 
 -- Writes the first `n` marks of `m` (as marks_of gave them, some set to MARKED since; `n` past

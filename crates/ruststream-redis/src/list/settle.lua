@@ -7,20 +7,24 @@
 -- KEYS: processing, dead-letter list, delayed set, delayed payload hash, the recovery set (with
 --       recovery) or the settle-token set (without), the cancel record (K.cancels), then the
 --       destination's keys (back.lua: the queue's levels).
--- ARGV: a settle token ('' with recovery), the destination (back.lua), then each entry as
---       `claimed ctl [new [arg]]` (`crate::settle::Op` writes from ctl on). ctl's first byte is
---       the op, which says what follows ctl:
---   a  ack (nothing): LREM processing -1 claimed
---   r  retry now (new): remove, then put `new` back onto the queue (back.lua: onto its own level)
---   d  retry later (new, arg): remove, then schedule `new` (ZADD delayed, HSET hash); arg =
---      `delay_ms:id`
---   x  dead (new, arg): remove, then LPUSH dead new (with its `dead-at`); arg = the dead-letter
---      list's bound (dead/trim.lua), to which the list is trimmed after the last push
--- With recovery (the token is ''), ctl goes on with the entry's index in its batch list (four
--- bytes, big-endian), then the member of the claim's batch in the recovery set
--- (list/claim.lua), left out for the same batch as the entry before; without, ctl is the op
--- alone. The claim is still this worker's only while its batch's member is in the set (a sweep may have handed the entry to another
--- worker) and its index is not marked in the batch's marks `<set>:<member>:s` (list/marks.lua;
+-- ARGV: a settle token ('' with recovery), the destination (back.lua), then `ops`: one byte an
+--       entry, its op (`crate::settle::Op`), which says what the entry sends:
+--   a  ack (claimed): LREM processing -1 claimed
+--   r  retry now (claimed, new): remove, then put `new` back onto the queue (back.lua: onto its
+--      own level)
+--   d  retry later (claimed, new, arg): remove, then schedule `new` (ZADD delayed, HSET hash);
+--      arg = `delay_ms:id`
+--   x  dead (claimed, new, arg): remove, then LPUSH dead new (with its `dead-at`); arg = the
+--      dead-letter list's bound (dead/trim.lua), to which the list is trimmed after the last push
+--       With recovery (the token is ''), `ops` is followed by `runs`: the entries (in their
+--       batches' order) as runs of consecutive indices in one batch list, eight bytes a run:
+--       the batch's number (from 1) among the members that follow, two bytes; the run's first
+--       index, four bytes; its length, two bytes; all big-endian. Then the number of members,
+--       then each member of a claimed batch in the recovery set (list/claim.lua). Then the
+--       entries, in the order of `ops`: one argument a message for an ack, and the ops and
+--       runs read with one string.byte each, not one an entry.
+-- The claim is still this worker's only while its batch's member is in the set (a sweep may
+-- have handed the entry to another worker) and its index is not marked in the batch's marks `<set>:<member>:s` (list/marks.lua;
 -- a settle sent twice finds it marked). All of it is read first, one ZSCORE, LLEN, PTTL and GET
 -- a batch (a key of another type fails the call before its first write); then each owned entry
 -- is removed from the processing list, and only when that finds it do the follow-up writes
@@ -45,76 +49,109 @@
 local dest, derr = dest_of(7, 2)
 if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
--- How many arguments an entry of each op takes, by the op's byte (string.byte).
+-- The op's bytes (string.byte), and how many arguments an entry of each op sends.
 local ACK, RETRY, LATER, DEAD = 97, 114, 100, 120 -- a r d x
-local ARGS = {[ACK] = 2, [RETRY] = 3, [LATER] = 4, [DEAD] = 4}
+local ARGS = {[ACK] = 1, [RETRY] = 2, [LATER] = 3, [DEAD] = 3}
 local call, processing, record, argv = redis.call, KEYS[1], KEYS[5], ARGV
 local token = argv[1]
-if token == '' and #(argv[first + 1] or '') <= 5 then
-  return redis.error_reply('RSARGS settle.lua: with recovery the first entry names its batch')
+local nargs = #argv
+local count = #(argv[first] or '')
+if count == 0 then
+  return redis.error_reply('RSARGS settle.lua: no entries to settle')
+end
+local ops = bytes_of(argv[first])
+local pos = first + 1
+local runs, nruns, members
+if token == '' then
+  local nm = tonumber(argv[pos + 1] or '')
+  nruns = #(argv[pos] or '')
+  if nruns == 0 or nruns % 8 ~= 0 or not nm or pos + 1 + nm > nargs then
+    return redis.error_reply('RSARGS settle.lua: with recovery the entries come in runs of their batches')
+  end
+  runs = bytes_of(argv[pos])
+  members = {}
+  for j = 1, nm do members[j] = argv[pos + 1 + j] end
+  pos = pos + 2 + nm
 end
 local bad = wrong_types({{processing, 'list'}, {record, 'zset'}})
 if bad then return redis.error_reply(bad) end
--- One pass reads every entry, each checked before the first write: where it starts (`at`) and
--- its op (`ops`). With recovery it also finds whether each entry is still this worker's claim
--- by its batch's marks (an entry that is not gets op 0), each batch touched in order
+-- One pass reads every entry, each checked before the first write: where its arguments start
+-- (`at`). With recovery it also finds whether each entry is still this worker's claim by its
+-- batch's marks (an entry that is not gets op 0 in `ops`), each batch touched in order
 -- (`batches`), its keys read when it is first named. `has` notes the ops other than ack. The
 -- loop runs once an entry, so what it reads of the batch is kept in locals.
-local at, ops, batches, has = {}, {}, {}, {}
-local by, b, live, m = {}, nil, false, nil
-local byte = string.byte
-local i, nargs, count = first, #argv, 0
-while i <= nargs do
-  local f = argv[i + 1]
-  local op, c1, c2, c3, c4 = byte(f or '', 1, 5)
-  local n = ARGS[op or 0]
+local at, batches, has = {}, {}, {}
+local by, b, live, m, current = {}, nil, false, nil, 0
+-- The run being read: its last byte in `runs`, how many of its entries are left, the index of
+-- the entry at hand.
+local r, left, x = 0, 0, 0
+local i = pos
+for k = 1, count do
+  local op = ops[k]
+  local n = ARGS[op]
   if not n or i + n - 1 > nargs then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
   if op ~= ACK then
-    if (op == LATER and not string.match(argv[i + 3], '^%d+:'))
-      or (op == DEAD and not dead_bound(argv[i + 3])) then
+    if (op == LATER and not string.match(argv[i + 2], '^%d+:'))
+      or (op == DEAD and not dead_bound(argv[i + 2])) then
       return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
     end
     has[op] = true
   end
-  if token == '' then
-    if not c4 then
-      return redis.error_reply('RSARGS settle.lua: the batch at argument ' .. (i + 1) .. ' has no index')
-    end
-    if #f > 5 then
-      local member = string.sub(f, 6)
-      b = by[member]
-      if not b then
-        b = {member = member, list = record .. ':' .. member}
-        b.marks = b.list .. ':s'
-        b.live = call('ZSCORE', record, member) and true
-        if b.live then
-          local size, lerr = batch_read('LLEN', b.list)
-          if lerr then return redis.error_reply(lerr) end
-          local marks, merr = batch_read('GET', b.marks)
-          if merr then return redis.error_reply(merr) end
-          b.size, b.m, b.top = size, marks_of(marks, size), size
-          b.ttl = call('PTTL', b.list)
-        end
-        by[member] = b
-        batches[#batches + 1] = b
+  if runs then
+    if left == 0 then
+      r = r + 8
+      if r > nruns then
+        return redis.error_reply('RSARGS settle.lua: more entries than their runs hold')
       end
-      live, m = b.live, b.m
+      local number = runs[r - 7] * 256 + runs[r - 6]
+      x = ((runs[r - 5] * 256 + runs[r - 4]) * 256 + runs[r - 3]) * 256 + runs[r - 2] + 1
+      left = runs[r - 1] * 256 + runs[r]
+      local member = members[number]
+      if not member or left == 0 then
+        return redis.error_reply('RSARGS settle.lua: a run at byte ' .. (r - 7) .. ' names no batch or no entry')
+      end
+      if number ~= current then
+        current = number
+        b = by[member]
+        if not b then
+          b = {member = member, list = record .. ':' .. member}
+          b.marks = b.list .. ':s'
+          b.live = call('ZSCORE', record, member) and true
+          if b.live then
+            local size, lerr = batch_read('LLEN', b.list)
+            if lerr then return redis.error_reply(lerr) end
+            local marks, merr = batch_read('GET', b.marks)
+            if merr then return redis.error_reply(merr) end
+            b.size, b.m, b.top = size, marks_of(marks, size), size
+            b.ttl = call('PTTL', b.list)
+          end
+          by[member] = b
+          batches[#batches + 1] = b
+        end
+        live, m = b.live, b.m
+      end
+    else
+      x = x + 1
     end
-    local x = ((c1 * 256 + c2) * 256 + c3) * 256 + c4 + 1
+    left = left - 1
     if live and m[x] ~= MARKED then
       m[x] = MARKED
       b.changed = true
       if x > b.top then b.top = x end
     else
-      op = 0
+      ops[k] = 0
     end
   end
-  count = count + 1
-  at[count] = i
-  ops[count] = op
+  at[k] = i
   i = i + n
+end
+if runs and (left ~= 0 or r ~= nruns) then
+  return redis.error_reply('RSARGS settle.lua: the runs hold more entries than ops names')
+end
+if i ~= nargs + 1 then
+  return redis.error_reply('RSARGS settle.lua: ' .. (nargs + 1 - i) .. ' arguments past the last entry')
 end
 -- The keys only some ops write, checked when the call has such an op.
 local checks = {}
@@ -148,12 +185,12 @@ for k = 1, count do
       found = found + 1
       if op ~= ACK and not cancelled(argv[i]) then
         if op == RETRY then
-          retried[#retried + 1] = dest_item(dest, argv[i + 2])
+          retried[#retried + 1] = dest_item(dest, argv[i + 1])
         elseif op == DEAD then
-          bound, now = dead_bound(argv[i + 3]), now or dead_now()
-          call('LPUSH', KEYS[2], dead_letter(argv[i + 2], now))
+          bound, now = dead_bound(argv[i + 2]), now or dead_now()
+          call('LPUSH', KEYS[2], dead_letter(argv[i + 1], now))
         else
-          schedule_retry(KEYS[3], KEYS[4], argv[i + 3], argv[i + 2])
+          schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1])
         end
       end
     end

@@ -83,18 +83,27 @@ impl Call for SettleList<'_> {
             k.record.clone(),
             k.cancels.clone(),
         ];
-        let mut args = Vec::with_capacity(4 + self.entries.len() * 2);
+        let mut args = Vec::with_capacity(8 + self.entries.len() * 2);
         args.push(self.token.as_deref().map_or_else(|| "".into(), Value::from));
         self.dest.push(&mut keys, &mut args);
-        let mut last: Option<&Bytes> = None;
-        let mut tail = Vec::new();
-        for (claimed, batch, op) in &self.entries {
+        // With recovery the entries go in their batches' order, so that runs of consecutive
+        // indices name their batch once (the order of one settle's entries means nothing).
+        let mut order: Vec<&(Bytes, Option<InBatch>, Op)> = self.entries.iter().collect();
+        if self.token.is_none() {
+            order.sort_by(|a, b| place_of(a).cmp(&place_of(b)));
+        }
+        args.push(Value::Bytes(
+            order.iter().map(|(_, _, op)| op.code()).collect(),
+        ));
+        if self.token.is_none() {
+            let (runs, members) = batch_runs(&order);
+            args.push(Value::Bytes(runs.into()));
+            args.push(members.len().to_string().into());
+            args.extend(members.into_iter().map(|m| Value::Bytes(m.clone())));
+        }
+        for (claimed, _, op) in order {
             args.push(Value::Bytes(claimed.clone()));
-            tail.clear();
-            if let Some(b) = batch {
-                batch_field(b, &mut last, &mut tail);
-            }
-            op.push(&mut args, &tail);
+            op.push_rest(&mut args);
         }
         (keys, args)
     }
@@ -104,15 +113,59 @@ impl Call for SettleList<'_> {
     }
 }
 
-/// Appends an entry's batch to `out` as `settle.lua` reads it after the op: its index in the
-/// batch list (four bytes, big-endian), then its batch's member unless the entry before
-/// (`last`) named it already.
-fn batch_field<'a>(b: &'a InBatch, last: &mut Option<&'a Bytes>, out: &mut Vec<u8>) {
-    out.extend_from_slice(&u32::try_from(b.index).unwrap_or(u32::MAX).to_be_bytes());
-    if *last != Some(&b.member) {
-        *last = Some(&b.member);
-        out.extend_from_slice(&b.member);
+/// An entry's batch member and index, what a settle with recovery orders its entries by (an
+/// entry without a batch, which the script refuses, first).
+fn place_of(entry: &(Bytes, Option<InBatch>, Op)) -> Option<(&Bytes, usize)> {
+    entry.1.as_ref().map(|b| (&b.member, b.index))
+}
+
+/// Where the entries' claims are recorded, as `settle.lua` reads it with recovery: the entries
+/// (in their batches' order) as runs of consecutive indices in one batch, eight bytes a run (the
+/// batch's number among `members`, from 1, two bytes; the run's first index, four bytes; its
+/// length, two bytes; all big-endian); and the batches' members, each once. An entry without a
+/// batch, or past 65,535 batches, is in a run of batch 0, which the script refuses.
+fn batch_runs<'a>(entries: &[&'a (Bytes, Option<InBatch>, Op)]) -> (Vec<u8>, Vec<&'a Bytes>) {
+    let mut runs = Vec::new();
+    let mut members: Vec<&Bytes> = Vec::new();
+    // The run being built: batch number, first index, length.
+    let mut run: Option<(u16, u32, u16)> = None;
+    let mut push = |r: (u16, u32, u16)| {
+        runs.extend_from_slice(&r.0.to_be_bytes());
+        runs.extend_from_slice(&r.1.to_be_bytes());
+        runs.extend_from_slice(&r.2.to_be_bytes());
+    };
+    for entry in entries {
+        let (number, index) = match &entry.1 {
+            Some(b) => {
+                if members.last() != Some(&&b.member) {
+                    members.push(&b.member);
+                }
+                (
+                    u16::try_from(members.len()).unwrap_or(0),
+                    u32::try_from(b.index).unwrap_or(u32::MAX),
+                )
+            }
+            None => (0, 0),
+        };
+        run = match run {
+            Some((n, first, len))
+                if n == number
+                    && len < u16::MAX
+                    && u32::from(len).checked_add(first) == Some(index) =>
+            {
+                Some((n, first, len + 1))
+            }
+            Some(done) => {
+                push(done);
+                Some((number, index, 1))
+            }
+            None => Some((number, index, 1)),
+        };
     }
+    if let Some(done) = run {
+        push(done);
+    }
+    (runs, members)
 }
 
 /// Settles the entries of one reliable list.

@@ -120,3 +120,80 @@ fn a_rate_limit_and_priority_levels_combine() {
             .expect("a rate limit with priority levels starts");
     }
 }
+
+/// A settle with recovery sends its entries in their batches' order, as runs of consecutive
+/// indices: five entries of two batches, interleaved and with a gap, are three runs.
+#[test]
+fn a_settle_sends_its_entries_as_runs_of_their_batches() {
+    use bytes::Bytes;
+    use fred::types::Value;
+
+    use super::settle::{SettleKeys, SettleList};
+    use crate::back::Dest;
+    use crate::settle::Op;
+    use crate::transport::InBatch;
+
+    let at = |member: &'static str, index: usize| {
+        Some(InBatch {
+            member: Bytes::from_static(member.as_bytes()),
+            index,
+        })
+    };
+    let entries = vec![
+        (Bytes::from_static(b"a0"), at("A", 0), Op::Ack),
+        (Bytes::from_static(b"b0"), at("B", 0), Op::Ack),
+        (Bytes::from_static(b"a1"), at("A", 1), Op::Ack),
+        (
+            Bytes::from_static(b"a3"),
+            at("A", 3),
+            Op::Retry {
+                frame: Bytes::from_static(b"a3'"),
+            },
+        ),
+        (Bytes::from_static(b"b1"), at("B", 1), Op::Ack),
+    ];
+    let keys = SettleKeys {
+        processing: "q.processing".into(),
+        dead: "q.dead".into(),
+        delayed: "q.delayed".into(),
+        payloads: "q.delayed.payloads".into(),
+        record: "q.claims".into(),
+        cancels: "q.cancels".into(),
+    };
+    let dest = Dest::list(vec!["q".into()]);
+    let call = SettleList {
+        keys: &keys,
+        dest: &dest,
+        token: None,
+        entries,
+    };
+    let (_, args) = crate::lua::Call::build(&call);
+    let bytes: Vec<Vec<u8>> = args
+        .iter()
+        .map(|v| match v {
+            Value::Bytes(b) => b.to_vec(),
+            Value::String(s) => s.as_bytes().to_vec(),
+            other => format!("{other:?}").into_bytes(),
+        })
+        .collect();
+    // The token, the destination (three), then the ops, runs, members and entries.
+    let rest = &bytes[4..];
+    assert_eq!(rest[0], b"aaraa", "ops in the batches' order");
+    let run = |n: u16, first: u32, len: u16| {
+        [
+            &n.to_be_bytes()[..],
+            &first.to_be_bytes(),
+            &len.to_be_bytes(),
+        ]
+        .concat()
+    };
+    assert_eq!(
+        rest[1],
+        [run(1, 0, 2), run(1, 3, 1), run(2, 0, 2)].concat(),
+        "three runs"
+    );
+    assert_eq!(rest[2], b"2");
+    assert_eq!(&rest[3..5], [b"A".to_vec(), b"B".to_vec()]);
+    let values: Vec<&[u8]> = rest[5..].iter().map(Vec::as_slice).collect();
+    assert_eq!(values, [&b"a0"[..], b"a1", b"a3", b"a3'", b"b0", b"b1"]);
+}

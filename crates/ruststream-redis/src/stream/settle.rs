@@ -71,7 +71,7 @@ impl Call for SettleStream<'_> {
         self.dest.push(&mut keys, &mut args);
         for (id, op) in &self.entries {
             args.push(Value::Bytes(id.clone()));
-            op.push(&mut args, &[]);
+            op.push(&mut args);
         }
         (keys, args)
     }

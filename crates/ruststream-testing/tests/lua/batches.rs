@@ -160,6 +160,44 @@ pub(crate) async fn clean(client: &Client, prefix: &str) {
     let _: i64 = client.del(all).await.unwrap_or(0);
 }
 
+/// Two claims, `a0 a1 a2` and `b0 b1`; one settle acks `b1 a0 a2 b0` (interleaved, with a gap:
+/// three runs), then is sent again, then `a1` alone. Returns each call's owned count with the
+/// processing list's and the set's sizes after it.
+async fn runs(client: Client, prefix: String) -> Vec<(i64, i64, i64)> {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let record = record(&prefix, 60_000, 0, 128);
+    let _: i64 = client
+        .lpush(&levels[0], vec!["a0", "a1", "a2"])
+        .await
+        .unwrap();
+    let a = member(&claim(&client, &levels, &record, 3, 10).await);
+    let _: i64 = client.lpush(&levels[0], vec!["b0", "b1"]).await.unwrap();
+    let b = member(&claim(&client, &levels, &record, 2, 20).await);
+    let mixed = [
+        ("b1", at(&b, 1)),
+        ("a0", at(&a, 0)),
+        ("a2", at(&a, 2)),
+        ("b0", at(&b, 0)),
+    ];
+    let mut out = Vec::new();
+    for entries in [&mixed[..], &mixed[..], &[("a1", at(&a, 1))][..]] {
+        let owned = acks(&client, &prefix, entries)
+            .await
+            .expect("the settle runs");
+        let processing: i64 = client.llen(key(".processing")).await.unwrap();
+        let set: i64 = client.zcard(key(".claims")).await.unwrap();
+        out.push((owned, processing, set));
+    }
+    clean(&client, &prefix).await;
+    out
+}
+
+#[tokio::test]
+async fn a_settle_of_interleaved_batches_marks_each_claim_once_on_the_model_and_on_redis() {
+    on_both("batchruns", vec![(4, 1, 1), (0, 1, 1), (1, 0, 0)], runs).await;
+}
+
 /// `v`, `v`, `w` claimed at once, one batch: each `v` is its own claim by its index. An ack
 /// sent twice (its reply lost) settles one claim, not the other `v`'s; the batch leaves the set
 /// with its last entry. Returns (the batch list's length and marks after the claim, each ack's

@@ -505,15 +505,13 @@ async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
     })
     .await;
     // The retry's settle (its `r` entry) reached Redis twice: cut, then sent again by fred.
-    // The entry's control argument is the op alone without recovery, else the op then its
-    // index in its batch (four bytes, under 2^24 here).
+    // It settles that entry alone, so its ops are `r`.
     assert_eq!(proxy.cuts(), 1);
-    let retry_entry: &[u8] = if no_recovery {
-        b"\r\n$1\r\nr\r\n"
-    } else {
-        b"\r\nr\0\0\0"
-    };
-    assert_eq!(proxy.sent_count(retry_entry), 2, "the settle ran twice");
+    assert_eq!(
+        proxy.sent_count(b"\r\n$1\r\nr\r\n"),
+        2,
+        "the settle ran twice"
+    );
     assert_eq!(
         rec.seen(),
         seen(&[(1, 1), (1, 1), (1, 2)]),
