@@ -92,8 +92,8 @@ if zset then
         plan[#plan + 1] = {old = m, take = {{'', string.sub(m, q + 1)}}}
         left = left - 1
       else
-        local list = zset .. ':' .. m
-        local b = {member = m, list = list, marks = list .. ':s', take = {}}
+        local list, marks_key = batch_keys(zset, m)
+        local b = {member = m, list = list, marks = marks_key, take = {}}
         local values, lerr = batch_read('LRANGE', list, 0, -1)
         if lerr then return redis.error_reply(lerr) end
         local marks, merr = batch_read('GET', b.marks)
@@ -168,7 +168,7 @@ if zset then
   -- cost more than the ZADD itself.
   local ttl = tonumber(ARGV[6])
   local member = rid .. ':' .. string.format('%d', tonumber(ARGV[4])) .. '.' .. out[2]
-  local batch = zset .. ':' .. member
+  local batch = batch_keys(zset, member)
   for i = first, last, 1000 do
     redis.call('RPUSH', batch, unpack(out, i, math.min(i + 999, last)))
   end

@@ -7,7 +7,8 @@
 -- or not: a dead worker's member waits in the set for
 -- a sweep, which runs only when a claim does, and a worker whose handlers hold every permit
 -- claims nothing while its leases keep the set alive; its batch list must not expire before it.
--- Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua.
+-- Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua and
+-- list/marks.lua.
 --
 -- KEYS: recovery set. ARGV: recovery-set ttl ms (0 = none), then the members.
 -- Returns how many scores moved.
@@ -32,9 +33,9 @@ if tonumber(ARGV[1]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   local batch_ttl = string.format('%d', tonumber(ARGV[1]) * 2)
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    local batch = KEYS[1] .. ':' .. m
-    redis.call('PEXPIRE', batch, batch_ttl)
-    redis.call('PEXPIRE', batch .. ':s', batch_ttl)
+    local list, marks = batch_keys(KEYS[1], m)
+    redis.call('PEXPIRE', list, batch_ttl)
+    redis.call('PEXPIRE', marks, batch_ttl)
   end
 end
 return moved

@@ -27,7 +27,7 @@ use crate::lua::{self, Call};
 use crate::rejoin::Rejoin;
 
 static LEASE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("lease.lua"), &[lua::GUARD]));
+    LazyLock::new(|| lua::script(include_str!("lease.lua"), &[lua::GUARD, super::MARKS]));
 
 /// Most members one `lease.lua` call carries.
 const LEASE_BATCH: usize = 2048;

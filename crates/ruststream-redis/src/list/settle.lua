@@ -116,8 +116,8 @@ for k = 1, count do
         current = number
         b = by[member]
         if not b then
-          b = {member = member, list = record .. ':' .. member}
-          b.marks = b.list .. ':s'
+          b = {member = member}
+          b.list, b.marks = batch_keys(record, member)
           b.live = call('ZSCORE', record, member) and true
           if b.live then
             local size, lerr = batch_read('LLEN', b.list)

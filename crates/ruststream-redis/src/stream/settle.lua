@@ -34,11 +34,12 @@ if KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end
 local items = {}
+local nargs = #ARGV
 local i = first
-while i <= #ARGV do
+while i <= nargs do
   local op = ARGV[i + 1]
   local n = ARGS[op or '']
-  local ok = n and i + n - 1 <= #ARGV and (op == 'a' or op == 'r'
+  local ok = n and i + n - 1 <= nargs and (op == 'a' or op == 'r'
     or (op == 'x' and dead_bound(ARGV[i + 3])) or (op == 'd' and string.match(ARGV[i + 3], '^%d+:')))
   if ok and op == 'r' then
     local why
@@ -58,8 +59,9 @@ local bound, now
 -- Whether the frame `v` (a retry's or dead letter's) is of a cancelled message.
 local cancelled = cancelled_in(KEYS[4])
 i = first
-while i <= #ARGV do
+while i <= nargs do
   local op = ARGV[i + 1]
+  local n = ARGS[op]
   if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then
     found = found + 1
     if op ~= 'a' and cancelled(ARGV[i + 2]) then
@@ -74,7 +76,7 @@ while i <= #ARGV do
       schedule_retry(KEYS[2], KEYS[3], ARGV[i + 3], ARGV[i + 2])
     end
   end
-  i = i + ARGS[ARGV[i + 1]]
+  i = i + n
 end
 put_back(dest, retried, false)
 local trimmed = 0

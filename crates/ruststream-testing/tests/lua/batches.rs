@@ -73,6 +73,20 @@ fn member(claimed: &Claimed) -> Bytes {
     Bytes::from(m)
 }
 
+/// Pushes `values` onto the queue `levels[0]`, claims `max` entries with `record`, and returns
+/// the claim's batch member.
+async fn claimed_batch(
+    client: &Client,
+    levels: &[String],
+    values: Vec<&str>,
+    record: &Record,
+    max: usize,
+    first_seq: u64,
+) -> Bytes {
+    let _: i64 = client.lpush(&levels[0], values).await.unwrap();
+    member(&claim(client, levels, record, max, first_seq).await)
+}
+
 /// Entry `index` of batch `member`.
 fn at(member: &Bytes, index: usize) -> InBatch {
     InBatch {
@@ -167,13 +181,8 @@ async fn runs(client: Client, prefix: String) -> Vec<(i64, i64, i64)> {
     let key = keys(&prefix);
     let levels = vec![key("")];
     let record = record(&prefix, 60_000, 0, 128);
-    let _: i64 = client
-        .lpush(&levels[0], vec!["a0", "a1", "a2"])
-        .await
-        .unwrap();
-    let a = member(&claim(&client, &levels, &record, 3, 10).await);
-    let _: i64 = client.lpush(&levels[0], vec!["b0", "b1"]).await.unwrap();
-    let b = member(&claim(&client, &levels, &record, 2, 20).await);
+    let a = claimed_batch(&client, &levels, vec!["a0", "a1", "a2"], &record, 3, 10).await;
+    let b = claimed_batch(&client, &levels, vec!["b0", "b1"], &record, 2, 20).await;
     let mixed = [
         ("b1", at(&b, 1)),
         ("a0", at(&a, 0)),
@@ -334,10 +343,8 @@ async fn orphans_beyond_one_sweep_all_come_back_on_the_model_and_on_redis() {
 async fn batch_ttl(client: Client, prefix: String) -> (bool, bool, bool, bool, bool) {
     let key = keys(&prefix);
     let levels = vec![key("")];
-    let _: i64 = client.lpush(&levels[0], vec!["a", "b"]).await.unwrap();
     let record = record(&prefix, 5_000, 10_000, 128);
-    let claimed = claim(&client, &levels, &record, 5, 0).await;
-    let batch = member(&claimed);
+    let batch = claimed_batch(&client, &levels, vec!["a", "b"], &record, 5, 0).await;
     let name = batch_key(&prefix, &batch);
     let marks = format!("{name}:s");
     let in_window = |ms: i64, lo: i64, hi: i64| ms > lo && ms <= hi;
@@ -463,10 +470,8 @@ async fn a_foreign_key_in_a_batch_lists_place_fails_the_sweep_and_the_settle_who
 async fn lost_batch_list(client: Client, prefix: String) -> (Vec<(i64, i64)>, bool, i64, bool) {
     let key = keys(&prefix);
     let levels = vec![key("")];
-    let _: i64 = client.lpush(&levels[0], vec!["v", "v"]).await.unwrap();
     let live = record(&prefix, 60_000, 0, 128);
-    let claimed = claim(&client, &levels, &live, 5, 0).await;
-    let batch = member(&claimed);
+    let batch = claimed_batch(&client, &levels, vec!["v", "v"], &live, 5, 0).await;
     let name = batch_key(&prefix, &batch);
     let _: i64 = client.del(&name).await.unwrap();
     let mut acks = Vec::new();
