@@ -30,6 +30,9 @@
 -- is removed from the processing list, and only when that finds it do the follow-up writes
 -- happen, so nothing is duplicated. Each owned index is marked (one SET a batch, with the
 -- list's ttl), and a batch whose every index is marked leaves the set with its list and marks.
+-- A settle of acks only (`ops` all `a`: the usual call) is read a run at a time, not an entry
+-- at a time with each entry's op and arguments: the same checks and marks, at less Lua a
+-- message.
 -- An index past the end of its batch list (the list is gone: not expected, a lease renews every
 -- batch list) is owned while unmarked too, the processing list's LREM deciding, and marked all
 -- the same, so a settle sent twice still runs once.
@@ -75,83 +78,127 @@ if token == '' then
 end
 local bad = wrong_types({{processing, 'list'}, {record, 'zset'}})
 if bad then return redis.error_reply(bad) end
--- One pass reads every entry, each checked before the first write: where its arguments start
--- (`at`). With recovery it also finds whether each entry is still this worker's claim by its
--- batch's marks (an entry that is not gets op 0 in `ops`), each batch touched in order
--- (`batches`), its keys read when it is first named. `has` notes the ops other than ack. The
--- loop runs once an entry, so what it reads of the batch is kept in locals.
-local at, batches, has = {}, {}, {}
-local by, b, live, m, current = {}, nil, false, nil, 0
--- The run being read: its last byte in `runs`, how many of its entries are left, the index of
--- the entry at hand.
-local r, left, x = 0, 0, 0
-local i = pos
-for k = 1, count do
-  local op = ops[k]
-  local n = ARGS[op]
-  if not n or i + n - 1 > nargs then
-    return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
+-- A batch as the settle reads it when a run first names it: whether its member is still in the
+-- set, and then its size, marks (a table of bytes) and the ttl of its list; each batch is
+-- opened once and kept in `batches`, in the order first named.
+local batches, by = {}, {}
+local function open(member)
+  local b = by[member]
+  if b then return b end
+  b = {member = member}
+  b.list, b.marks = batch_keys(record, member)
+  b.live = call('ZSCORE', record, member) and true
+  if b.live then
+    local size, lerr = batch_read('LLEN', b.list)
+    if lerr then return nil, lerr end
+    local marks, merr = batch_read('GET', b.marks)
+    if merr then return nil, merr end
+    b.size, b.m, b.top = size, marks_of(marks, size), size
+    b.ttl = call('PTTL', b.list)
   end
-  if op ~= ACK then
-    if (op == LATER and not string.match(argv[i + 2], '^%d+:'))
-      or (op == DEAD and not dead_bound(argv[i + 2])) then
+  by[member] = b
+  batches[#batches + 1] = b
+  return b
+end
+-- The entry's batch and index in the run at byte `r` of `runs`, and the run's length; or nil
+-- and an error for a run that names no batch or no entry.
+local function run_at(r)
+  local number = runs[r - 7] * 256 + runs[r - 6]
+  local x = ((runs[r - 5] * 256 + runs[r - 4]) * 256 + runs[r - 3]) * 256 + runs[r - 2] + 1
+  local len = runs[r - 1] * 256 + runs[r]
+  local member = members[number]
+  if not member or len == 0 then
+    return nil, 'RSARGS settle.lua: a run at byte ' .. (r - 7) .. ' names no batch or no entry'
+  end
+  local b, err = open(member)
+  if not b then return nil, err end
+  return b, x, len
+end
+-- Every entry is read before the first write. `at[k]`: where entry k's arguments start. With
+-- recovery, an entry no longer this worker's claim (its batch left the set, or its index is
+-- marked) gets op 0 in `ops`, and each owned index is marked in its batch's marks (`top`: the
+-- highest index marked). `has` notes the ops other than ack.
+local at, has = {}, {}
+local acks = not string.find(argv[first], '[^a]')
+if acks then
+  -- Only acks, one argument each: entry k's is argument pos + k - 1, and with recovery the
+  -- runs are read a run at a time.
+  if pos + count - 1 > nargs then
+    return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. (nargs + 1))
+  end
+  local k = 0
+  for r = 8, runs and nruns or 0, 8 do
+    local b, x, len = run_at(r)
+    if not b then return redis.error_reply(x) end
+    if k + len > count then
+      return redis.error_reply('RSARGS settle.lua: the runs hold more entries than ops names')
+    end
+    local live, m, top, changed = b.live, b.m, b.top, b.changed
+    for y = x, x + len - 1 do
+      k = k + 1
+      if live and m[y] ~= MARKED then
+        m[y] = MARKED
+        changed = true
+        if y > top then top = y end
+      else
+        ops[k] = 0
+      end
+    end
+    b.top, b.changed = top, changed
+  end
+  if runs and k ~= count then
+    return redis.error_reply('RSARGS settle.lua: more entries than their runs hold')
+  end
+  if pos + count - 1 ~= nargs then
+    return redis.error_reply('RSARGS settle.lua: ' .. (nargs + 1 - pos - count) .. ' arguments past the last entry')
+  end
+else
+  -- The run being read: its last byte in `runs`, how many of its entries are left, its batch,
+  -- the index of the entry at hand.
+  local r, left, b, x = 0, 0, nil, 0
+  local i = pos
+  for k = 1, count do
+    local op = ops[k]
+    local n = ARGS[op]
+    if not n or i + n - 1 > nargs then
       return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
     end
-    has[op] = true
-  end
-  if runs then
-    if left == 0 then
-      r = r + 8
-      if r > nruns then
-        return redis.error_reply('RSARGS settle.lua: more entries than their runs hold')
+    if op ~= ACK then
+      if (op == LATER and not string.match(argv[i + 2], '^%d+:'))
+        or (op == DEAD and not dead_bound(argv[i + 2])) then
+        return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
       end
-      local number = runs[r - 7] * 256 + runs[r - 6]
-      x = ((runs[r - 5] * 256 + runs[r - 4]) * 256 + runs[r - 3]) * 256 + runs[r - 2] + 1
-      left = runs[r - 1] * 256 + runs[r]
-      local member = members[number]
-      if not member or left == 0 then
-        return redis.error_reply('RSARGS settle.lua: a run at byte ' .. (r - 7) .. ' names no batch or no entry')
-      end
-      if number ~= current then
-        current = number
-        b = by[member]
-        if not b then
-          b = {member = member}
-          b.list, b.marks = batch_keys(record, member)
-          b.live = call('ZSCORE', record, member) and true
-          if b.live then
-            local size, lerr = batch_read('LLEN', b.list)
-            if lerr then return redis.error_reply(lerr) end
-            local marks, merr = batch_read('GET', b.marks)
-            if merr then return redis.error_reply(merr) end
-            b.size, b.m, b.top = size, marks_of(marks, size), size
-            b.ttl = call('PTTL', b.list)
-          end
-          by[member] = b
-          batches[#batches + 1] = b
+      has[op] = true
+    end
+    if runs then
+      if left == 0 then
+        r = r + 8
+        if r > nruns then
+          return redis.error_reply('RSARGS settle.lua: more entries than their runs hold')
         end
-        live, m = b.live, b.m
+        b, x, left = run_at(r)
+        if not b then return redis.error_reply(x) end
+      else
+        x = x + 1
       end
-    else
-      x = x + 1
+      left = left - 1
+      if b.live and b.m[x] ~= MARKED then
+        b.m[x] = MARKED
+        b.changed = true
+        if x > b.top then b.top = x end
+      else
+        ops[k] = 0
+      end
     end
-    left = left - 1
-    if live and m[x] ~= MARKED then
-      m[x] = MARKED
-      b.changed = true
-      if x > b.top then b.top = x end
-    else
-      ops[k] = 0
-    end
+    at[k] = i
+    i = i + n
   end
-  at[k] = i
-  i = i + n
-end
-if runs and (left ~= 0 or r ~= nruns) then
-  return redis.error_reply('RSARGS settle.lua: the runs hold more entries than ops names')
-end
-if i ~= nargs + 1 then
-  return redis.error_reply('RSARGS settle.lua: ' .. (nargs + 1 - i) .. ' arguments past the last entry')
+  if runs and (left ~= 0 or r ~= nruns) then
+    return redis.error_reply('RSARGS settle.lua: the runs hold more entries than ops names')
+  end
+  if i ~= nargs + 1 then
+    return redis.error_reply('RSARGS settle.lua: ' .. (nargs + 1 - i) .. ' arguments past the last entry')
+  end
 end
 -- The keys only some ops write, checked when the call has such an op.
 local checks = {}
@@ -177,7 +224,14 @@ local retried = {}
 local bound, now
 -- Whether the claimed value `v` is of a cancelled message.
 local cancelled = cancelled_in(KEYS[6])
-for k = 1, count do
+if acks then
+  for k = 1, count do
+    if ops[k] ~= 0 and call('LREM', processing, '-1', argv[pos + k - 1]) > 0 then
+      found = found + 1
+    end
+  end
+end
+for k = 1, acks and 0 or count do
   local op = ops[k]
   if op ~= 0 then
     local i = at[k]

@@ -103,11 +103,22 @@ async fn ack(client: &Client, prefix: &str, value: &str, member: &Bytes, index: 
 }
 
 /// Acks each `(value, place)` in one settle call, its error kept.
-async fn acks(
+async fn acks(client: &Client, prefix: &str, entries: &[(&str, InBatch)]) -> Result<i64, String> {
+    let entries: Vec<_> = entries
+        .iter()
+        .map(|(value, place)| (*value, place.clone(), Op::Ack))
+        .collect();
+    settle_call(client, prefix, &entries, |_| {}).await
+}
+
+/// Settles each `(value, place, op)` in one settle call, its arguments first changed by
+/// `tamper`; how many claims were still owned, its error kept.
+async fn settle_call(
     client: &Client,
     prefix: &str,
-    entries: &[(&str, InBatch)],
-) -> ruststream_core::Result<i64> {
+    entries: &[(&str, InBatch, Op)],
+    tamper: impl FnOnce(&mut Vec<Value>),
+) -> Result<i64, String> {
     let key = keys(prefix);
     let settle_keys = SettleKeys {
         processing: key(".processing"),
@@ -117,24 +128,29 @@ async fn acks(
         record: key(".claims"),
         cancels: key(".cancels"),
     };
-    SettleList {
+    let call = SettleList {
         keys: &settle_keys,
         dest: &Dest::list(vec![key("")]),
         token: None,
         entries: entries
             .iter()
-            .map(|(value, place)| {
+            .map(|(value, place, op)| {
                 (
                     Bytes::copy_from_slice(value.as_bytes()),
                     Some(place.clone()),
-                    Op::Ack,
+                    op.clone(),
                 )
             })
             .collect(),
-    }
-    .call(client)
-    .await
-    .map(|settled| settled.owned)
+    };
+    let (keys, mut args) = call.build();
+    tamper(&mut args);
+    let reply: Value = call
+        .script()
+        .evalsha_with_reload(client, keys, args)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(call.parse(reply).owned)
 }
 
 /// The name of batch `member`'s list (`<set>:<member>`; its marks are `<name>:s`).
@@ -435,11 +451,11 @@ async fn foreign_batch_key(client: Client, prefix: String) -> (bool, bool, i64, 
     let _: () = client.set(&name, "x", None, None, false).await.unwrap();
     let swept = claim_by(&client, &levels, &record, 1, 20, None).await;
     let settled = acks(&client, &prefix, &[("a", at(&m1, 0)), ("c", at(&m2, 0))]).await;
-    for e in [swept.as_ref().err(), settled.as_ref().err()]
+    let swept_error = swept.as_ref().err().map(ToString::to_string);
+    for text in [swept_error.as_ref(), settled.as_ref().err()]
         .into_iter()
         .flatten()
     {
-        let text = e.to_string();
         assert!(
             text.contains("WRONGTYPE") && text.contains(&name),
             "the error names the key: {text}"
@@ -492,4 +508,122 @@ async fn lost_batch_list(client: Client, prefix: String) -> (Vec<(i64, i64)>, bo
 async fn a_lost_batch_list_still_settles_each_claim_once_on_the_model_and_on_redis() {
     let expect = (vec![(1, 1), (0, 1), (1, 0)], true, 0, false);
     on_both("batchlost", expect, lost_batch_list).await;
+}
+
+/// Two claims, `a0 a1 a2` and `b0 b1`; one settle, interleaved, acks `b1 a2 b0` and puts `a0`
+/// back as `a0r` (its ops mixed: the settle reads each entry's op and arguments); it is then
+/// sent again, then `a1` is acked. Returns each call's owned count with the queue's, the
+/// processing list's and the set's sizes after it.
+async fn mixed_runs(client: Client, prefix: String) -> Vec<(i64, i64, i64, i64)> {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let record = record(&prefix, 60_000, 0, 128);
+    let a = claimed_batch(&client, &levels, vec!["a0", "a1", "a2"], &record, 3, 10).await;
+    let b = claimed_batch(&client, &levels, vec!["b0", "b1"], &record, 2, 20).await;
+    let retry = Op::Retry {
+        frame: Bytes::from_static(b"a0r"),
+    };
+    let mixed = [
+        ("b1", at(&b, 1), Op::Ack),
+        ("a0", at(&a, 0), retry),
+        ("a2", at(&a, 2), Op::Ack),
+        ("b0", at(&b, 0), Op::Ack),
+    ];
+    let last = [("a1", at(&a, 1), Op::Ack)];
+    let mut out = Vec::new();
+    for entries in [&mixed[..], &mixed[..], &last[..]] {
+        let owned = settle_call(&client, &prefix, entries, |_| {})
+            .await
+            .expect("the settle runs");
+        out.push((
+            owned,
+            client.llen(key("")).await.unwrap(),
+            client.llen(key(".processing")).await.unwrap(),
+            client.zcard(key(".claims")).await.unwrap(),
+        ));
+    }
+    clean(&client, &prefix).await;
+    out
+}
+
+#[tokio::test]
+async fn a_settle_of_mixed_ops_over_interleaved_batches_settles_each_claim_once_on_the_model_and_on_redis()
+ {
+    let expect = vec![(4, 1, 1, 1), (0, 1, 1, 1), (1, 1, 0, 0)];
+    on_both("batchmixed", expect, mixed_runs).await;
+}
+
+/// Changes the settle's `runs` argument (the one after `ops`, which is `ops`) by `change`.
+fn tamper_runs(args: &mut [Value], ops: &[u8], change: impl Fn(&mut Vec<u8>)) {
+    let at = args
+        .iter()
+        .position(|a| matches!(a, Value::Bytes(b) if b.as_ref() == ops))
+        .expect("the ops argument");
+    let Value::Bytes(runs) = &args[at + 1] else {
+        panic!("runs follow ops");
+    };
+    let mut runs = runs.to_vec();
+    change(&mut runs);
+    args[at + 1] = Value::Bytes(runs.into());
+}
+
+/// `a0 a1 a2` claimed; a settle of `a0 a1` (all acks, and an ack and a retry) whose arguments
+/// were changed: a run one entry longer or shorter than `ops`, a run naming a batch that is
+/// not among the members, one argument past the last entry. Each is refused before its first
+/// write. Returns, for each, whether it was refused with an argument error, and the queue's
+/// and the processing list's sizes and the marks set after it.
+async fn malformed_runs(client: Client, prefix: String) -> Vec<(bool, i64, i64, usize)> {
+    let key = keys(&prefix);
+    let levels = vec![key("")];
+    let record = record(&prefix, 60_000, 0, 128);
+    let a = claimed_batch(&client, &levels, vec!["a0", "a1", "a2"], &record, 3, 10).await;
+    let retry = Op::Retry {
+        frame: Bytes::from_static(b"a1r"),
+    };
+    let all_acks = [("a0", at(&a, 0), Op::Ack), ("a1", at(&a, 1), Op::Ack)];
+    let mixed = [("a0", at(&a, 0), Op::Ack), ("a1", at(&a, 1), retry)];
+    let longer = |r: &mut Vec<u8>| r[7] += 1;
+    let shorter = |r: &mut Vec<u8>| r[7] -= 1;
+    let no_batch = |r: &mut Vec<u8>| r[1] = 9;
+    let mut out = Vec::new();
+    for (entries, ops) in [(&all_acks, &b"aa"[..]), (&mixed, &b"ar"[..])] {
+        for change in [&longer as &dyn Fn(&mut Vec<u8>), &shorter, &no_batch] {
+            let got = settle_call(&client, &prefix, entries, |args| {
+                tamper_runs(args, ops, change);
+            })
+            .await;
+            out.push(refused_and_sizes(&client, &prefix, &a, got).await);
+        }
+        let got = settle_call(&client, &prefix, entries, |args| {
+            args.push(Value::from("extra"));
+        })
+        .await;
+        out.push(refused_and_sizes(&client, &prefix, &a, got).await);
+    }
+    clean(&client, &prefix).await;
+    out
+}
+
+/// Whether `got` is an argument error (`RSARGS`), with the queue's and the processing list's
+/// sizes and batch `member`'s marks.
+async fn refused_and_sizes(
+    client: &Client,
+    prefix: &str,
+    member: &Bytes,
+    got: Result<i64, String>,
+) -> (bool, i64, i64, usize) {
+    let key = keys(prefix);
+    let refused = got.is_err_and(|e| e.contains("RSARGS"));
+    (
+        refused,
+        client.llen(key("")).await.unwrap(),
+        client.llen(key(".processing")).await.unwrap(),
+        batch_len(client, prefix, member).await.1,
+    )
+}
+
+#[tokio::test]
+async fn a_settle_whose_runs_do_not_match_its_entries_is_refused_before_any_write_on_the_model_and_on_redis()
+ {
+    on_both("batchmalformed", vec![(true, 0, 3, 0); 8], malformed_runs).await;
 }
