@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
 -- SETTLE_STREAM: settles a batch of stream entries of one consumer group. Runs under maxmemory
--- (allow-oom). Every argument is checked before the first write. Prepended with guard.lua,
--- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
--- `crate::stream::settle::SettleStream`.
+-- (allow-oom). Every argument, and the type of each key the call writes, is checked before the
+-- first write. Prepended with guard.lua, delayed/schedule_retry.lua, frame.lua, stream/bound.lua,
+-- back.lua and dead/trim.lua. Called through `crate::stream::settle::SettleStream`.
 --
 -- KEYS: dead-letter list, delayed set, delayed payload hash, the stream's cancel record
 --       (K.cancels), then the destination's key (back.lua: the stream itself).
@@ -28,12 +28,7 @@ local stream = dest.keys[1]
 local first = dest.arg_end
 -- How many arguments an entry of each op takes.
 local ARGS = {a = 2, r = 3, d = 4, x = 4}
--- Without a dead-letter list the stream stands in for it, and nothing is pushed there.
-local checks = dest_checks(dest, {{KEYS[2], 'zset'}, {KEYS[3], 'hash'}, {KEYS[4], 'hash'}})
-if KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
-local bad = wrong_types(checks)
-if bad then return redis.error_reply(bad) end
-local items = {}
+local items, has = {}, {}
 local nargs = #ARGV
 local i = first
 while i <= nargs do
@@ -51,8 +46,22 @@ while i <= nargs do
   if not ok then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
+  has[op] = true
   i = i + n
 end
+-- The keys' types, checked before the first write for the keys this call writes: the stream
+-- always (XACK, and a retry's XADD), the delayed set and hash with a retry later, the cancel
+-- record with any op but ack, the dead-letter list with a drop (without a dead-letter list the
+-- stream stands in for it, and nothing is pushed there).
+local checks = dest_checks(dest, {})
+if has.d then
+  checks[#checks + 1] = {KEYS[2], 'zset'}
+  checks[#checks + 1] = {KEYS[3], 'hash'}
+end
+if has.r or has.d or has.x then checks[#checks + 1] = {KEYS[4], 'hash'} end
+if has.x and KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
+local bad = wrong_types(checks)
+if bad then return redis.error_reply(bad) end
 local found = 0
 local retried = {}
 local bound, now

@@ -221,6 +221,88 @@ async fn a_list_settle_checks_the_type_of_only_the_keys_its_ops_write() {
     .await;
 }
 
+/// `stream/settle.lua` with a dead-letter key and a delayed set holding strings: a settle of acks
+/// writes neither, so it goes through; a settle with a drop is refused whole, naming the
+/// dead-letter key, and leaves its entries pending. Returns the acks' found count, whether the
+/// refusal named the key, and how many entries are still pending after it.
+async fn stream_settle_checks_what_it_writes(client: Client, prefix: String) -> (i64, bool, usize) {
+    use ruststream_redis::{Dest, Op, SettleStream};
+    let stream = key(&prefix, "s");
+    let dead = key(&prefix, "s.dead");
+    let delayed = key(&prefix, "s.delayed");
+    for i in 1..=4 {
+        let _: String = client
+            .xadd(&stream, false, None, format!("1-{i}").as_str(), ("f", "v"))
+            .await
+            .expect("XADD");
+    }
+    let () = client
+        .xgroup_create(&stream, "g", "0", false)
+        .await
+        .expect("XGROUP CREATE");
+    let _: Value = client
+        .xreadgroup("g", "c", Some(10), None, false, &stream, ">")
+        .await
+        .expect("XREADGROUP");
+    for k in [&dead, &delayed] {
+        let _: () = client
+            .set(k, "a string", None, None, false)
+            .await
+            .expect("SET");
+    }
+    let dest = Dest::Stream {
+        key: stream.clone(),
+        bound: String::new(),
+    };
+    let payloads = key(&prefix, "s.delayed.payloads");
+    let cancels = key(&prefix, "s.cancels");
+    let settle = |ids: &[&str], op: &Op| SettleStream {
+        dest: &dest,
+        group: "g",
+        dead: &dead,
+        delayed: &delayed,
+        payloads: &payloads,
+        cancels: &cancels,
+        entries: ids
+            .iter()
+            .map(|id| (Bytes::from(id.to_string()), op.clone()))
+            .collect(),
+    };
+    let acked = settle(&["1-1", "1-2"], &Op::Ack)
+        .call(&client)
+        .await
+        .expect("a settle of acks runs");
+    let drop = Op::Dead {
+        frame: frame("m1-3", &[("reason", "dropped")]),
+        bound: bound(10, DAY),
+    };
+    let refused = settle(&["1-3", "1-4"], &drop).call(&client).await;
+    let named = refused
+        .as_ref()
+        .err()
+        .is_some_and(|e| e.to_string().contains(&dead));
+    let pending: Value = client
+        .xpending(&stream, "g", ("-", "+", 10))
+        .await
+        .expect("XPENDING");
+    let left = match pending {
+        Value::Array(entries) => entries.len(),
+        _ => 0,
+    };
+    let _: i64 = client.del(vec![stream, dead, delayed]).await.unwrap_or(0);
+    (acked.owned, named, left)
+}
+
+#[tokio::test]
+async fn a_stream_settle_checks_the_type_of_only_the_keys_its_ops_write() {
+    on_both(
+        "streamchecks",
+        (2, true, 2),
+        stream_settle_checks_what_it_writes,
+    )
+    .await;
+}
+
 /// `stream/settle.lua` through `SettleStream`: two pending entries dead-lettered onto a list
 /// that holds ancient ones; a day's age pops those.
 async fn stream_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
