@@ -28,6 +28,7 @@ local stream = dest.keys[1]
 local first = dest.arg_end
 -- How many arguments an entry of each op takes.
 local ARGS = {a = 2, r = 3, d = 4, x = 4}
+-- `has` notes the ops other than ack the call holds.
 local items, has = {}, {}
 local nargs = #ARGV
 local i = first
@@ -46,7 +47,7 @@ while i <= nargs do
   if not ok then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
-  has[op] = true
+  if op ~= 'a' then has[op] = true end
   i = i + n
 end
 -- The keys' types, checked before the first write for the keys this call writes: the stream
@@ -58,7 +59,7 @@ if has.d then
   checks[#checks + 1] = {KEYS[2], 'zset'}
   checks[#checks + 1] = {KEYS[3], 'hash'}
 end
-if has.r or has.d or has.x then checks[#checks + 1] = {KEYS[4], 'hash'} end
+if next(has) then checks[#checks + 1] = {KEYS[4], 'hash'} end
 if has.x and KEYS[1] ~= stream then checks[#checks + 1] = {KEYS[1], 'list'} end
 local bad = wrong_types(checks)
 if bad then return redis.error_reply(bad) end

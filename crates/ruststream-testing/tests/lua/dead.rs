@@ -221,6 +221,25 @@ async fn a_list_settle_checks_the_type_of_only_the_keys_its_ops_write() {
     .await;
 }
 
+/// Adds entries `1-1` to `1-n` to `stream` and reads them as consumer `c` of group `g`, so
+/// they are pending.
+async fn pending_entries(client: &Client, stream: &str, n: u32) {
+    for i in 1..=n {
+        let _: String = client
+            .xadd(stream, false, None, format!("1-{i}").as_str(), ("f", "v"))
+            .await
+            .expect("XADD");
+    }
+    let () = client
+        .xgroup_create(stream, "g", "0", false)
+        .await
+        .expect("XGROUP CREATE");
+    let _: Value = client
+        .xreadgroup("g", "c", Some(10), None, false, stream, ">")
+        .await
+        .expect("XREADGROUP");
+}
+
 /// `stream/settle.lua` with a dead-letter key and a delayed set holding strings: a settle of acks
 /// writes neither, so it goes through; a settle with a drop is refused whole, naming the
 /// dead-letter key, and leaves its entries pending. Returns the acks' found count, whether the
@@ -230,20 +249,7 @@ async fn stream_settle_checks_what_it_writes(client: Client, prefix: String) -> 
     let stream = key(&prefix, "s");
     let dead = key(&prefix, "s.dead");
     let delayed = key(&prefix, "s.delayed");
-    for i in 1..=4 {
-        let _: String = client
-            .xadd(&stream, false, None, format!("1-{i}").as_str(), ("f", "v"))
-            .await
-            .expect("XADD");
-    }
-    let () = client
-        .xgroup_create(&stream, "g", "0", false)
-        .await
-        .expect("XGROUP CREATE");
-    let _: Value = client
-        .xreadgroup("g", "c", Some(10), None, false, &stream, ">")
-        .await
-        .expect("XREADGROUP");
+    pending_entries(&client, &stream, 4).await;
     for k in [&dead, &delayed] {
         let _: () = client
             .set(k, "a string", None, None, false)
@@ -310,20 +316,7 @@ async fn stream_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String
     let stream = key(&prefix, "s");
     let dead = key(&prefix, "s.dead");
     ancient(&client, &dead, 3).await;
-    for i in 1..=2 {
-        let _: String = client
-            .xadd(&stream, false, None, format!("1-{i}").as_str(), ("f", "v"))
-            .await
-            .expect("XADD");
-    }
-    let () = client
-        .xgroup_create(&stream, "g", "0", false)
-        .await
-        .expect("XGROUP CREATE");
-    let _: Value = client
-        .xreadgroup("g", "c", Some(10), None, false, &stream, ">")
-        .await
-        .expect("XREADGROUP");
+    pending_entries(&client, &stream, 2).await;
     let dest = Dest::Stream {
         key: stream.clone(),
         bound: String::new(),
