@@ -97,7 +97,7 @@ pub(crate) async fn confirm(
     before: &HashMap<fred::types::config::Server, i64>,
 ) -> Result<()> {
     let waitaof = waitaof(client, conns).await;
-    let slot = ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()));
+    let slot = crate::keys::slot_of(key);
     let timeout = d.timeout_ms().to_string();
     let replicas = d.replicas().to_string();
     let pipeline = client.pipeline();

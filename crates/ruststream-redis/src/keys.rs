@@ -22,8 +22,21 @@
 //! a tag (`app:uploads` → `{app:uploads}.dead`), which hashes like the untagged key itself, so
 //! simple lists and streams need no tag. The processing list is never wrapped: an untagged
 //! reliable queue is refused at startup with the tag to use.
+//!
+//! A command sent with fred's `custom` is routed to the node owning its key by [`slot_of`].
 
+use fred::types::ClusterHash;
 use ruststream_core::{Error, Result};
+
+/// Routes a command on a cluster to the node owning `key`'s slot. fred 10 honours only a
+/// computed slot on a custom command: `ClusterHash::Offset` there is ignored and the command goes
+/// by its first string argument (`EVALSHA`'s digest, `XREAD`'s `BLOCK`), to a node that answers
+/// `MOVED`. fred follows the redirection after resynchronising the whole cluster map, and a
+/// blocking read redirected so is no longer where fred's `CLIENT UNBLOCK` looks for it, so an
+/// interrupt (a delayed entry's wake-up) left it waiting out its block.
+pub(crate) fn slot_of(key: &str) -> ClusterHash {
+    ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()))
+}
 
 /// How a subscription names its dead-letter list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -97,11 +97,9 @@ pub(crate) async fn evalsha_frame_with(
     keys: Vec<String>,
     args: Vec<Value>,
 ) -> Result<Reply> {
-    let hash = if keys.is_empty() {
-        ClusterHash::Random
-    } else {
-        ClusterHash::Offset(2)
-    };
+    let hash = keys
+        .first()
+        .map_or(ClusterHash::Random, |k| crate::keys::slot_of(k));
     let cmd = CustomCommand::new_static("EVALSHA", hash, false);
     let mut argv: Vec<Value> = Vec::with_capacity(2 + keys.len() + args.len());
     argv.push(script.sha1().clone().into());

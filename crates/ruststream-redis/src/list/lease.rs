@@ -13,6 +13,9 @@
 //!
 //! After a reconnect (or a failed renewal) the reader renews on its own connection before its
 //! next sweep ([`Leases::renew`], see `crate::rejoin`).
+//!
+//! A renewal is sent as `EVAL` with the script's text, so it is one command even where Redis has
+//! not cached the script (see [`Lease`]'s `call`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
@@ -61,6 +64,30 @@ impl Call for Lease<'_> {
 
     fn parse(&self, reply: Value) -> u64 {
         lua::reply_u64(&reply)
+    }
+
+    /// `EVAL` with the script's text, not `EVALSHA`: a renewal must reach Redis as one command
+    /// whatever its script cache holds. A renewal queued behind a frozen server runs at the thaw
+    /// before the reader's next sweep, which waits for its read's reply; but an `EVALSHA` that
+    /// got `NOSCRIPT` (the first renewal since Redis started) took two more round trips, `SCRIPT
+    /// LOAD` and `EVALSHA` again, and that sweep ran between them and took the live claims.
+    #[allow(
+        clippy::manual_async_fn,
+        reason = "an `async fn` here cannot meet the trait's `Self: Sync` for every lifetime of `Lease`"
+    )]
+    fn call(&self, client: &Client) -> impl Future<Output = Result<u64>> + Send
+    where
+        Self: Sync,
+    {
+        async move {
+            let (keys, args) = self.build();
+            let reply: Value = match LEASE.lua() {
+                Some(text) => client.eval(text.clone(), keys, args).await,
+                None => LEASE.evalsha_with_reload(client, keys, args).await,
+            }
+            .map_err(crate::error::core)?;
+            Ok(self.parse(reply))
+        }
     }
 }
 

@@ -7,8 +7,8 @@
 
 use std::sync::LazyLock;
 
+use crate::keys::slot_of;
 use fred::prelude::*;
-use fred::types::ClusterHash;
 use fred::types::scripts::Script;
 use ruststream_core::Result;
 use serde::Serialize;
@@ -167,7 +167,7 @@ async fn inspect_one(client: &Client, q: &SourceKeys) -> Result<Inspection> {
         ("pubsub", _) => {
             let v: Value = if q.mode == "sharded" {
                 // To the node owning the channel's slot, which keeps its sharded subscribers.
-                let cmd = fred::cmd!("PUBSUB", hash: ClusterHash::from(q.queue.as_str()));
+                let cmd = fred::cmd!("PUBSUB", hash: slot_of(&q.queue));
                 client.custom(cmd, vec!["SHARDNUMSUB", q.queue.as_str()])
             } else {
                 client.custom(fred::cmd!("PUBSUB"), vec!["NUMSUB", q.queue.as_str()])
@@ -262,7 +262,7 @@ async fn group_state(client: &Client, stream: &str, group: &str) -> Result<Group
     let mut state = GroupState::default();
     let groups: Value = match client
         .custom(
-            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XINFO", hash: slot_of(stream)),
             vec!["GROUPS", stream],
         )
         .await
@@ -292,7 +292,7 @@ async fn group_state(client: &Client, stream: &str, group: &str) -> Result<Group
     }
     let consumers: Value = match client
         .custom(
-            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XINFO", hash: slot_of(stream)),
             vec!["CONSUMERS", stream, group],
         )
         .await

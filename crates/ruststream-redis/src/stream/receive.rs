@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::keys::slot_of;
 use bytes::Bytes;
 use fred::prelude::*;
-use fred::types::ClusterHash;
 use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
@@ -282,7 +282,7 @@ impl StreamReceiver {
                     Value::from(last),
                 ];
                 let read = self.conn.client().custom(
-                    fred::cmd!("XREAD", hash: ClusterHash::Offset(3), blocking: true),
+                    fred::cmd!("XREAD", hash: slot_of(&self.group.key), blocking: true),
                     args,
                 );
                 let interrupt = interrupted(&self.stop, hurry, self.mover.as_ref());

@@ -3,8 +3,8 @@
 //! (`XGROUP CREATE key group 0 MKSTREAM`, an existing group is kept; at `maxmemory`,
 //! `XINFO GROUPS key` to see that it exists), and opening its receiver (`receive.rs`).
 
+use crate::keys::slot_of;
 use fred::prelude::*;
-use fred::types::ClusterHash;
 use futures::future::BoxFuture;
 use ruststream_core::{ChannelDoc, Error, ErrorKind, Result};
 use serde_json::json;
@@ -171,7 +171,7 @@ impl Transport for RedisStream {
 pub(super) async fn create_group(client: &Client, key: &str, group: &str) -> Result<bool> {
     let r: Result<Value, _> = client
         .custom(
-            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XGROUP", hash: slot_of(key)),
             vec!["CREATE", key, group, "0", "MKSTREAM"],
         )
         .await;
@@ -199,10 +199,7 @@ pub(super) async fn create_group(client: &Client, key: &str, group: &str) -> Res
 /// Whether the stream `key` has the consumer group `group` (`XINFO GROUPS`).
 async fn has_group(client: &Client, key: &str, group: &str) -> bool {
     let groups: Result<Value, _> = client
-        .custom(
-            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
-            vec!["GROUPS", key],
-        )
+        .custom(fred::cmd!("XINFO", hash: slot_of(key)), vec!["GROUPS", key])
         .await;
     let Ok(Value::Array(groups)) = groups else {
         return false;

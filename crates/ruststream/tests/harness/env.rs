@@ -260,7 +260,8 @@ impl Env {
             .expect("XPENDING starts with a count")
     }
 
-    /// Any command, arguments as given (full key names).
+    /// Any command, arguments as given (full key names). On the cluster it goes to the node of
+    /// its first string argument's slot (fred's default), which fred follows when redirected.
     pub async fn cmd(
         &self,
         name: &'static str,

@@ -108,6 +108,14 @@ impl Stand {
             .cloned()
             .unwrap_or_else(|| panic!("scripts/stand did not export {name}"))
     }
+
+    /// The node URLs of the cluster `stand_cluster` started.
+    pub fn cluster_urls(&self) -> Vec<String> {
+        self.var("RUSTSTREAM_CLUSTER_URLS")
+            .split(',')
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 impl Drop for Stand {

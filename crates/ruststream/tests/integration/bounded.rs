@@ -179,7 +179,7 @@ async fn group_create(env: &Env, group: &str, from: &str) {
     let _: Value = env
         .client
         .custom(
-            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XGROUP", hash: ClusterHash::from(env.key(KEY).as_str())),
             vec!["CREATE", &env.key(KEY), group, from, "MKSTREAM"],
         )
         .await
@@ -358,7 +358,7 @@ async fn group_state(env: &Env, group: &str) -> (Vec<(u64, u64)>, (u64, u64)) {
     let groups: Value = env
         .client
         .custom(
-            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XINFO", hash: ClusterHash::from(env.key(KEY).as_str())),
             vec!["GROUPS", &env.key(KEY)],
         )
         .await
@@ -402,7 +402,10 @@ async fn read_group(env: &Env, group: &str, count: usize) -> Vec<(u64, u64)> {
     ];
     let reply: Value = env
         .client
-        .custom(fred::cmd!("XREADGROUP", hash: ClusterHash::Offset(6)), args)
+        .custom(
+            fred::cmd!("XREADGROUP", hash: ClusterHash::from(key.as_str())),
+            args,
+        )
         .await
         .expect("XREADGROUP");
     match reply {
@@ -528,7 +531,7 @@ async fn a_group_that_read_nothing_keeps_the_whole_stream(env: &Env) {
     let _: Value = env
         .client
         .custom(
-            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XGROUP", hash: ClusterHash::from(env.key(KEY).as_str())),
             vec!["DESTROY", &env.key(KEY), "idle"],
         )
         .await
@@ -947,7 +950,7 @@ pub(crate) async fn consumer_names(env: &Env, stream: &str) -> Vec<String> {
     let reply: Value = env
         .client
         .custom(
-            fred::cmd!("XINFO", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XINFO", hash: ClusterHash::from(env.key(stream).as_str())),
             vec!["CONSUMERS", &env.key(stream), "g"],
         )
         .await
@@ -971,7 +974,7 @@ async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
     let _: Value = env
         .client
         .custom(
-            fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+            fred::cmd!("XGROUP", hash: ClusterHash::from(stream.as_str())),
             vec!["CREATE", &stream, "g", "0", "MKSTREAM"],
         )
         .await
@@ -980,7 +983,7 @@ async fn a_streams_sweep_forgets_the_consumers_of_gone_instances(env: &Env) {
         let _: Value = env
             .client
             .custom(
-                fred::cmd!("XGROUP", hash: ClusterHash::Offset(1)),
+                fred::cmd!("XGROUP", hash: ClusterHash::from(stream.as_str())),
                 vec!["CREATECONSUMER", &stream, "g", gone],
             )
             .await

@@ -717,7 +717,7 @@ async fn group_state(env: &Env, key: &str) -> (i64, i64) {
     let groups: Vec<Value> = env
         .client
         .custom(
-            fred::cmd!("XINFO", hash: fred::types::ClusterHash::Offset(1)),
+            fred::cmd!("XINFO", hash: fred::types::ClusterHash::from(env.key(key).as_str())),
             vec!["GROUPS".to_owned(), env.key(key)],
         )
         .await

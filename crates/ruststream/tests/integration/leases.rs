@@ -252,8 +252,10 @@ async fn a_stream_sweep_that_reaches_redis_past_its_deadline_claims_nothing() {
     outage_run(true, Fault::SweepLate).await;
 }
 
-// A frozen server, the fault `SweepLate` stages: no run so far lost the race at the thaw (the
-// renewals queued during the freeze ran before the next sweep), with or without the deadline.
+// A frozen server, the fault `SweepLate` stages: the renewal queued during the freeze runs at
+// the thaw before the reader's next sweep, which waits for its read's reply. Before: the first
+// renewal since Redis started got `NOSCRIPT` and took two more round trips, between which that
+// sweep ran (about one run in ten; `a_renewal_is_one_command_on_a_server_without_its_script`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliable_list_keeps_live_claims_through_a_freeze_longer_than_min_idle() {
     outage_run(false, Fault::Freeze).await;
@@ -262,4 +264,62 @@ async fn a_reliable_list_keeps_live_claims_through_a_freeze_longer_than_min_idle
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_keeps_live_claims_through_a_freeze_longer_than_min_idle() {
     outage_run(true, Fault::Freeze).await;
+}
+
+/// The `cmdstat_<name>` entries of `INFO commandstats`: command → calls.
+async fn command_calls(client: &fred::prelude::Client) -> HashMap<String, u64> {
+    use fred::prelude::*;
+    let info: String = client
+        .custom(fred::cmd!("INFO"), vec!["commandstats"])
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+// Before: `EVALSHA`, then on `NOSCRIPT` `SCRIPT LOAD` and `EVALSHA` again: three round trips for
+// the renewal that must reach Redis before a sweep (see the freeze test above).
+#[tokio::test]
+async fn a_renewal_is_one_command_on_a_server_without_its_script() {
+    use fred::prelude::*;
+    let dir = std::env::temp_dir().join(unique("leases-eval"));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let redis = OwnRedis::start(dir, OwnRedis::free_port()).await;
+    let client = harness::stand::node_client(&format!("127.0.0.1:{}", redis.port)).await;
+    let zset = "{q}.claims";
+    let _: i64 = client
+        .zadd(zset, None, None, false, false, (1.0, "r1:0.1.0"))
+        .await
+        .expect("ZADD");
+    let _: () = client.script_flush(false).await.expect("SCRIPT FLUSH");
+    let _: () = client
+        .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+        .await
+        .expect("CONFIG RESETSTAT");
+    let members = [bytes::Bytes::from_static(b"r1:0.1.0")];
+    let lease = ruststream::redis::Lease {
+        zset,
+        ttl_ms: 0,
+        members: &members,
+    };
+    let moved = ruststream::redis::Call::call(&lease, &client)
+        .await
+        .expect("the renewal");
+    assert_eq!(moved, 1, "the member's score moved");
+    let calls = command_calls(&client).await;
+    let scripts: Vec<(&String, &u64)> = calls
+        .iter()
+        .filter(|(name, _)| name.starts_with("eval") || name.starts_with("script"))
+        .collect();
+    assert_eq!(scripts, vec![(&"eval".to_owned(), &1)], "{calls:?}");
 }

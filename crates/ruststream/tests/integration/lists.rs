@@ -854,7 +854,7 @@ async fn two_subscriptions_of_a_stream_group_split_its_entries(env: &Env) {
     let consumers: Vec<Value> = env
         .client
         .custom(
-            fred::cmd!("XINFO"),
+            fred::cmd!("XINFO", hash: fred::types::ClusterHash::from(env.key("{ev}").as_str())),
             vec!["CONSUMERS".to_owned(), env.key("{ev}"), "g".to_owned()],
         )
         .await

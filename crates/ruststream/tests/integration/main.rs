@@ -57,6 +57,7 @@ mod recovery;
 mod redis_setup;
 mod reliability;
 mod results;
+mod routing;
 mod runtime;
 mod scheduling;
 mod security;

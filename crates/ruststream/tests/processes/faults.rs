@@ -857,11 +857,7 @@ async fn cluster_nodes(c: &Client) -> Vec<(String, u16, String, String, Vec<(u16
 #[tokio::test]
 async fn a_cluster_master_dies_and_its_replica_takes_over() {
     let stand = Stand::start("stand_cluster --cluster-node-timeout 1000");
-    let urls: Vec<String> = stand
-        .var("RUSTSTREAM_CLUSTER_URLS")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
+    let urls = stand.cluster_urls();
     let prefix = format!("{}:", unique("cfail"));
     let slot = fred::util::redis_keyslot(format!("{prefix}{QUEUE}").as_bytes());
     let ports: Vec<String> = urls

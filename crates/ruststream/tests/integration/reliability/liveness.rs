@@ -310,8 +310,12 @@ async fn a_stream_reader_rejoins_after_two_outages_in_a_row(env: &Env) {
         }
     }
     assert_eq!(rec.distinct(), 3, "{:?}", rec.seen());
-    // The group came back before any read needed it: no read found it missing.
-    let missing = logs::lines_with(&["NOGROUP", &env.key(key)]);
+    // The group came back before any read needed it: no read found it missing. The queue
+    // gauges may find it missing while the test has it destroyed: a gauge left unread, no read.
+    let missing: Vec<String> = logs::lines_with(&["NOGROUP", &env.key(key)])
+        .into_iter()
+        .filter(|l| !l.contains("ruststream_redis::gauges:"))
+        .collect();
     assert!(missing.is_empty(), "reads without the group: {missing:?}");
     stop(app).await;
 }
