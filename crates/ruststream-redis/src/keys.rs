@@ -35,7 +35,7 @@ use ruststream_core::{Error, Result};
 /// blocking read redirected so is no longer where fred's `CLIENT UNBLOCK` looks for it, so an
 /// interrupt (a delayed entry's wake-up) left it waiting out its block.
 pub(crate) fn slot_of(key: &str) -> ClusterHash {
-    ClusterHash::Custom(fred::util::redis_keyslot(key.as_bytes()))
+    ClusterHash::from(key)
 }
 
 /// How a subscription names its dead-letter list.

@@ -104,11 +104,7 @@ async fn every_command_goes_at_once_to_the_node_owning_its_key() {
         let job = Job { n };
         let to_jobs = p.message(&job).to("{jobs}").priority(level);
         to_jobs.publish().await.expect("publish to the list");
-        p.message(&Job { n })
-            .to("events")
-            .publish()
-            .await
-            .expect("XADD");
+        p.message(&job).to("events").publish().await.expect("XADD");
     }
     let delayed = Duration::from_millis(300);
     p.message(&Job { n: 4 })
