@@ -7,8 +7,9 @@
 //!   settled: `concurrency` being handled or queued for the settler, and one batch being settled.
 //! - A claim takes at most half the permits, so one batch is claimed while another is handled.
 //! - The handlers of one claimed batch run concurrently in one task (`FuturesUnordered`), not a
-//!   task each, which is cheaper (the figures are in `docs/decisions.md`). Batches run on the runtime's workers in parallel. A
-//!   panic is caught per message and the message retried.
+//!   task each, which is cheaper (the figures are in `docs/decisions.md`): a batch runner (see
+//!   `runners`), which lives on to run later batches in the same memory. Batches run on the
+//!   runtime's workers in parallel. A panic is caught per message and the message retried.
 //! - Settlements go to one settler task that sends them to the broker in batches.
 //! - A receiver may come with [siblings](crate::Receiver::siblings) (a Redis stream's other
 //!   consumers of its group): each runs a claim loop of its own, in a task of its own, taking
@@ -29,6 +30,7 @@ mod flows;
 mod jobs;
 mod meters;
 mod observing;
+mod runners;
 mod settle;
 
 use std::future::Future;
@@ -36,8 +38,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -171,25 +172,6 @@ impl<B: Broker> Subscription<B> {
         }
     }
 
-    /// Runs the handlers of one claimed batch concurrently in one task, each with one of
-    /// `permits`, until the last is handled.
-    async fn run_batch(
-        self: Arc<Self>,
-        batch: Vec<Delivery<Token<B>>>,
-        mut permits: OwnedSemaphorePermit,
-        handler: Arc<dyn ErasedHandler>,
-        lane: Lane<B>,
-    ) {
-        let mut running: FuturesUnordered<_> = batch
-            .into_iter()
-            .map(|delivery| {
-                let permit = permits.split(1);
-                self.handle_one(&*handler, (delivery, permit), &lane)
-            })
-            .collect();
-        while running.next().await.is_some() {}
-    }
-
     /// Handles one delivery and hands its settlement, with its permit, to the settler.
     async fn handle_one(&self, handler: &dyn ErasedHandler, mut held: Held<B>, lane: &Lane<B>) {
         held.0.info.cancel = Watch(lane.signals.clone());
@@ -270,7 +252,12 @@ impl<B: Broker> Subscription<B> {
         )
         .await;
         if let Some(reason) = jobs::failure(&delivery.info, &settlement, self.source.retries()) {
-            jobs::record_failure(&self.publisher, &delivery.info, reason).await;
+            Box::pin(jobs::record_failure(
+                &self.publisher,
+                &delivery.info,
+                reason,
+            ))
+            .await;
         }
         #[cfg(feature = "otel")]
         consumer.end(&settlement, self.source.retries());
@@ -359,7 +346,8 @@ impl<B: Broker> Subscription<B> {
         let opts = &*lane.opts;
         match handled {
             Handled::Ack(None) => Settlement::Ack,
-            Handled::Ack(Some(reply)) => match self.publish_reply(reply).await {
+            // Boxed, like the job record below: a rare await kept out of every runner's slot.
+            Handled::Ack(Some(reply)) => match Box::pin(self.publish_reply(reply)).await {
                 Ok(()) => Settlement::Ack,
                 Err(e) => {
                     tracing::warn!(subscription = %self.name, error = %e, "reply not published; retrying the message");

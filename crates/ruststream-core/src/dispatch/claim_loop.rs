@@ -1,6 +1,6 @@
 //! One receiver's claim loop (`Subscription::read`): takes free permits, claims that many
 //! messages through the receiver (backing off while claims fail), and hands each claimed batch
-//! to its handlers or to the batcher; and the drain on stop (`Subscription::drain`). The loop
+//! to a batch runner (see `runners`) or its deliveries to the batcher; and the drain on stop (`Subscription::drain`). The loop
 //! sends nothing itself: the receiver's `receive` is the broker's claim.
 
 use std::sync::Arc;
@@ -9,23 +9,25 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::runners::Runners;
 use super::settle::ErrorBackoff;
 use super::{Held, Lane, Subscription, Token};
-use crate::erased::{ErasedHandler, Handler};
+use crate::erased::Handler;
 use crate::health::SubscriptionState;
 use crate::{Broker, Delivery, Receiver};
 
-/// What the reader does with a claimed batch: run a handler on each delivery, or pass them to the
-/// batcher.
+/// What the reader does with a claimed batch: hand it to a batch runner, which runs a handler on
+/// each delivery, or pass its deliveries to the batcher.
 enum Route<B: Broker> {
-    Each(Arc<dyn ErasedHandler>),
+    Each(Runners<B>),
     Batcher(mpsc::UnboundedSender<Held<B>>),
 }
 
 impl<B: Broker> Subscription<B> {
     /// One receiver's claim loop, until `stop`: claims as many messages as there are free
-    /// `permits` (at most half of them a claim) and starts their handlers. Returns the batches
-    /// still running, its route and lane dropped (a batcher hands over its partial batch then).
+    /// `permits` (at most half of them a claim) and starts their handlers. Returns its tasks
+    /// (batch runners, a batcher), its route and lane dropped: idle runners end then, busy ones
+    /// once their batch is handled, and a batcher hands over its partial batch.
     pub(super) async fn read(
         self: Arc<Self>,
         mut receiver: B::Receiver,
@@ -60,21 +62,16 @@ impl<B: Broker> Subscription<B> {
             // Give back what the broker did not fill; the rest goes one per message.
             drop(held.split(held.num_permits().saturating_sub(batch.len())));
             match &route {
-                Route::Each(handler) => {
-                    let run = self
-                        .clone()
-                        .run_batch(batch, held, handler.clone(), lane.clone());
-                    batches.spawn(run);
-                }
+                Route::Each(runners) => runners.hand((batch, held), &mut batches),
                 // The batcher lives until `route` is dropped below.
                 Route::Batcher(to) => batch.into_iter().for_each(|delivery| {
                     let _ = to.send((delivery, held.split(1)));
                 }),
             }
-            // Reap finished batches so the set does not grow without bound.
+            // Reap ended tasks (aborted runners) so the set does not grow without bound.
             while batches.try_join_next().is_some() {}
         }
-        // The batcher hands over its partial batch once its channel closes.
+        // Idle runners end, and the batcher hands over its partial batch once its channel closes.
         drop(route);
         drop(lane);
         batches
@@ -112,8 +109,8 @@ impl<B: Broker> Subscription<B> {
         }
     }
 
-    /// Where claimed deliveries go (starting the batcher of a batch handler in `batches`), and
-    /// the most permits one claim takes.
+    /// Where claimed batches go (batch runners, or the batcher of a batch handler, started in
+    /// `batches`), and the most permits one claim takes.
     fn route(
         self: &Arc<Self>,
         batches: &mut JoinSet<()>,
@@ -125,7 +122,10 @@ impl<B: Broker> Subscription<B> {
         // handler's claim may take a whole batch.
         let most = (concurrency / 2).max(1);
         match &self.handler {
-            Handler::One(h) => (Route::Each(h.clone()), most),
+            Handler::One(h) => (
+                Route::Each(Runners::new(self.clone(), h.clone(), lane.clone())),
+                most,
+            ),
             Handler::Batch(h, batch) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 batches.spawn(self.clone().batcher(rx, h.clone(), *batch, lane.clone()));

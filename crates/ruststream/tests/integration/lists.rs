@@ -34,6 +34,7 @@ on!(
     a_raw_lpush_is_a_payload_without_headers,
     published_headers_reach_the_context,
     shutdown_leaves_an_unfinished_entry_claimed,
+    batches_of_every_size_run_side_by_side_once_each_and_idle_runners_stop_at_once,
     reply_ttl_is_rearmed_on_each_push,
     publish_with_ttl_rearms_the_expiry,
     the_key_prefix_is_applied,
@@ -492,6 +493,87 @@ async fn shutdown_leaves_an_unfinished_entry_claimed(env: &Env) {
     assert_eq!(claimed.len(), 1, "the unfinished entry stays claimed");
     assert_eq!((claimed[0].attempt, &claimed[0].payload), (1, &job_json(1)));
     assert!(!env.exists("{jobs}.dead").await);
+}
+
+/// Records each job it handles; the jobs below `gate` wait until `gate` of them have started.
+#[derive(Clone, Default)]
+struct Gated {
+    gate: u32,
+    started: Arc<AtomicUsize>,
+    all_in: Arc<tokio::sync::Notify>,
+    seen: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Handle<Job> for Gated {
+    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        if job.n < self.gate {
+            let waiting = self.all_in.notified();
+            tokio::pin!(waiting);
+            waiting.as_mut().enable();
+            if self.started.fetch_add(1, Ordering::SeqCst) + 1 == self.gate as usize {
+                self.all_in.notify_waiters();
+            } else {
+                waiting.await;
+            }
+        }
+        self.seen.lock().expect("seen").push(job.n);
+        Ok(())
+    }
+}
+
+// A subscription's batch runners (`dispatch/runners.rs`): two claimed batches run side by side
+// (the first 8 jobs, at concurrency 8 and claims of at most 4, each wait until all 8 have
+// started, so a batch queued behind a busy runner hangs the test); batches of every size then
+// reuse the runners' slots, each job handled once; and at stop the idle runners end at once,
+// not at `shutdown_timeout`.
+async fn batches_of_every_size_run_side_by_side_once_each_and_idle_runners_stop_at_once(env: &Env) {
+    let broker = env.broker();
+    let handler = Gated {
+        gate: 8,
+        ..Gated::default()
+    };
+    let seen = handler.seen.clone();
+    let source = RedisList::new("{jobs}").reliable().concurrency(8);
+    let app = RustStream::new(info())
+        .shutdown_timeout(Duration::from_secs(60))
+        .with_broker(broker.clone(), move |b| {
+            b.include(subscriber(source, handler).build());
+        });
+    let app = start(app).await;
+    for n in 0..8 {
+        publish(&broker, "{jobs}", n).await;
+    }
+    wait_until("the 8 gated jobs, side by side", WAIT, async || {
+        seen.lock().expect("seen").len() == 8
+    })
+    .await;
+    let mut next = 8;
+    for size in [1, 4, 2, 3, 1, 4] {
+        for n in next..next + size {
+            publish(&broker, "{jobs}", n).await;
+        }
+        next += size;
+        wait_until("a batch handled", WAIT, async || {
+            seen.lock().expect("seen").len() == next as usize
+        })
+        .await;
+    }
+    wait_until("the processing list to empty", WAIT, async || {
+        env.llen("{jobs}.processing").await == 0
+    })
+    .await;
+
+    let began = Instant::now();
+    bounded("the stop", Duration::from_secs(30), app.shutdown())
+        .await
+        .expect("shutdown");
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(10), "the stop waited {took:?}");
+    let mut handled = seen.lock().expect("seen").clone();
+    handled.sort_unstable();
+    assert_eq!(handled, (0..next).collect::<Vec<_>>());
+    assert_eq!(env.llen("{jobs}").await, 0);
+    assert_eq!(env.llen("{jobs}.processing").await, 0);
 }
 
 /// Client connections (of any type) whose selected database is `db`.

@@ -1,0 +1,155 @@
+//! The batch runners of one claim loop: long-lived tasks, each running the handlers of one
+//! claimed batch at a time, concurrently (`FuturesUnordered`), then waiting idle for the next
+//! batch. A new runner starts only when every one is busy, so a batch never waits. Sends no
+//! commands itself.
+//!
+//! A runner keeps each delivery's dispatch future (`Subscription::handle_one`, about 2 kB) in a
+//! slot it reuses from batch to batch: the futures of a batch are not allocated and freed by the
+//! hundred, which had glibc's allocator return the freed heap to the kernel after each batch
+//! and fault it in again for the next (`docs/decisions.md`, "Batch runners").
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::task::JoinSet;
+
+use super::{Lane, Subscription, Token};
+use crate::erased::ErasedHandler;
+use crate::{Broker, Delivery};
+
+/// A claimed batch with the permits of its deliveries.
+type Batch<B> = (Vec<Delivery<Token<B>>>, OwnedSemaphorePermit);
+
+/// The idle runners of a pool, each waiting on the sender it left here; `closed` once the claim
+/// loop stops handing out batches.
+struct Idle<B: Broker> {
+    waiting: Vec<oneshot::Sender<Batch<B>>>,
+    closed: bool,
+}
+
+/// The runner pool of one claim loop. Its tasks live in the claim loop's `JoinSet`, which the
+/// stop drains (`Subscription::drain`).
+pub(super) struct Runners<B: Broker> {
+    subscription: Arc<Subscription<B>>,
+    handler: Arc<dyn ErasedHandler>,
+    lane: Lane<B>,
+    idle: Arc<Mutex<Idle<B>>>,
+}
+
+impl<B: Broker> Runners<B> {
+    pub(super) fn new(
+        subscription: Arc<Subscription<B>>,
+        handler: Arc<dyn ErasedHandler>,
+        lane: Lane<B>,
+    ) -> Self {
+        Self {
+            subscription,
+            handler,
+            lane,
+            idle: Arc::new(Mutex::new(Idle {
+                waiting: Vec::new(),
+                closed: false,
+            })),
+        }
+    }
+
+    /// Hands `batch` to the most recently idle runner, or to a new one in `tasks` when none is
+    /// idle.
+    pub(super) fn hand(&self, mut batch: Batch<B>, tasks: &mut JoinSet<()>) {
+        loop {
+            let next = self
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .waiting
+                .pop();
+            let Some(runner) = next else { break };
+            match runner.send(batch) {
+                Ok(()) => return,
+                // Its task is gone (aborted): try the next one.
+                Err(back) => batch = back,
+            }
+        }
+        tasks.spawn(run(
+            self.subscription.clone(),
+            self.handler.clone(),
+            self.lane.clone(),
+            self.idle.clone(),
+            batch,
+        ));
+    }
+}
+
+impl<B: Broker> Drop for Runners<B> {
+    /// Ends the idle runners; a busy one ends once its batch is handled.
+    fn drop(&mut self) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.closed = true;
+        idle.waiting.clear();
+    }
+}
+
+/// One runner: handles `batch`, then waits idle for the next one, until the pool closes.
+async fn run<B: Broker>(
+    subscription: Arc<Subscription<B>>,
+    handler: Arc<dyn ErasedHandler>,
+    lane: Lane<B>,
+    idle: Arc<Mutex<Idle<B>>>,
+    mut batch: Batch<B>,
+) {
+    // Grows to the largest batch this runner has handled; a slot is emptied when its delivery
+    // is handled, and refilled by the next batch.
+    let mut slots: Vec<Pin<Box<Option<_>>>> = Vec::new();
+    loop {
+        let (deliveries, mut permits) = batch;
+        let n = deliveries.len();
+        for (i, delivery) in deliveries.into_iter().enumerate() {
+            let handled = subscription.handle_one(&*handler, (delivery, permits.split(1)), &lane);
+            match slots.get_mut(i) {
+                Some(slot) => Pin::as_mut(slot).set(Some(handled)),
+                None => slots.push(Box::pin(Some(handled))),
+            }
+        }
+        let mut running: FuturesUnordered<_> = slots
+            .iter_mut()
+            .take(n)
+            .map(|slot| Slot(Pin::as_mut(slot)))
+            .collect();
+        while running.next().await.is_some() {}
+        drop(running);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.closed {
+                return;
+            }
+            idle.waiting.push(tx);
+        }
+        match rx.await {
+            Ok(next) => batch = next,
+            Err(_) => return,
+        }
+    }
+}
+
+/// A runner's slot as a future: polls the future in it and empties it once it is done.
+struct Slot<'a, F>(Pin<&'a mut Option<F>>);
+
+impl<F: Future<Output = ()>> Future for Slot<'_, F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(running) = self.0.as_mut().as_pin_mut() else {
+            return Poll::Ready(());
+        };
+        if running.poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.0.set(None);
+        Poll::Ready(())
+    }
+}
