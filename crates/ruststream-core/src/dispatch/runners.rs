@@ -1,7 +1,9 @@
 //! The batch runners of one claim loop: long-lived tasks, each running the handlers of one
 //! claimed batch at a time, concurrently (`FuturesUnordered`), then waiting idle for the next
-//! batch. A new runner starts only when every one is busy, so a batch never waits. Sends no
-//! commands itself.
+//! batch. A new runner starts only when every one is busy, so a batch never waits; at most
+//! [`IDLE_RUNNERS`] wait idle, so a pool keeps no more runners (each with slots for at most
+//! half of `concurrency`) than the batches running and that many more. Sends no commands
+//! itself.
 //!
 //! A runner keeps each delivery's dispatch future (`Subscription::handle_one`, about 2 kB) in a
 //! slot it reuses from batch to batch: the futures of a batch are not allocated and freed by the
@@ -23,6 +25,12 @@ use crate::{Broker, Delivery};
 
 /// A claimed batch with the permits of its deliveries.
 type Batch<B> = (Vec<Delivery<Token<B>>>, OwnedSemaphorePermit);
+
+/// Most runners a pool keeps idle; a runner that ends its batch with this many waiting ends
+/// too, and its slots are freed. Two batches are in flight at a time (a claim takes at most
+/// half the permits), and a third starts while a batch's last handlers run, so four idle
+/// runners cover the steady state, and a burst of small batches leaves no more behind.
+const IDLE_RUNNERS: usize = 4;
 
 /// The idle runners of a pool, each waiting on the sender it left here; `closed` once the claim
 /// loop stops handing out batches.
@@ -124,7 +132,7 @@ async fn run<B: Broker>(
         let (tx, rx) = oneshot::channel();
         {
             let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
-            if idle.closed {
+            if idle.closed || idle.waiting.len() >= IDLE_RUNNERS {
                 return;
             }
             idle.waiting.push(tx);
