@@ -137,12 +137,19 @@ fn signal(pid: u32, sig: &str) {
 }
 
 /// `INFO replication` of `node`, or '' when it does not answer within 5 s.
-async fn replication(node: &Client) -> String {
-    let info = node.custom::<String, _>(fred::cmd!("INFO"), vec!["replication"]);
+/// `INFO replication` of the node at `port`, on a connection of its own (empty if it does not
+/// answer in 5 s): a sentinel's reconfiguration of a node kills its normal clients (`CLIENT
+/// KILL TYPE normal`), so a client kept across a second failover would answer nothing.
+async fn replication(port: &str) -> String {
+    let info = tokio::process::Command::new("redis-cli")
+        .args(["-p", port, "info", "replication"])
+        .kill_on_drop(true)
+        .output();
     tokio::time::timeout(Duration::from_secs(5), info)
         .await
         .ok()
         .and_then(Result::ok)
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default()
 }
 
@@ -272,8 +279,7 @@ async fn run(durable: bool) -> Tally {
             );
             let replica = Replica::start(&now);
             // Its sync is part of the run: durable publishes fail until it is done.
-            let promoted_client = node_client(&now).await;
-            let replica_client = node_client(&format!("127.0.0.1:{}", replica.2)).await;
+            let promoted_port = now.rsplit(':').next().unwrap_or_default().to_owned();
             let port = format!("port={},", replica.2);
             // A full sync (the promoted primary forks for it, after repl-diskless-sync-delay's
             // 5 s) takes seconds, and longer beside the other process tests: a generous bound
@@ -286,7 +292,7 @@ async fn run(durable: bool) -> Tally {
                 "the new replica syncs",
                 Duration::from_secs(120),
                 async || {
-                    let info = replication(&promoted_client).await;
+                    let info = replication(&promoted_port).await;
                     let mut synced = info.lines().any(|l| {
                         l.starts_with("slave") && l.contains(&port) && l.contains("state=online")
                     });
@@ -294,7 +300,7 @@ async fn run(durable: bool) -> Tally {
                     // (the promoted primary, busy with the sync's fork, looked down): then the
                     // new replica is the primary, and synced once a replica of it is online.
                     if !synced {
-                        let own = replication(&replica_client).await;
+                        let own = replication(&replica.2).await;
                         synced = own.lines().any(|l| l == "role:master")
                             && own.lines().any(|l| {
                                 l.starts_with("slave") && l.contains("state=online")
@@ -307,11 +313,7 @@ async fn run(durable: bool) -> Tally {
                     }
                     if !synced && waiting.elapsed() > told + Duration::from_secs(30) {
                         told = waiting.elapsed();
-                        let own = Command::new("redis-cli")
-                            .args(["-p", &replica.2, "info", "replication"])
-                            .output()
-                            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                            .unwrap_or_default();
+                        let own = replication(&replica.2).await;
                         println!(
                             "failover ({what}): the new replica not synced after {told:?}; the promoted primary says:\n{info}\nthe replica says:\n{own}"
                         );
