@@ -346,7 +346,7 @@ impl<B: Broker> Subscription<B> {
         let opts = &*lane.opts;
         match handled {
             Handled::Ack(None) => Settlement::Ack,
-            // Boxed, like the job record below: a rare await kept out of every runner's slot.
+            // Boxed, like the job record in `finish`: a rare await kept out of every runner's slot.
             Handled::Ack(Some(reply)) => match Box::pin(self.publish_reply(reply)).await {
                 Ok(()) => Settlement::Ack,
                 Err(e) => {

@@ -1,7 +1,8 @@
 //! One receiver's claim loop (`Subscription::read`): takes free permits, claims that many
 //! messages through the receiver (backing off while claims fail), and hands each claimed batch
-//! to a batch runner (see `runners`) or its deliveries to the batcher; and the drain on stop (`Subscription::drain`). The loop
-//! sends nothing itself: the receiver's `receive` is the broker's claim.
+//! to a batch runner (see `runners`) or its deliveries to the batcher; and the drain on stop
+//! (`Subscription::drain`). The loop sends nothing itself: the receiver's `receive` is the
+//! broker's claim.
 
 use std::sync::Arc;
 

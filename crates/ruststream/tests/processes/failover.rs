@@ -136,7 +136,6 @@ fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill {sig} {pid}");
 }
 
-/// `INFO replication` of `node`, or '' when it does not answer within 5 s.
 /// `INFO replication` of the node at `port`, on a connection of its own (empty if it does not
 /// answer in 5 s): a sentinel's reconfiguration of a node kills its normal clients (`CLIENT
 /// KILL TYPE normal`), so a client kept across a second failover would answer nothing.
