@@ -1,4 +1,4 @@
-//! Behaviour of list (and stream) subscriptions on the in-memory model, the standalone server
+//! Behaviour of list subscriptions on the in-memory model, the standalone server
 //! and the cluster (`name::memory`, `name::standalone`, `name::cluster`, see `harness`). Each
 //! test has a key prefix of its own, so they run in parallel; the keys are inspected with raw
 //! commands. A queue's keys share a hash tag (`{jobs}`, `{jobs}.processing`, ...), as a cluster
@@ -6,14 +6,11 @@
 
 use crate::harness;
 
-use std::future::pending;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fred::bytes::Bytes;
 use fred::prelude::*;
-use harness::{Env, WAIT, bounded, on, stand, start, stop, unique, wait_until, with_db};
+use harness::{Env, WAIT, on, start, stop, unique, wait_until};
 use ruststream::PublishPolicy;
 use ruststream::prelude::*;
 use ruststream_core::{Broker, OutMessage};
@@ -33,33 +30,16 @@ on!(
     garbage_without_a_dead_letter_list_is_removed,
     a_raw_lpush_is_a_payload_without_headers,
     published_headers_reach_the_context,
-    shutdown_leaves_an_unfinished_entry_claimed,
-    batches_of_every_size_run_side_by_side_once_each_and_idle_runners_stop_at_once,
     reply_ttl_is_rearmed_on_each_push,
     publish_with_ttl_rearms_the_expiry,
     the_key_prefix_is_applied,
-    a_stream_entry_is_handled_and_acknowledged,
     delayed_publish_to_a_reliable_list,
     delayed_publish_to_a_simple_list,
-    a_routed_stream_destination_gets_xadd_from_a_producer,
 );
-
-// Not on the model: the concurrency test samples the processing list in a loop that never
-// waits (the model answers at once, so on the paused clock it would starve the app), and the
-// model has no `XINFO`.
-on!(
-    [standalone, cluster] multi_thread:
-    the_concurrency_limit_is_never_exceeded,
-    two_subscriptions_of_a_stream_group_split_its_entries,
-    two_readers_of_a_stream_subscription_share_its_permits,
-);
-
-// Standalone only: it counts the connections on a database, and a cluster has no databases.
-on!([standalone] multi_thread: shutdown_closes_every_connection);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-struct Job {
-    n: u32,
+pub(crate) struct Job {
+    pub(crate) n: u32,
 }
 
 outgoing!(Job);
@@ -71,17 +51,17 @@ struct Done {
 
 outgoing!(Done);
 
-fn info() -> AppInfo {
+pub(crate) fn info() -> AppInfo {
     AppInfo::new("lists-test", "0.0.0")
 }
 
-fn job_json(n: u32) -> Bytes {
+pub(crate) fn job_json(n: u32) -> Bytes {
     Bytes::from(serde_json::to_vec(&Job { n }).expect("json"))
 }
 
 /// The harness's recorder of every delivery ([`harness::Seen`]), settling as a `fn(&Job,
 /// attempt)` says.
-type Probe = harness::Seen<Job>;
+pub(crate) type Probe = harness::Seen<Job>;
 
 impl Probe {
     fn ns(&self) -> Vec<u32> {
@@ -97,7 +77,7 @@ fn app_with(broker: &RedisBroker, source: RedisList, probe: &Probe) -> RustStrea
     })
 }
 
-async fn publish(broker: &RedisBroker, key: &str, n: u32) {
+pub(crate) async fn publish(broker: &RedisBroker, key: &str, n: u32) {
     broker
         .publisher()
         .message(&Job { n })
@@ -446,175 +426,6 @@ async fn published_headers_reach_the_context(env: &Env) {
 
 // 7 ------------------------------------------------------------------------------------------
 
-/// A handler that never finishes.
-#[derive(Clone, Default)]
-struct Stuck(Arc<AtomicUsize>);
-
-impl Handle<Job> for Stuck {
-    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        pending::<()>().await;
-        Ok(())
-    }
-}
-
-async fn shutdown_leaves_an_unfinished_entry_claimed(env: &Env) {
-    let broker = env.broker();
-    let stuck = Stuck::default();
-    let handler = stuck.clone();
-    let app = RustStream::new(info())
-        .shutdown_timeout(Duration::from_millis(200))
-        .with_broker(broker.clone(), move |b| {
-            b.include(subscriber(RedisList::new("{jobs}").reliable(), handler).build());
-        });
-    let app = start(app).await;
-    publish(&broker, "{jobs}", 1).await;
-    wait_until("the handler to start", WAIT, async || {
-        stuck.0.load(Ordering::SeqCst) == 1
-    })
-    .await;
-
-    let began = Instant::now();
-    bounded(
-        "shutdown with a stuck handler",
-        Duration::from_secs(2),
-        app.shutdown(),
-    )
-    .await
-    .expect("shutdown");
-    let took = began.elapsed();
-    assert!(
-        took >= Duration::from_millis(200),
-        "did not wait for the handler: {took:?}"
-    );
-
-    assert_eq!(env.llen("{jobs}").await, 0);
-    let claimed = env.frames("{jobs}.processing").await;
-    assert_eq!(claimed.len(), 1, "the unfinished entry stays claimed");
-    assert_eq!((claimed[0].attempt, &claimed[0].payload), (1, &job_json(1)));
-    assert!(!env.exists("{jobs}.dead").await);
-}
-
-/// Records each job it handles; the jobs below `gate` wait until `gate` of them have started.
-#[derive(Clone, Default)]
-struct Gated {
-    gate: u32,
-    started: Arc<AtomicUsize>,
-    all_in: Arc<tokio::sync::Notify>,
-    seen: Arc<Mutex<Vec<u32>>>,
-}
-
-impl Handle<Job> for Gated {
-    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        if job.n < self.gate {
-            let waiting = self.all_in.notified();
-            tokio::pin!(waiting);
-            waiting.as_mut().enable();
-            if self.started.fetch_add(1, Ordering::SeqCst) + 1 == self.gate as usize {
-                self.all_in.notify_waiters();
-            } else {
-                waiting.await;
-            }
-        }
-        self.seen.lock().expect("seen").push(job.n);
-        Ok(())
-    }
-}
-
-// A subscription's batch runners (`dispatch/runners.rs`): two claimed batches run side by side
-// (the first 8 jobs, at concurrency 8 and claims of at most 4, each wait until all 8 have
-// started, so a batch queued behind a busy runner hangs the test); batches of every size then
-// reuse the runners' slots, each job handled once; and at stop the idle runners end at once,
-// not at `shutdown_timeout`.
-async fn batches_of_every_size_run_side_by_side_once_each_and_idle_runners_stop_at_once(env: &Env) {
-    let broker = env.broker();
-    let handler = Gated {
-        gate: 8,
-        ..Gated::default()
-    };
-    let seen = handler.seen.clone();
-    let source = RedisList::new("{jobs}").reliable().concurrency(8);
-    let app = RustStream::new(info())
-        .shutdown_timeout(Duration::from_secs(60))
-        .with_broker(broker.clone(), move |b| {
-            b.include(subscriber(source, handler).build());
-        });
-    let app = start(app).await;
-    for n in 0..8 {
-        publish(&broker, "{jobs}", n).await;
-    }
-    wait_until("the 8 gated jobs, side by side", WAIT, async || {
-        seen.lock().expect("seen").len() == 8
-    })
-    .await;
-    let mut next = 8;
-    for size in [1, 4, 2, 3, 1, 4] {
-        for n in next..next + size {
-            publish(&broker, "{jobs}", n).await;
-        }
-        next += size;
-        wait_until("a batch handled", WAIT, async || {
-            seen.lock().expect("seen").len() == next as usize
-        })
-        .await;
-    }
-    wait_until("the processing list to empty", WAIT, async || {
-        env.llen("{jobs}.processing").await == 0
-    })
-    .await;
-
-    let began = Instant::now();
-    bounded("the stop", Duration::from_secs(30), app.shutdown())
-        .await
-        .expect("shutdown");
-    let took = began.elapsed();
-    assert!(took < Duration::from_secs(10), "the stop waited {took:?}");
-    let mut handled = seen.lock().expect("seen").clone();
-    handled.sort_unstable();
-    assert_eq!(handled, (0..next).collect::<Vec<_>>());
-    assert_eq!(env.llen("{jobs}").await, 0);
-    assert_eq!(env.llen("{jobs}.processing").await, 0);
-}
-
-/// Client connections (of any type) whose selected database is `db`.
-async fn connections_on(client: &Client, db: u8) -> usize {
-    let list: String = client
-        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
-        .await
-        .expect("CLIENT LIST");
-    let tag = format!(" db={db} ");
-    list.lines().filter(|l| l.contains(&tag)).count()
-}
-
-async fn shutdown_closes_every_connection(env: &Env) {
-    // A database no other test of this file selects, so its connections can be counted.
-    const DB: u8 = 13;
-    let url = with_db(env.url().expect("the standalone server"), DB);
-    let client = stand::connect(Config::from_url(&url).expect("a valid URL")).await;
-    let before = connections_on(&client, DB).await;
-    for _ in 0..2 {
-        let broker = RedisBroker::standalone(url.clone()).prefix(env.prefix.clone());
-        let app = RustStream::new(info()).with_broker(broker, |b| {
-            b.include(subscriber(RedisList::new("a").reliable(), Probe::acking()).build());
-            b.include(subscriber(RedisList::new("b"), Probe::acking()).build());
-        });
-        let app = start(app).await;
-        let running = connections_on(&client, DB).await;
-        assert!(
-            running >= before + 3,
-            "a pool and two readers: {running} connections, {before} before"
-        );
-        stop(app).await;
-        wait_until("the app's connections to close", WAIT, async || {
-            connections_on(&client, DB).await == before
-        })
-        .await;
-    }
-    let _ = client.quit().await;
-}
-
-// 8 ------------------------------------------------------------------------------------------
-
 /// Replies with the job's number.
 struct Echo;
 
@@ -714,91 +525,7 @@ async fn publish_with_ttl_rearms_the_expiry(env: &Env) {
     Broker::close(&broker).await;
 }
 
-// 9 ------------------------------------------------------------------------------------------
-
-/// Counts handlers running at once.
-#[derive(Clone, Default)]
-struct Busy {
-    now: Arc<AtomicUsize>,
-    max: Arc<AtomicUsize>,
-    done: Arc<AtomicUsize>,
-}
-
-impl Handle<Job> for Busy {
-    async fn handle(&self, _: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max.fetch_max(now, Ordering::SeqCst);
-        // The work itself.
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        self.now.fetch_sub(1, Ordering::SeqCst);
-        self.done.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-}
-
-async fn the_concurrency_limit_is_never_exceeded(env: &Env) {
-    const N: u32 = 200;
-    let broker = env.broker();
-    broker.connect().await.expect("connect");
-    let jobs: Vec<Job> = (0..N).map(|n| Job { n }).collect();
-    broker
-        .publisher()
-        .messages(&jobs)
-        .to("{jobs}")
-        .publish()
-        .await
-        .expect("publish");
-    assert_eq!(env.llen("{jobs}").await, i64::from(N));
-
-    // Samples the processing list's length while the app runs.
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = {
-        let client = env.client.clone();
-        let key = env.key("{jobs}.processing");
-        let sampling = sampling.clone();
-        tokio::spawn(async move {
-            let (mut max, mut samples) = (0_i64, 0_u32);
-            while sampling.load(Ordering::SeqCst) {
-                let len: i64 = client.llen(&key).await.expect("LLEN");
-                max = max.max(len);
-                samples += 1;
-            }
-            (max, samples)
-        })
-    };
-
-    let busy = Busy::default();
-    let handler = busy.clone();
-    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
-        b.include(subscriber(RedisList::new("{jobs}").reliable().concurrency(4), handler).build());
-    });
-    let app = start(app).await;
-    wait_until("every entry handled", Duration::from_secs(30), async || {
-        busy.done.load(Ordering::SeqCst) == N as usize
-    })
-    .await;
-    wait_until("the processing list to empty", WAIT, async || {
-        env.llen("{jobs}.processing").await == 0
-    })
-    .await;
-    sampling.store(false, Ordering::SeqCst);
-    let (max_processing, samples) = bounded("the sampler", WAIT, sampler)
-        .await
-        .expect("sampler");
-    stop(app).await;
-
-    let max = busy.max.load(Ordering::SeqCst);
-    assert_eq!(max, 4, "most handlers at once");
-    // Four being handled (or handed to the settler), and at most one batch of four being settled
-    // while the next claim runs.
-    assert!(
-        (1..=8).contains(&max_processing),
-        "most entries in the processing list: {max_processing} ({samples} samples)"
-    );
-    assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
-}
-
-// 10 -----------------------------------------------------------------------------------------
+// 8 ------------------------------------------------------------------------------------------
 
 async fn the_key_prefix_is_applied(env: &Env) {
     // Hash-tagged: the queue's keys share a slot on a cluster.
@@ -854,171 +581,7 @@ async fn the_key_prefix_is_applied(env: &Env) {
     env.delete_matching(&format!("{prefixed}*")).await;
 }
 
-// 11 -----------------------------------------------------------------------------------------
-
-/// A stream delivery: the job's number, the attempt, the `tenant` header.
-type Delivered = (u32, u32, Option<String>);
-
-/// A stream handler that records deliveries.
-#[derive(Clone, Default)]
-struct StreamProbe(Arc<Mutex<Vec<Delivered>>>);
-
-impl Handle<Job> for StreamProbe {
-    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        self.0.lock().expect("lock").push((
-            job.n,
-            ctx.attempt(),
-            ctx.header("tenant").map(str::to_owned),
-        ));
-        Ok(())
-    }
-}
-
-async fn pending_count(env: &Env, key: &str, group: &str) -> i64 {
-    env.pending(key, group).await
-}
-
-/// Counts each handled job per subscription, so a test can tell which consumer got what.
-#[derive(Clone, Default)]
-struct Tally(Arc<Mutex<Vec<u32>>>);
-
-impl Handle<Job> for Tally {
-    async fn handle(&self, job: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-        // Yield, so the other consumer gets a chance to read while this one handles.
-        tokio::task::yield_now().await;
-        self.0.lock().expect("lock").push(job.n);
-        Ok(())
-    }
-}
-
-/// The same stream subscription included twice is two consumers of the group (each a reader
-/// with its own connection): every entry is handled once, by one of them, and none stays
-/// pending.
-/// Publishes the jobs `0..n` to the stream `{ev}`.
-async fn publish_events(broker: RedisBroker, n: u32) {
-    let jobs: Vec<Job> = (0..n).map(|n| Job { n }).collect();
-    broker
-        .route("{ev}", stream::Publish::new())
-        .publisher()
-        .messages(&jobs)
-        .to("{ev}")
-        .publish()
-        .await
-        .expect("publish");
-}
-
-async fn two_subscriptions_of_a_stream_group_split_its_entries(env: &Env) {
-    const N: u32 = 2_000;
-    let broker = env.broker();
-    let (a, b) = (Tally::default(), Tally::default());
-    let (ha, hb) = (a.clone(), b.clone());
-    let app = RustStream::new(info()).with_broker(broker.clone(), move |br| {
-        br.include(subscriber(RedisStream::new("{ev}").group("g").concurrency(8), ha).build());
-        br.include(subscriber(RedisStream::new("{ev}").group("g").concurrency(8), hb).build());
-    });
-    let app = start(app).await;
-    publish_events(broker.clone(), N).await;
-    let handled = || a.0.lock().expect("lock").len() + b.0.lock().expect("lock").len();
-    wait_until("every entry handled", Duration::from_secs(30), async || {
-        handled() >= N as usize
-    })
-    .await;
-    wait_until("no pending entry", WAIT, async || {
-        pending_count(env, "{ev}", "g").await == 0
-    })
-    .await;
-    stop(app).await;
-
-    let mut all: Vec<u32> = a.0.lock().expect("lock").clone();
-    all.extend(b.0.lock().expect("lock").iter());
-    all.sort_unstable();
-    assert_eq!(all, (0..N).collect::<Vec<_>>(), "each entry exactly once");
-    let consumers: Vec<Value> = env
-        .client
-        .custom(
-            fred::cmd!("XINFO", hash: fred::types::ClusterHash::from(env.key("{ev}").as_str())),
-            vec!["CONSUMERS".to_owned(), env.key("{ev}"), "g".to_owned()],
-        )
-        .await
-        .expect("XINFO CONSUMERS");
-    assert_eq!(consumers.len(), 2, "two consumers in the group");
-}
-
-async fn two_readers_of_a_stream_subscription_share_its_permits(env: &Env) {
-    const N: u32 = 400;
-    let broker = env.broker();
-    let busy = Busy::default();
-    let handler = busy.clone();
-    let source = RedisStream::new("{ev}")
-        .group("g")
-        .consumer("c")
-        .concurrency(4)
-        .readers(2);
-    assert_eq!(source.reader_count(), 2);
-    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
-        b.include(subscriber(source, handler).build());
-    });
-    let app = start(app).await;
-    publish_events(broker.clone(), N).await;
-    wait_until("every entry handled", Duration::from_secs(30), async || {
-        busy.done.load(Ordering::SeqCst) == N as usize
-    })
-    .await;
-    wait_until("no pending entry", WAIT, async || {
-        pending_count(env, "{ev}", "g").await == 0
-    })
-    .await;
-    stop(app).await;
-
-    let max = busy.max.load(Ordering::SeqCst);
-    assert!((2..=4).contains(&max), "most handlers at once: {max}");
-    let names = crate::bounded::consumer_names(env, "{ev}").await;
-    assert_eq!(names, ["c", "c-2"], "one consumer of the group per reader");
-}
-
-async fn a_stream_entry_is_handled_and_acknowledged(env: &Env) {
-    let broker = env.broker();
-    let probe = StreamProbe::default();
-    let handler = probe.clone();
-    let app = RustStream::new(info()).with_broker(broker.clone(), move |b| {
-        b.include(subscriber(RedisStream::new("events").group("g"), handler).build());
-    });
-    let app = start(app).await;
-    let _: Bytes = env
-        .client
-        .custom(
-            fred::cmd!("XADD"),
-            vec![
-                env.key("events"),
-                "*".into(),
-                "payload".into(),
-                r#"{"n":5}"#.into(),
-                "tenant".into(),
-                "acme".into(),
-            ],
-        )
-        .await
-        .expect("XADD");
-    wait_until("the stream entry", WAIT, async || {
-        !probe.0.lock().expect("lock").is_empty()
-    })
-    .await;
-    wait_until("no pending entry", WAIT, async || {
-        pending_count(env, "events", "g").await == 0
-    })
-    .await;
-    stop(app).await;
-
-    assert_eq!(
-        *probe.0.lock().expect("lock"),
-        [(5, 1, Some("acme".to_owned()))]
-    );
-    let len: i64 = env.client.xlen(env.key("events")).await.expect("XLEN");
-    assert_eq!(len, 1, "no entry was added back");
-    assert!(!env.exists("events.dead").await);
-}
-
-// 12 -----------------------------------------------------------------------------------------
+// 9 ------------------------------------------------------------------------------------------
 
 async fn delayed_publish_arrives_after_its_delay(env: &Env, source: RedisList) {
     const DELAY: Duration = Duration::from_millis(300);
@@ -1081,24 +644,4 @@ async fn delayed_publish_to_a_reliable_list(env: &Env) {
 
 async fn delayed_publish_to_a_simple_list(env: &Env) {
     delayed_publish_arrives_after_its_delay(env, RedisList::new("{jobs}")).await;
-}
-
-/// A producer-only process publishes to a stream once the broker routes the key there.
-async fn a_routed_stream_destination_gets_xadd_from_a_producer(env: &Env) {
-    let producer = env
-        .broker()
-        .route("events", ruststream::stream::Publish::new());
-    producer
-        .publisher()
-        .message(&Job { n: 7 })
-        .to("events")
-        .publish()
-        .await
-        .unwrap();
-    let kind: String = env
-        .client
-        .custom(fred::cmd!("TYPE"), vec![env.key("events")])
-        .await
-        .unwrap();
-    assert_eq!(kind, "stream");
 }
