@@ -209,6 +209,36 @@ async fn replica_caught_up(primary: &Client) -> bool {
         })
 }
 
+/// Publishes job `n` (durable or not) within `PUBLISH_LIMIT` and counts it in `tally`: acknowledged,
+/// or refused (`NotDurable`, an error or the time limit). Returns whether it was acknowledged.
+async fn publish(
+    publisher: &Publisher,
+    n: u32,
+    durable: bool,
+    tally: &mut Tally,
+    what: &str,
+) -> bool {
+    let job = Job { n };
+    let mut publish = publisher.message(&job).to(QUEUE);
+    if durable {
+        publish = publish.durable(1, DURABLE);
+    }
+    match tokio::time::timeout(PUBLISH_LIMIT, publish.publish()).await {
+        Ok(Ok(_)) => {
+            tally.acked.insert(n);
+            return true;
+        }
+        Ok(Err(e)) => {
+            if tally.refused % 100 == 99 {
+                println!("failover ({what}): publish {n} refused: {e}");
+            }
+        }
+        Err(_) => {}
+    }
+    tally.refused += 1;
+    false
+}
+
 /// One run on fresh servers: `durable` or not.
 async fn run(durable: bool) -> Tally {
     let what = if durable { "durable" } else { "plain" };
@@ -325,23 +355,7 @@ async fn run(durable: bool) -> Tally {
             .await;
             new_replica = Some(replica);
         }
-        let job = Job { n: i };
-        let mut publish = publisher.message(&job).to(QUEUE);
-        if durable {
-            publish = publish.durable(1, DURABLE);
-        }
-        match tokio::time::timeout(PUBLISH_LIMIT, publish.publish()).await {
-            Ok(Ok(_)) => {
-                tally.acked.insert(i);
-            }
-            Ok(Err(e)) => {
-                if tally.refused % 100 == 99 {
-                    println!("failover ({what}): publish {i} refused: {e}");
-                }
-                tally.refused += 1;
-            }
-            Err(_) => tally.refused += 1,
-        }
+        publish(&publisher, i, durable, &mut tally, what).await;
     }
     if let Some(p) = promoted.take() {
         let now = bounded("the promotion", Duration::from_secs(30), p)
@@ -356,20 +370,8 @@ async fn run(durable: bool) -> Tally {
     if durable {
         let deadline = Instant::now() + Duration::from_secs(60);
         while tally.acked.range(kill_at..).next().is_none() && Instant::now() < deadline {
-            let job = Job { n: extra };
-            let publish = publisher
-                .message(&job)
-                .to(QUEUE)
-                .durable(1, DURABLE)
-                .publish();
-            match tokio::time::timeout(PUBLISH_LIMIT, publish).await {
-                Ok(Ok(_)) => {
-                    tally.acked.insert(extra);
-                }
-                _ => {
-                    tally.refused += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+            if !publish(&publisher, extra, durable, &mut tally, what).await {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             extra += 1;
         }
