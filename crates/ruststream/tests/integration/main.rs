@@ -47,6 +47,7 @@ mod macros;
 mod metrics;
 mod operate;
 mod partitions;
+mod payloads;
 #[allow(clippy::module_inception)]
 mod payments;
 mod periodic;
