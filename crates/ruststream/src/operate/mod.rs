@@ -4,7 +4,11 @@
 //!
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
 //! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
+//!
+//! `commands.rs` holds the commands as parsed, `print.rs` how results are printed, `flow.rs`
+//! what `flow show` prints, `rates.rs` the rates `inspect --metrics-url` reads.
 
+mod commands;
 mod flow;
 mod print;
 #[cfg(feature = "prometheus")]
@@ -13,13 +17,13 @@ pub mod rates;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
-use clap::{Args, Subcommand};
-use ruststream_redis::operate::{Operator, Select};
+use ruststream_redis::operate::Operator;
 use ruststream_redis::{RedisBroker, RedisSource};
 
 #[cfg(not(feature = "prometheus"))]
 use std::collections::HashMap;
 
+pub(crate) use self::commands::{ChangeArgs, Dead, Delayed, Flow, Operate};
 use self::print::{Row, inspect_text, ms_text, periodic_text, pretty, print_out};
 use crate::{Error, Result, RustStream};
 
@@ -36,170 +40,6 @@ pub struct Rates {
 const NOTHING_MATCHED: u8 = 3;
 /// Exit code: a usage error.
 const USAGE: u8 = 2;
-
-/// The operator's commands.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Operate {
-    /// Per subscription: transport and keys; ready, in flight, delayed, dead; paused.
-    Inspect {
-        /// Only this subscription (its key or channel).
-        subscription: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-        /// A running instance's metrics endpoint (`run --metrics-addr`), e.g.
-        /// http://127.0.0.1:9000/metrics: adds its handled and failed messages per second.
-        #[cfg(feature = "prometheus")]
-        #[arg(long, value_name = "URL")]
-        metrics_url: Option<String>,
-    },
-    /// Dead letters: list, show, requeue, purge. A dead-letter list keeps at most 10,000, each
-    /// at most 30 days (the subscription's `dead_letter_max_len`/`dead_letter_max_age`); the
-    /// oldest go first; each carries its `reason` and `dead-at` (ms since the epoch) headers.
-    #[command(subcommand)]
-    Dead(Dead),
-    /// Delayed entries: list, promote, cancel.
-    #[command(subcommand)]
-    Delayed(Delayed),
-    /// Every worker of the subscription stops claiming (in-flight work finishes) until `resume`;
-    /// with `--group`, only that group of a list with fair groups is passed over.
-    Pause {
-        /// The subscription.
-        subscription: String,
-        /// Pause only this group (a list with fair groups); the others are served.
-        #[arg(long)]
-        group: Option<String>,
-        /// Kept with the pause: who and why.
-        #[arg(long, default_value = "paused from the command line")]
-        note: String,
-    },
-    /// The subscription's workers claim again (with `--group`: that group's messages).
-    Resume {
-        /// The subscription.
-        subscription: String,
-        /// Resume only this group (a list with fair groups).
-        #[arg(long)]
-        group: Option<String>,
-    },
-    /// Cancels one message by id wherever it is: delayed → removed; running → its handler is
-    /// told, and dropped after the grace; queued → dropped when claimed. Exit code 3: not found.
-    Cancel {
-        /// The subscription (a list).
-        subscription: String,
-        /// The message id.
-        #[arg(long)]
-        id: String,
-    },
-    /// Flows: a flow's state and each child's.
-    #[command(subcommand)]
-    Flow(Flow),
-    /// Periodic jobs every instance registered: schedule, zone, destination, last and next tick.
-    Periodic {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// `flow ...`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Flow {
-    /// A flow's state (pending, enqueued, failed), policy, and each child's outcome and result.
-    /// Exit code 3: no such flow (never published, or expired).
-    Show {
-        /// The flow's id (its parent's message id).
-        id: String,
-        /// The subscription its parent goes to; without it, every list and stream of the app
-        /// is looked in.
-        #[arg(long)]
-        subscription: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// `dead ...`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Dead {
-    /// The oldest dead letters, decoded.
-    List(ListArgs),
-    /// One dead letter, decoded.
-    Show(ShowArgs),
-    /// Move dead letters back to their queue, attempt count reset, reason kept in `dead-history`.
-    Requeue(ChangeArgs),
-    /// Delete dead letters (asks for confirmation unless --yes).
-    Purge(ChangeArgs),
-}
-
-/// `delayed ...`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum Delayed {
-    /// The earliest delayed entries.
-    List(ListArgs),
-    /// Make delayed entries due now.
-    Promote(ChangeArgs),
-    /// Remove delayed entries (asks for confirmation unless --yes).
-    Cancel(ChangeArgs),
-}
-
-/// A listing.
-#[derive(Debug, Args)]
-pub(crate) struct ListArgs {
-    /// The subscription.
-    subscription: String,
-    /// Most entries shown.
-    #[arg(long, default_value_t = 20)]
-    limit: usize,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// One entry.
-#[derive(Debug, Args)]
-pub(crate) struct ShowArgs {
-    /// The subscription.
-    subscription: String,
-    /// The message id (or `#N`, the N-th oldest, for an entry without one).
-    #[arg(long)]
-    id: String,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-/// A change to one entry or to all.
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).args(["id", "all"])))]
-pub(crate) struct ChangeArgs {
-    /// The subscription.
-    subscription: String,
-    /// The message id (or `#N`).
-    #[arg(long)]
-    id: Option<String>,
-    /// Every entry, oldest first.
-    #[arg(long)]
-    all: bool,
-    /// With --all: at most this many.
-    #[arg(long, requires = "all")]
-    limit: Option<usize>,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-impl ChangeArgs {
-    fn select(&self) -> Select {
-        match &self.id {
-            Some(id) => Select::Id(id.clone()),
-            None => Select::All { limit: self.limit },
-        }
-    }
-}
 
 /// The operators of every Redis broker of `app`, each with its subscriptions.
 pub fn operators(app: &RustStream) -> Vec<Operator> {
