@@ -23,7 +23,7 @@ mod common;
 mod liveness;
 #[path = "reliability/proxy_check.rs"]
 mod proxy_check;
-#[path = "reliability/recovery.rs"]
+#[path = "reliability/recovery/mod.rs"]
 mod recovery;
 #[path = "reliability/scripts.rs"]
 mod scripts;
