@@ -5,7 +5,7 @@
 //! retries (the retry frees the cap), a worker that dies holding capped work (its claims hold
 //! the cap until the sweep brings them back, then the cap frees), and the refusals (a simple
 //! list, partitions, zero). The cap with priorities, a rate limit, pause, a batch handler,
-//! delays and recovery is in `combinations.rs`'s matrix.
+//! delays and recovery is in `combinations/`'s matrix.
 
 use crate::harness;
 

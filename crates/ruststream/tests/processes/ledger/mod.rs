@@ -11,7 +11,7 @@
 //! - **Messages.** The test publishes `N` jobs `{n}` (`n` in `0..N`, the ledger's id) to `{ledger}`
 //!   at a steady rate ([`RATE`] a second, in chunks), on a direct connection.
 //! - **Workers.** [`WORKERS`] processes (this test binary run again as
-//!   `ledger::worker::ledger_worker_process`, as `faults.rs` does), each a subscription with
+//!   `ledger::worker::ledger_worker_process`, as the fault tests do), each a subscription with
 //!   concurrency [`CONCURRENCY`], `min_idle` [`MIN_IDLE`] and [`MAX_ATTEMPTS`] attempts,
 //!   connected through a [`Proxy`] that can cut their connections. The handler picks an outcome
 //!   from the seed, the job's id and its attempt (`worker.rs`'s `pick`): ack, retry,

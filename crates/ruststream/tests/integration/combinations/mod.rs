@@ -17,6 +17,13 @@
 //!   unread or delayed. A stream has no priority levels and no per-key limit (a group reads in
 //!   order and cannot skip a held key): `RedisStream` has no such method, so those pairs are
 //!   refused when the app is compiled, and every pair of the other six runs (the README's table).
+//!
+//! This file holds the list matrix; `pause.rs` the pause, `rate.rs` a rate limit over partitions,
+//! `streams.rs` the stream matrix.
+
+mod pause;
+mod rate;
+mod streams;
 
 use crate::harness;
 
@@ -31,17 +38,10 @@ use ruststream::operate::operators;
 use ruststream::prelude::*;
 use ruststream::redis::operate::Operator;
 use ruststream::{BatchContext, BatchOutcome, HandleBatch};
-use tokio::time::Instant;
 
 on!(
     [memory, standalone, cluster]
-    a_pause_holds_a_waiting_simple_list,
-    a_pause_holds_a_waiting_reliable_list,
-    a_pause_holds_a_waiting_stream,
     every_supported_pair_of_features_loses_and_duplicates_nothing,
-    a_rate_limit_holds_over_all_partitions_of_a_list,
-    a_rate_limit_holds_over_all_partitions_of_a_stream,
-    every_pair_of_stream_features_loses_and_duplicates_nothing,
 );
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -172,86 +172,6 @@ async fn operator_of(env: &Env, mount: impl FnOnce(&mut Mount<RedisBroker>)) -> 
         .expect("the app has a Redis broker");
     op.connect().await.expect("the operator connects");
     op
-}
-
-/// Two instances of `mount` read `key`; one job is handled (so both readers are back in their
-/// blocking wait); then `pause` returns, a job is published, and for two blocks nobody claims
-/// it (`waiting` says it still waits); after `resume` it is handled.
-async fn a_pause_holds_waiting_readers(
-    env: &Env,
-    key: &str,
-    mount: impl Fn(&mut Mount<RedisBroker>) + Clone,
-    tally: &Tally,
-    producer: RedisBroker,
-    waiting: impl AsyncFn() -> bool,
-) {
-    let op = operator_of(env, mount.clone()).await;
-    let first = start(own_app(env, mount.clone())).await;
-    let second = start(own_app(env, mount)).await;
-    producer.connect().await.expect("connect");
-    let publisher = producer.publisher();
-    publisher
-        .message(&Job { n: 0 })
-        .to(key)
-        .publish()
-        .await
-        .unwrap();
-    env.eventually("the first job is handled", async || tally.has(0))
-        .await;
-
-    op.pause(key, "test").await.unwrap();
-    publisher
-        .message(&Job { n: 1 })
-        .to(key)
-        .publish()
-        .await
-        .unwrap();
-    // A negative observation needs a window: two blocking reads.
-    tokio::time::sleep(2 * BLOCK).await;
-    assert!(!tally.has(1), "a paused subscription claimed");
-    assert!(waiting().await, "the job still waits on the queue");
-
-    op.resume(key).await.unwrap();
-    env.eventually("the job is handled after resume", async || tally.has(1))
-        .await;
-    assert_eq!(tally.not_once(2), [], "each job handled once");
-    stop(first).await;
-    stop(second).await;
-}
-
-async fn a_pause_holds_a_waiting_simple_list(env: &Env) {
-    pause_on_a_list(env, RedisList::new("{ps}")).await;
-}
-
-async fn a_pause_holds_a_waiting_reliable_list(env: &Env) {
-    pause_on_a_list(env, RedisList::new("{pr}").reliable()).await;
-}
-
-async fn pause_on_a_list(env: &Env, list: RedisList) {
-    let key = list.key().to_owned();
-    let tally = Tally::default();
-    let t = tally.clone();
-    let mount = move |b: &mut Mount<RedisBroker>| {
-        b.include(subscriber(list.clone().block(BLOCK), t.clone()).build());
-    };
-    let producer = env.broker_with(|b| b);
-    a_pause_holds_waiting_readers(env, &key, mount, &tally, producer, async || {
-        env.llen(&key).await == 1
-    })
-    .await;
-}
-
-async fn a_pause_holds_a_waiting_stream(env: &Env) {
-    let tally = Tally::default();
-    let t = tally.clone();
-    let mount = move |b: &mut Mount<RedisBroker>| {
-        b.include(subscriber(RedisStream::new("{pst}").group("g").block(BLOCK), t.clone()).build());
-    };
-    let producer = env.broker_with(|b| b.route("{pst}", stream::Publish::new()));
-    a_pause_holds_waiting_readers(env, "{pst}", mount, &tally, producer, async || {
-        env.pending("{pst}", "g").await == 0
-    })
-    .await;
 }
 
 /// One queue feature of the matrix.
@@ -500,247 +420,4 @@ fn queue_lists(key: &str, pair: &[Feature]) -> Vec<String> {
         lists.push(q);
     }
     lists
-}
-
-async fn a_rate_limit_holds_over_all_partitions_of_a_list(env: &Env) {
-    let list = RedisList::new("limited")
-        .reliable()
-        .partitions(4)
-        .block(BLOCK)
-        .rate_limit(5, Duration::from_secs(1));
-    let route = ruststream::PublishPolicy::List(list::Publish::new().partitions(4));
-    rate_over_partitions(env, list, route).await;
-}
-
-async fn a_rate_limit_holds_over_all_partitions_of_a_stream(env: &Env) {
-    let stream = RedisStream::new("limited")
-        .group("g")
-        .partitions(4)
-        .block(BLOCK)
-        .rate_limit(5, Duration::from_secs(1));
-    let route = ruststream::PublishPolicy::Stream(stream::Publish::new().partitions(4));
-    rate_over_partitions(env, stream, route).await;
-}
-
-/// A rate limit of 5 a second on a queue of 4 partitions read by two apps: the limiter is the
-/// logical queue's, so the burst is 5 in all (a limit per partition would let 20 through at
-/// once), and within any window W at most 5 + 5 W/s pass (one more for the clocks), and all
-/// 20 jobs are handled once.
-async fn rate_over_partitions(
-    env: &Env,
-    source: impl ruststream::Source<Broker = RedisBroker> + Clone,
-    route: ruststream::PublishPolicy,
-) {
-    let stamps: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let tally = Tally::default();
-    #[derive(Clone)]
-    struct Stamped(Tally, Arc<Mutex<Vec<Instant>>>);
-    impl Handle<Job> for Stamped {
-        async fn handle(&self, m: &Job, _: &(), _: &mut Context<'_>) -> Result<(), HandlerOutcome> {
-            self.1.lock().expect("lock").push(Instant::now());
-            self.0.add(m.n);
-            Ok(())
-        }
-    }
-    let handler = Stamped(tally.clone(), stamps.clone());
-    let mount = move |b: &mut Mount<RedisBroker>| {
-        b.include(subscriber(source.clone(), handler.clone()).build());
-    };
-    let producer = env.broker_with(|b| b.route("limited", route));
-    producer.connect().await.expect("connect");
-    for n in 0..20 {
-        producer
-            .publisher()
-            .message(&Job { n })
-            .to("limited")
-            .publish()
-            .await
-            .expect("publish");
-    }
-    let apps = [
-        start(own_app(env, mount.clone())).await,
-        start(own_app(env, mount)).await,
-    ];
-    wait_until("all 20 handled", WAIT, async || tally.handled() == 20).await;
-    for app in apps {
-        stop(app).await;
-    }
-    assert_eq!(tally.not_once(20), [], "each handled once");
-    let stamps = stamps.lock().expect("lock").clone();
-    for (i, first) in stamps.iter().enumerate() {
-        for (j, last) in stamps.iter().enumerate().skip(i) {
-            let w = last.duration_since(*first).as_secs_f64();
-            let bound = 5.0 + 5.0 * w + 1.0;
-            assert!(
-                (j - i + 1) as f64 <= bound,
-                "{} passed within {w:.3} s, over the limit's {bound}",
-                j - i + 1
-            );
-        }
-    }
-}
-
-/// The features of a [`RedisStream`]: those of the list matrix but priorities and the per-key
-/// limit, which a stream does not have.
-const STREAM_FEATURES: [Feature; 6] = [Rate, Partitions, Pause, Batch, Delays, Recovery];
-
-/// The stream's consumer group.
-const GROUP: &str = "g";
-
-async fn every_pair_of_stream_features_loses_and_duplicates_nothing(env: &Env) {
-    for (i, &a) in STREAM_FEATURES.iter().enumerate() {
-        for &b in &STREAM_FEATURES[i + 1..] {
-            let pair = [a, b];
-            run_stream_pair(env, &format!("s{a:?}{b:?}").to_lowercase(), &pair).await;
-        }
-    }
-}
-
-/// The stream of `pair` named `name`: read by [`GROUP`], 8 at once, with the pair's options.
-fn stream_source(name: &str, pair: &[Feature]) -> RedisStream {
-    let key = if pair.contains(&Partitions) {
-        name.to_owned()
-    } else {
-        format!("{{{name}}}")
-    };
-    let mut stream = RedisStream::new(key)
-        .group(GROUP)
-        .block(BLOCK)
-        .concurrency(8)
-        .min_idle(Duration::from_millis(300));
-    for f in pair {
-        stream = match f {
-            Rate => stream.rate_limit(20, Duration::from_millis(100)),
-            Partitions => stream.partitions(2),
-            Pause | Batch | Delays | Recovery => stream,
-            other => unreachable!("{other:?} is not in the stream matrix"),
-        };
-    }
-    stream
-}
-
-/// Runs `pair` on its own stream: every job handled once; nothing pending in the group,
-/// unread by it or waiting in a delayed set, on any partition.
-async fn run_stream_pair(env: &Env, name: &str, pair: &[Feature]) {
-    let stream = stream_source(name, pair);
-    let key = stream.key().to_owned();
-    let tally = Tally::default();
-    let mount = {
-        let (stream, t, batch) = (stream.clone(), tally.clone(), pair.contains(&Batch));
-        move |b: &mut Mount<RedisBroker>| {
-            if batch {
-                b.include(subscriber(stream.clone(), t.clone()).batch(5).build());
-            } else {
-                b.include(subscriber(stream.clone(), t.clone()).build());
-            }
-        }
-    };
-    let mut route = stream::Publish::new();
-    if pair.contains(&Partitions) {
-        route = route.partitions(2);
-    }
-    let producer = env.broker_with(|b| b.route(&key, route));
-    producer.connect().await.expect("connect");
-    let publisher = producer.publisher();
-    let publish = async |range: std::ops::Range<u32>| {
-        for n in range {
-            let job = Job { n };
-            let mut m = publisher.message(&job).to(&key);
-            if pair.contains(&Delays) && n % 4 == 0 {
-                m = m.delay(Duration::from_millis(200));
-            }
-            m.publish().await.expect("publish");
-        }
-    };
-
-    let mut first = 0;
-    if pair.contains(&Recovery) {
-        // Four jobs read by a consumer that dies holding them.
-        publish(0..4).await;
-        let stuck = Stuck::default();
-        let s = (stream.clone().concurrency(4), stuck.clone());
-        let dying = own_app(env, move |b| {
-            b.include(subscriber(s.0.clone(), s.1.clone()).build::<Job>());
-        })
-        .shutdown_timeout(Duration::from_millis(100));
-        let dying = start(dying).await;
-        wait_until("4 read", WAIT, async || stuck.started() == 4).await;
-        stop(dying).await;
-        first = 4;
-    }
-    let op = operator_of(env, mount.clone()).await;
-    if pair.contains(&Pause) {
-        op.pause(&key, "test").await.expect("pause");
-    }
-    let apps = [
-        start(own_app(env, mount.clone())).await,
-        start(own_app(env, mount)).await,
-    ];
-    publish(first..N).await;
-    if pair.contains(&Pause) {
-        tokio::time::sleep(2 * BLOCK).await;
-        assert_eq!(tally.handled(), 0, "{pair:?}: a paused stream was read");
-        op.resume(&key).await.expect("resume");
-    }
-    wait_until(&format!("{pair:?}: all handled"), WAIT, async || {
-        tally.handled() == N as usize
-    })
-    .await;
-    let streams = if pair.contains(&Partitions) {
-        stream.partition_keys()
-    } else {
-        vec![key.clone()]
-    };
-    wait_until(&format!("{pair:?}: all settled"), WAIT, async || {
-        let mut left = 0;
-        for s in &streams {
-            let (pending, unread) = group_state(env, s).await;
-            left += pending + unread + env.zcard(&format!("{s}.delayed")).await;
-        }
-        left == 0
-    })
-    .await;
-    for app in apps {
-        stop(app).await;
-    }
-    assert_eq!(
-        tally.not_once(N),
-        [],
-        "{pair:?}: jobs handled other than once"
-    );
-}
-
-/// The group's entries pending and not yet read (`XINFO GROUPS`' `pending` and `lag`) on the
-/// stream `key`.
-async fn group_state(env: &Env, key: &str) -> (i64, i64) {
-    use fred::prelude::*;
-    let groups: Vec<Value> = env
-        .client
-        .custom(
-            fred::cmd!("XINFO", hash: fred::types::ClusterHash::from(env.key(key).as_str())),
-            vec!["GROUPS".to_owned(), env.key(key)],
-        )
-        .await
-        .expect("XINFO GROUPS");
-    groups
-        .into_iter()
-        .find_map(|g| {
-            // A record is a flat array of names and values (RESP2) or a map (RESP3).
-            let fields: Vec<(String, Value)> = match g {
-                Value::Array(flat) => flat
-                    .chunks(2)
-                    .filter_map(|kv| Some((kv.first()?.as_string()?, kv.get(1)?.clone())))
-                    .collect(),
-                Value::Map(map) => map
-                    .inner()
-                    .into_iter()
-                    .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v)))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-            (field("name")?.as_string()? == GROUP).then_some(())?;
-            Some((field("pending")?.as_i64()?, field("lag")?.as_i64()?))
-        })
-        .unwrap_or_else(|| panic!("no group {GROUP} on {key}"))
 }
