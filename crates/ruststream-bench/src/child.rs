@@ -17,9 +17,9 @@ use ruststream::{
 };
 
 use crate::common::{
-    Config, CpuWindow, LatencyFrom, Msg, Scenario, Target, Tracker, Tuning, now_ns, per_s, procfs,
-    quantile, usage_fields,
+    Config, CpuWindow, Msg, Scenario, Target, Tuning, now_ns, per_s, procfs, usage_fields,
 };
+use crate::tracker::{LatencyFrom, Tracker, quantile};
 use crate::{BoxError, GROUP, KEY};
 
 /// How long the pubsub consumer waits for another message before it ends the run.

@@ -29,6 +29,7 @@ mod pubsub;
 mod rate_limit;
 mod raw;
 mod running;
+mod tracker;
 
 use std::process::ExitCode;
 

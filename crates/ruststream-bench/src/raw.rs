@@ -14,7 +14,8 @@ use futures::{StreamExt, TryStreamExt};
 use ruststream::Headers;
 use ruststream::redis::frame::{Frame, encode_parts};
 
-use crate::common::{Msg, now_ns, per_s, quantile};
+use crate::common::{Msg, now_ns, per_s};
+use crate::tracker::quantile;
 use crate::{BoxError, GROUP};
 
 /// Commands per pipeline (and list values per `LPUSH`) when filling.
