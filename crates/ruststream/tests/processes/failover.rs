@@ -12,10 +12,14 @@
 //! published, then the primary is SIGKILLed and the replica SIGCONTinued. Without `durable`
 //! those `W` publishes are acknowledged and lost (asserted > 0); with
 //! `.durable(1, 100 ms)` they are `NotDurable`, and nothing acknowledged is lost (asserted 0).
-//! Once promoted, the new primary gets a fresh replica (a redis-server of the test's own), so
-//! durable publishes succeed again for the rest of the run; a durable run goes on publishing past
-//! `N` until one after the failover is acknowledged (a second failover, to the fresh replica, can
-//! refuse every publish left while its own resync runs).
+//! Once promoted, the new primary gets a fresh replica (a redis-server of the test's own, with
+//! `replica-priority 0`), so durable publishes succeed again for the rest of the run; a durable
+//! run goes on publishing past `N` until one after the failover is acknowledged (the fresh
+//! replica's sync can outlast the run on a loaded machine). The fresh replica must never be
+//! promoted: it joins empty, and Sentinel will promote a replica still in its first sync (once in
+//! CI, with the promoted primary busy forking for that sync); the old primary, made its replica,
+//! then drops everything, acknowledged durable writes with it. Deployments avoid that the same way
+//! (see the guide's *Durable publishes and failovers*).
 //!
 //! Size: `RUSTSTREAM_FAILOVER_N` messages, 1,000 by default (both runs in about 20 s); the full
 //! run is `RUSTSTREAM_FAILOVER_N=10000`. Only processes this test started are signalled.
@@ -88,6 +92,8 @@ impl Replica {
                 .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
                 .args(["--appendonly", "no", "--dir", dir.to_str().expect("utf-8")])
                 .args(["--replicaof", host, primary_port])
+                // Never promoted: it joins empty (see the module docs).
+                .args(["--replica-priority", "0"])
                 .stdout(Stdio::null())
                 .spawn()
                 .expect("redis-server runs");
@@ -324,24 +330,9 @@ async fn run(durable: bool) -> Tally {
                 Duration::from_secs(120),
                 async || {
                     let info = replication(&promoted_port).await;
-                    let mut synced = info.lines().any(|l| {
+                    let synced = info.lines().any(|l| {
                         l.starts_with("slave") && l.contains(&port) && l.contains("state=online")
                     });
-                    // Under load the sentinels may fail over a second time, to the new replica
-                    // (the promoted primary, busy with the sync's fork, looked down): then the
-                    // new replica is the primary, and synced once a replica of it is online.
-                    if !synced {
-                        let own = replication(&replica.2).await;
-                        synced = own.lines().any(|l| l == "role:master")
-                            && own.lines().any(|l| {
-                                l.starts_with("slave") && l.contains("state=online")
-                            });
-                        if synced {
-                            println!(
-                                "failover ({what}): the sentinels failed over again, to the new replica; it has a replica online"
-                            );
-                        }
-                    }
                     if !synced && waiting.elapsed() > told + Duration::from_secs(30) {
                         told = waiting.elapsed();
                         let own = replication(&replica.2).await;
@@ -363,9 +354,9 @@ async fn run(durable: bool) -> Tally {
             .expect("the watcher");
         println!("failover ({what}): {now} promoted after the run");
     }
-    // Durable publishes must succeed again once the new primary has a replica. A second
-    // failover (to the new replica) late in the run can refuse every publish left, so past `n`
-    // the run goes on publishing until one is acknowledged; those count like the others.
+    // Durable publishes must succeed again once the new primary has a replica. The replica's
+    // sync can outlast the run on a loaded machine, so past `n` the run goes on publishing until
+    // one is acknowledged; those count like the others.
     let mut extra = n;
     if durable {
         let deadline = Instant::now() + Duration::from_secs(60);
