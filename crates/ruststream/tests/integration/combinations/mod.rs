@@ -33,11 +33,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use harness::{Env, Stuck, WAIT, on, start, stop, wait_until};
-use ruststream::Mount;
 use ruststream::operate::operators;
 use ruststream::prelude::*;
 use ruststream::redis::operate::Operator;
 use ruststream::{BatchContext, BatchOutcome, HandleBatch};
+use ruststream::{Mount, RunningApp};
 
 on!(
     [memory, standalone, cluster]
@@ -332,40 +332,10 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
             m.publish().await.expect("publish");
         }
     };
-
-    let mut first = 0;
-    if pair.contains(&Recovery) {
-        // Four jobs claimed by an app that dies holding them.
-        publish(0..4).await;
-        let stuck = Stuck::default();
-        let s = (list.clone().concurrency(4), stuck.clone());
-        let dying = own_app(env, move |b| {
-            b.include(subscriber(s.0.clone(), s.1.clone()).build::<Job>());
-        })
-        .shutdown_timeout(Duration::from_millis(100));
-        let dying = start(dying).await;
-        wait_until("4 claimed", WAIT, async || stuck.started() == 4).await;
-        stop(dying).await;
-        first = 4;
-    }
-    let op = operator_of(env, mount.clone()).await;
-    if pair.contains(&Pause) {
-        op.pause(&key, "test").await.expect("pause");
-    }
-    let apps = [
-        start(own_app(env, mount.clone())).await,
-        start(own_app(env, mount)).await,
-    ];
-    publish(first..N).await;
-    if pair.contains(&Pause) {
-        tokio::time::sleep(2 * BLOCK).await;
-        assert_eq!(tally.handled(), 0, "{pair:?}: a paused queue was claimed");
-        op.resume(&key).await.expect("resume");
-    }
-    wait_until(&format!("{pair:?}: all handled"), WAIT, async || {
-        tally.handled() == N as usize
-    })
-    .await;
+    let dying = move |b: &mut Mount<RedisBroker>, stuck: Stuck| {
+        b.include(subscriber(list.concurrency(4), stuck).build::<Job>());
+    };
+    let apps = handle_every_job(env, pair, &key, &tally, mount, dying, publish).await;
     let lists = queue_lists(&key, pair);
     wait_until(&format!("{pair:?}: all settled"), WAIT, async || {
         let mut left = 0;
@@ -390,6 +360,56 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
             "{pair:?}: {peak} ran at once, over the cap"
         );
     }
+}
+
+/// What both matrices do between building a pair's source and checking what is left: with
+/// [`Recovery`], four jobs taken first by an app that dies holding them (`dying` mounts the
+/// source on its stuck handler); with [`Pause`], the source paused by an operator before the
+/// other jobs are published, nothing handled for two blocks, then resumed; two apps mounted by
+/// `mount` handle every job. Returns the two apps, running.
+async fn handle_every_job(
+    env: &Env,
+    pair: &[Feature],
+    key: &str,
+    tally: &Tally,
+    mount: impl FnOnce(&mut Mount<RedisBroker>) + Clone + Send + Sync + 'static,
+    dying: impl FnOnce(&mut Mount<RedisBroker>, Stuck) + Send + Sync + 'static,
+    publish: impl AsyncFn(std::ops::Range<u32>),
+) -> [RunningApp; 2] {
+    let mut first = 0;
+    if pair.contains(&Recovery) {
+        publish(0..4).await;
+        let stuck = Stuck::default();
+        let s = stuck.clone();
+        let app = own_app(env, move |b| dying(b, s)).shutdown_timeout(Duration::from_millis(100));
+        let app = start(app).await;
+        wait_until("4 taken", WAIT, async || stuck.started() == 4).await;
+        stop(app).await;
+        first = 4;
+    }
+    let op = operator_of(env, mount.clone()).await;
+    if pair.contains(&Pause) {
+        op.pause(key, "test").await.expect("pause");
+    }
+    let apps = [
+        start(own_app(env, mount.clone())).await,
+        start(own_app(env, mount)).await,
+    ];
+    publish(first..N).await;
+    if pair.contains(&Pause) {
+        tokio::time::sleep(2 * BLOCK).await;
+        assert_eq!(
+            tally.handled(),
+            0,
+            "{pair:?}: a paused source was taken from"
+        );
+        op.resume(key).await.expect("resume");
+    }
+    wait_until(&format!("{pair:?}: all handled"), WAIT, async || {
+        tally.handled() == N as usize
+    })
+    .await;
+    apps
 }
 
 /// An app mounted by `mount` on a broker of its own (its own connections, as another process

@@ -6,12 +6,12 @@ use crate::harness;
 
 use std::time::Duration;
 
-use harness::{Env, Stuck, WAIT, on, start, stop, wait_until};
+use harness::{Env, Stuck, WAIT, on, stop, wait_until};
 use ruststream::Mount;
 use ruststream::prelude::*;
 
 use super::Feature::{self, *};
-use super::{BLOCK, Job, N, Tally, operator_of, own_app};
+use super::{BLOCK, Job, N, Tally, handle_every_job};
 
 on!([memory, standalone, cluster] every_pair_of_stream_features_loses_and_duplicates_nothing);
 
@@ -88,39 +88,13 @@ async fn run_stream_pair(env: &Env, name: &str, pair: &[Feature]) {
         }
     };
 
-    let mut first = 0;
-    if pair.contains(&Recovery) {
-        // Four jobs read by a consumer that dies holding them.
-        publish(0..4).await;
-        let stuck = Stuck::default();
-        let s = (stream.clone().concurrency(4), stuck.clone());
-        let dying = own_app(env, move |b| {
-            b.include(subscriber(s.0.clone(), s.1.clone()).build::<Job>());
-        })
-        .shutdown_timeout(Duration::from_millis(100));
-        let dying = start(dying).await;
-        wait_until("4 read", WAIT, async || stuck.started() == 4).await;
-        stop(dying).await;
-        first = 4;
-    }
-    let op = operator_of(env, mount.clone()).await;
-    if pair.contains(&Pause) {
-        op.pause(&key, "test").await.expect("pause");
-    }
-    let apps = [
-        start(own_app(env, mount.clone())).await,
-        start(own_app(env, mount)).await,
-    ];
-    publish(first..N).await;
-    if pair.contains(&Pause) {
-        tokio::time::sleep(2 * BLOCK).await;
-        assert_eq!(tally.handled(), 0, "{pair:?}: a paused stream was read");
-        op.resume(&key).await.expect("resume");
-    }
-    wait_until(&format!("{pair:?}: all handled"), WAIT, async || {
-        tally.handled() == N as usize
-    })
-    .await;
+    let dying = {
+        let stream = stream.clone();
+        move |b: &mut Mount<RedisBroker>, stuck: Stuck| {
+            b.include(subscriber(stream.concurrency(4), stuck).build::<Job>());
+        }
+    };
+    let apps = handle_every_job(env, pair, &key, &tally, mount, dying, publish).await;
     let streams = if pair.contains(&Partitions) {
         stream.partition_keys()
     } else {
