@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
+use ruststream::RunningApp;
 use ruststream::prelude::*;
 
 use super::common::*;
@@ -36,35 +37,41 @@ fn reliable() -> RedisList {
         .block(Duration::from_millis(200))
 }
 
-// Before: settle.lua removed the entry from K.processing and the recovery set, then its LPUSH
-// to a dead-letter key holding a string failed (WRONGTYPE): the message was gone.
-async fn a_dead_letter_key_of_another_type_fails_the_settle_whole(env: &Env) {
+/// A reliable worker handling with `rec`, one job published while the key `suffix` holds a
+/// string: waits until the job's settle is refused naming that key (or, as before the fix, the
+/// entry leaves the processing list), checks that the refusal wrote nothing (the entry is still
+/// claimed, its claim still recorded), then deletes the key and returns the worker.
+async fn settle_refused_until_fixed(env: &Env, suffix: &str, rec: &Rec) -> RunningApp {
     logs::capture();
-    let dead = env.key(&k(".dead"));
-    set_string(env, &k(".dead")).await;
-    let rec = Rec::deciding(|_, _, _| settle(HandlerOutcome::drop()));
+    let bad = env.key(&k(suffix));
+    set_string(env, &k(suffix)).await;
     let r = rec.clone();
     let app = worker(env, |b| {
         b.include(subscriber(reliable(), r).build());
     })
     .await;
     publish(env, Q, &[Job { n: 1 }]).await;
-    // Once handled, until the settle is refused, naming the key (or, as before, the claim is
-    // gone).
     eventually("the settle is refused with WRONGTYPE", async || {
         !rec.seen().is_empty()
-            && (!logs::lines_with(&["settle failed", "WRONGTYPE", &dead]).is_empty()
+            && (!logs::lines_with(&["settle failed", "WRONGTYPE", &bad]).is_empty()
                 || env.llen(&k(".processing")).await == 0)
     })
     .await;
-    // Refused before any write: the entry is still claimed, its claim still recorded.
     assert_eq!(env.llen(&k(".processing")).await, 1, "the claim is kept");
     assert_eq!(
         env.zcard(&k(".claims")).await,
         1,
         "the claim's member is kept"
     );
-    del(env, &k(".dead")).await;
+    del(env, &k(suffix)).await;
+    app
+}
+
+// Before: settle.lua removed the entry from K.processing and the recovery set, then its LPUSH
+// to a dead-letter key holding a string failed (WRONGTYPE): the message was gone.
+async fn a_dead_letter_key_of_another_type_fails_the_settle_whole(env: &Env) {
+    let rec = Rec::deciding(|_, _, _| settle(HandlerOutcome::drop()));
+    let app = settle_refused_until_fixed(env, ".dead", &rec).await;
     // The settle loop tries again: now it goes through.
     eventually("dead-lettered once the key is fixed", async || {
         env.llen(&k(".dead")).await == 1 && env.llen(&k(".processing")).await == 0
@@ -79,32 +86,11 @@ async fn a_dead_letter_key_of_another_type_fails_the_settle_whole(env: &Env) {
 // Before: a retry_after's settle removed the entry from K.processing, then its ZADD into a
 // delayed set holding a string failed (WRONGTYPE): the message was gone, never retried.
 async fn a_delayed_set_of_another_type_fails_the_settle_whole(env: &Env) {
-    logs::capture();
-    let delayed = env.key(&k(".delayed"));
-    set_string(env, &k(".delayed")).await;
     let rec = Rec::deciding(|_, attempt, _| match attempt {
         1 => settle(HandlerOutcome::retry_after(Duration::from_millis(200))),
         _ => ack(),
     });
-    let r = rec.clone();
-    let app = worker(env, |b| {
-        b.include(subscriber(reliable(), r).build());
-    })
-    .await;
-    publish(env, Q, &[Job { n: 1 }]).await;
-    eventually("the settle is refused with WRONGTYPE", async || {
-        !rec.seen().is_empty()
-            && (!logs::lines_with(&["settle failed", "WRONGTYPE", &delayed]).is_empty()
-                || env.llen(&k(".processing")).await == 0)
-    })
-    .await;
-    assert_eq!(env.llen(&k(".processing")).await, 1, "the claim is kept");
-    assert_eq!(
-        env.zcard(&k(".claims")).await,
-        1,
-        "the claim's member is kept"
-    );
-    del(env, &k(".delayed")).await;
+    let app = settle_refused_until_fixed(env, ".delayed", &rec).await;
     eventually("retried after its delay and acked", async || {
         rec.count() == 2 && env.keys().await.is_empty()
     })
