@@ -14,7 +14,7 @@ use harness::{Env, WAIT, bounded, on, stand, start, stop, unique, wait_until};
 use ruststream::prelude::*;
 use tokio::sync::Semaphore;
 
-use super::{Event, Probe, app_with, await_subscribers, info, numsub};
+use super::{Event, Probe, app_with, await_subscribers, info, numsub, publish_event};
 
 // Not on the model: backpressure is a Redis connection's (the model's feed is a broadcast).
 on!([standalone, cluster] multi_thread:
@@ -187,13 +187,7 @@ async fn the_subscription_comes_back_after_its_connection_is_killed() {
         .expect("CLIENT KILL");
     assert!(killed >= 1, "the subscriber connection was killed");
     await_subscribers(&nodes, &channel, 1).await;
-    broker
-        .publisher()
-        .message(&Event { n: 5 })
-        .to("ev")
-        .publish()
-        .await
-        .expect("publish");
+    publish_event(&broker, "ev", 5).await;
     wait_until("the message after the reconnect", WAIT, async || {
         probe.count() == 1
     })
@@ -239,13 +233,7 @@ async fn a_disconnect_at_the_output_buffer_limit_is_counted_and_resubscribed() {
     let nodes = vec![admin.clone()];
     let channel = format!("{prefix}ev");
     await_subscribers(&nodes, &channel, 1).await;
-    broker
-        .publisher()
-        .message(&Event { n: 0 })
-        .to("ev")
-        .publish()
-        .await
-        .expect("publish");
+    publish_event(&broker, "ev", 0).await;
     wait_until("the handler to stall", WAIT, async || {
         hold.seen.load(Ordering::SeqCst) == 1
     })
@@ -297,13 +285,7 @@ async fn a_disconnect_at_the_output_buffer_limit_is_counted_and_resubscribed() {
         )
         .await
         .expect("CONFIG SET back");
-    broker
-        .publisher()
-        .message(&Event { n: 9_999 })
-        .to("ev")
-        .publish()
-        .await
-        .expect("publish");
+    publish_event(&broker, "ev", 9_999).await;
     wait_until("a new message after the resubscribe", WAIT, async || {
         hold.last.load(Ordering::SeqCst) == 9_999
     })
@@ -323,13 +305,7 @@ async fn delivers_on(broker: RedisBroker) {
     let probe = Probe::acking();
     let app = start(app_with(&broker, RedisChannel::new("ev"), &probe)).await;
     wait_until("a message delivered", WAIT, async || {
-        broker
-            .publisher()
-            .message(&Event { n: 1 })
-            .to("ev")
-            .publish()
-            .await
-            .expect("publish");
+        publish_event(&broker, "ev", 1).await;
         probe.count() > 0
     })
     .await;

@@ -100,6 +100,17 @@ impl Probe {
     }
 }
 
+/// Publishes `Event { n }` to `to` through `broker`'s publisher.
+async fn publish_event(broker: &RedisBroker, to: &str, n: u32) {
+    broker
+        .publisher()
+        .message(&Event { n })
+        .to(to)
+        .publish()
+        .await
+        .expect("publish");
+}
+
 /// An app with one subscriber on `broker`.
 fn app_with(broker: &RedisBroker, source: RedisChannel, probe: &Probe) -> RustStream {
     let probe = probe.clone();
@@ -127,13 +138,7 @@ async fn every_subscribed_app_gets_every_message(env: &Env) {
         .publish()
         .await
         .expect("batch publish");
-    producer
-        .publisher()
-        .message(&Event { n: 50 })
-        .to("{ev}")
-        .publish()
-        .await
-        .expect("publish");
+    publish_event(&producer, "{ev}", 50).await;
     wait_until("51 deliveries to each app", WAIT, async || {
         one.count() >= 51 && two.count() >= 51
     })
@@ -230,24 +235,12 @@ async fn a_pattern_gets_matching_channels_only(env: &Env) {
         .fold(env.broker(), |b, ch| b.route(*ch, pubsub::Publish::new()));
     // Non-matching channels first: by the time the matching ones arrive, they would have too.
     for (n, ch) in [(10, "ev"), (11, "other.a"), (12, "xev.a")] {
-        producer
-            .publisher()
-            .message(&Event { n })
-            .to(ch)
-            .publish()
-            .await
-            .expect("publish");
+        publish_event(&producer, ch, n).await;
     }
     // Another prefix's channel that the pattern would match without the prefix.
     publish_raw(env, "ev.z", r#"{"n":13}"#).await;
     for (n, ch) in [(1, "ev.a"), (2, "ev.b"), (3, "ev.c")] {
-        producer
-            .publisher()
-            .message(&Event { n })
-            .to(ch)
-            .publish()
-            .await
-            .expect("publish");
+        publish_event(&producer, ch, n).await;
     }
     wait_until("the three matching messages", WAIT, async || {
         probe.seen().iter().filter(|s| s.n < 900).count() >= 3
@@ -381,13 +374,7 @@ async fn replies_are_published_with_pubsub_publish(env: &Env) {
     let app = start(app).await;
     await_subscribers(&nodes, &env.key("{in}"), 1).await;
     await_subscribers(&nodes, &env.key("{out}"), 1).await;
-    broker
-        .publisher()
-        .message(&Event { n: 7 })
-        .to("{in}")
-        .publish()
-        .await
-        .expect("publish");
+    publish_event(&broker, "{in}", 7).await;
     let reply = bounded("the reply", WAIT, replies.recv())
         .await
         .expect("a message");
@@ -439,13 +426,7 @@ async fn shutdown_closes_the_subscription(env: &Env) {
     });
     let app = start(app).await;
     await_subscribers(&nodes, &env.key("{ev}"), 1).await;
-    broker
-        .publisher()
-        .message(&Event { n: 1 })
-        .to("{ev}")
-        .publish()
-        .await
-        .expect("publish");
+    publish_event(&broker, "{ev}", 1).await;
     wait_until("the handler to start", WAIT, async || {
         slow.started.load(Ordering::SeqCst) == 1
     })
