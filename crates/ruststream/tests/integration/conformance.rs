@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use harness::Env;
 use ruststream::prelude::*;
+use ruststream::{RunningApp, Source};
 
 // ---------------------------------------------------------------------------------------------
 // A handler that records deliveries and settles them as a plan says.
@@ -65,6 +66,23 @@ impl Rec {
     fn attempts(&self) -> Vec<u32> {
         self.seen().iter().map(|s| s.attempt).collect()
     }
+}
+
+/// An app on `env` handling `source` with a recorder that follows `plan`: the recorder, and the
+/// app, started.
+async fn start_planned(
+    env: &Env,
+    source: impl Source<Broker = RedisBroker>,
+    plan: fn(u32) -> Act,
+) -> (Rec, RunningApp) {
+    let rec = Rec::planned(plan);
+    let r = rec.clone();
+    let app = env
+        .start_with(|b| {
+            b.include(subscriber(source, r).build());
+        })
+        .await;
+    (rec, app)
 }
 
 /// Acks every attempt.

@@ -28,13 +28,12 @@ on!(
 );
 
 async fn reliable_acks_in_order(env: &Env) {
-    let rec = Rec::planned(always_ack);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(RedisList::new("q").reliable().concurrency(1), r).build());
-        })
-        .await;
+    let (rec, app) = start_planned(
+        env,
+        RedisList::new("q").reliable().concurrency(1),
+        always_ack,
+    )
+    .await;
     publish(env, "q", &[Job { n: 1 }, Job { n: 2 }, Job { n: 3 }]).await;
     wait_seen(env, &rec, 3).await;
     let seen = rec.seen();
@@ -53,19 +52,12 @@ async fn reliable_acks_in_order(env: &Env) {
 }
 
 async fn reliable_retry(env: &Env) {
-    let rec = Rec::planned(retry_once);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(
-                subscriber(
-                    RedisList::new("q").reliable().retry(Backoff::immediate()),
-                    r,
-                )
-                .build(),
-            );
-        })
-        .await;
+    let (rec, app) = start_planned(
+        env,
+        RedisList::new("q").reliable().retry(Backoff::immediate()),
+        retry_once,
+    )
+    .await;
     publish(env, "q", &[Job { n: 1 }]).await;
     wait_seen(env, &rec, 2).await;
     let seen = rec.seen();
@@ -77,13 +69,7 @@ async fn reliable_retry(env: &Env) {
 }
 
 async fn reliable_retry_after(env: &Env) {
-    let rec = Rec::planned(retry_after_300ms);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(RedisList::new("q").reliable(), r).build());
-        })
-        .await;
+    let (rec, app) = start_planned(env, RedisList::new("q").reliable(), retry_after_300ms).await;
     publish(env, "q", &[Job { n: 1 }]).await;
     wait_seen(env, &rec, 1).await;
     env.eventually("the retry waits in the delayed set", async || {
@@ -106,13 +92,7 @@ async fn reliable_retry_after(env: &Env) {
 }
 
 async fn reliable_drop_to_dead_letters(env: &Env) {
-    let rec = Rec::planned(drop_it);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(RedisList::new("q").reliable(), r).build());
-        })
-        .await;
+    let (rec, app) = start_planned(env, RedisList::new("q").reliable(), drop_it).await;
     publish(env, "q", &[Job { n: 4 }]).await;
     wait_seen(env, &rec, 1).await;
     env.eventually("a dead letter", async || env.llen("q.dead").await == 1)
@@ -164,13 +144,12 @@ async fn reliable_max_attempts(env: &Env) {
 }
 
 async fn undecodable_and_raw_values(env: &Env) {
-    let rec = Rec::planned(always_ack);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(RedisList::new("q").reliable().concurrency(1), r).build());
-        })
-        .await;
+    let (rec, app) = start_planned(
+        env,
+        RedisList::new("q").reliable().concurrency(1),
+        always_ack,
+    )
+    .await;
     // As `redis-cli LPUSH` would: no frame, no headers.
     let _: i64 = env
         .client
@@ -335,13 +314,7 @@ async fn publish_with_ttl_expires_the_queue(env: &Env) {
 }
 
 async fn delayed_publish(env: &Env) {
-    let rec = Rec::planned(always_ack);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(RedisList::new("d").reliable(), r).build());
-        })
-        .await;
+    let (rec, app) = start_planned(env, RedisList::new("d").reliable(), always_ack).await;
     let sent = Instant::now();
     let p = env.broker().publisher();
     for _ in 0..2 {

@@ -89,13 +89,7 @@ async fn stream_ack_retry_drop(env: &Env) {
 }
 
 async fn stream_retry_after(env: &Env) {
-    let rec = Rec::planned(retry_after_300ms);
-    let r = rec.clone();
-    let app = env
-        .start_with(|b| {
-            b.include(subscriber(RedisStream::new("s").group("g"), r).build());
-        })
-        .await;
+    let (rec, app) = start_planned(env, RedisStream::new("s").group("g"), retry_after_300ms).await;
     publish(env, "s", &[Job { n: 6 }]).await;
     wait_seen(env, &rec, 2).await;
     let seen = rec.seen();
