@@ -123,6 +123,32 @@ pub fn stand_var(name: &str) -> Option<String> {
     }
 }
 
+/// The stand's sentinel set: its service name (`RUSTSTREAM_SENTINEL_SERVICE`) and the sentinels'
+/// addresses (`RUSTSTREAM_SENTINEL_HOSTS`, comma-separated); `None`: skip (see [`stand_var`]).
+pub fn sentinel_stand() -> Option<(String, Vec<String>)> {
+    match (
+        stand_var("RUSTSTREAM_SENTINEL_SERVICE"),
+        stand_var("RUSTSTREAM_SENTINEL_HOSTS"),
+    ) {
+        (Some(service), Some(hosts)) => {
+            Some((service, hosts.split(',').map(str::to_owned).collect()))
+        }
+        _ => None,
+    }
+}
+
+/// The stand's TLS server: its URL (`RUSTSTREAM_TLS_URL`) and the PEM file of its private CA
+/// (`RUSTSTREAM_TLS_CA`); `None`: skip (see [`stand_var`]).
+pub fn tls_stand() -> Option<(String, String)> {
+    match (
+        stand_var("RUSTSTREAM_TLS_URL"),
+        stand_var("RUSTSTREAM_TLS_CA"),
+    ) {
+        (Some(url), Some(ca)) => Some((url, ca)),
+        _ => None,
+    }
+}
+
 /// The stand's standalone server (`RUSTSTREAM_REDIS_URL`); `None`: skip (see [`stand_var`]).
 pub fn redis_url() -> Option<String> {
     stand_var("RUSTSTREAM_REDIS_URL")

@@ -11,7 +11,7 @@ use crate::harness;
 use std::time::Duration;
 
 use fred::prelude::StreamsInterface as _;
-use harness::{Env, on, stand_var};
+use harness::{Env, on};
 use ruststream::prelude::*;
 use ruststream::{Enqueued, Error, list, stream};
 
@@ -189,13 +189,9 @@ async fn a_durable_publish_to_a_channel_is_refused(env: &Env) {
 /// The stand's sentinel set: a primary with one replica, found through the sentinels.
 #[tokio::test]
 async fn through_sentinels_the_replica_acknowledges_a_durable_publish() {
-    let (Some(service), Some(hosts)) = (
-        stand_var("RUSTSTREAM_SENTINEL_SERVICE"),
-        stand_var("RUSTSTREAM_SENTINEL_HOSTS"),
-    ) else {
+    let Some((service, hosts)) = harness::sentinel_stand() else {
         return;
     };
-    let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
     let prefix = format!("{}:", harness::unique("dsent"));
     let broker = RedisBroker::sentinel(service, hosts).prefix(&prefix);
     broker

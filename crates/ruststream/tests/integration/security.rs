@@ -8,7 +8,7 @@ use crate::harness;
 use std::time::Duration;
 
 use fred::prelude::*;
-use harness::{Env, bounded, on, stand, stand_var, stop, unique, wait_until};
+use harness::{Env, bounded, on, stand, stop, unique, wait_until};
 use ruststream::prelude::*;
 
 // On the shared standalone server (ACL users are per server); the TLS server is the stand's own.
@@ -109,10 +109,7 @@ async fn reliable_list_with_recovery(broker: impl Fn() -> RedisBroker) -> usize 
 
 #[tokio::test]
 async fn a_tls_server_with_a_private_ca() {
-    let (Some(url), Some(ca)) = (
-        stand_var("RUSTSTREAM_TLS_URL"),
-        stand_var("RUSTSTREAM_TLS_CA"),
-    ) else {
+    let Some((url, ca)) = harness::tls_stand() else {
         return;
     };
     let prefix = format!("{}:", unique("tls"));

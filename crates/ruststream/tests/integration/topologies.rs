@@ -6,7 +6,7 @@ use crate::harness;
 use std::future::{Future, ready};
 use std::time::Duration;
 
-use harness::{Env, Seen, bounded, on, redis_url, stand_var, stop, unique, wait_until};
+use harness::{Env, Seen, bounded, on, redis_url, stop, unique, wait_until};
 use ruststream::prelude::*;
 
 on!(
@@ -194,13 +194,9 @@ async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_us
 
 #[tokio::test]
 async fn an_app_runs_on_the_primary_the_sentinels_name() {
-    let (Some(service), Some(hosts)) = (
-        stand_var("RUSTSTREAM_SENTINEL_SERVICE"),
-        stand_var("RUSTSTREAM_SENTINEL_HOSTS"),
-    ) else {
+    let Some((service, hosts)) = harness::sentinel_stand() else {
         return;
     };
-    let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
     let prefix = format!("{}:", unique("sentinel"));
     let broker = || RedisBroker::sentinel(service.clone(), hosts.clone()).prefix(&prefix);
     let (pages, renders) = (Seen::default(), Seen::default());

@@ -433,13 +433,9 @@ async fn the_command_words_and_their_exit_codes(env: &Env) {
 /// Through the sentinels: the operator finds the primary the sentinels name, as the app does.
 #[tokio::test]
 async fn the_operator_works_through_the_sentinels() {
-    let (Some(service), Some(hosts)) = (
-        harness::stand_var("RUSTSTREAM_SENTINEL_SERVICE"),
-        harness::stand_var("RUSTSTREAM_SENTINEL_HOSTS"),
-    ) else {
+    let Some((service, hosts)) = harness::sentinel_stand() else {
         return;
     };
-    let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
     let prefix = format!("{}:", harness::unique("sentinel-operate"));
     let broker = RedisBroker::sentinel(service, hosts).prefix(&prefix);
     let app = RustStream::new(AppInfo::new("sentinel", "0.0.0")).with_broker(broker.clone(), |b| {

@@ -316,10 +316,7 @@ async fn delivers_on(broker: RedisBroker) {
 /// The subscription's own connection speaks TLS with the broker's private CA.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_works_over_tls() {
-    let (Some(url), Some(ca)) = (
-        harness::stand_var("RUSTSTREAM_TLS_URL"),
-        harness::stand_var("RUSTSTREAM_TLS_CA"),
-    ) else {
+    let Some((url, ca)) = harness::tls_stand() else {
         return;
     };
     let prefix = format!("{}:", unique("pstls"));
@@ -329,13 +326,9 @@ async fn a_subscription_works_over_tls() {
 /// The subscription's own connection goes to the primary the sentinels name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_works_through_sentinels() {
-    let (Some(service), Some(hosts)) = (
-        harness::stand_var("RUSTSTREAM_SENTINEL_SERVICE"),
-        harness::stand_var("RUSTSTREAM_SENTINEL_HOSTS"),
-    ) else {
+    let Some((service, hosts)) = harness::sentinel_stand() else {
         return;
     };
-    let hosts: Vec<String> = hosts.split(',').map(str::to_owned).collect();
     let prefix = format!("{}:", unique("pssentinel"));
     delivers_on(RedisBroker::sentinel(service, hosts).prefix(prefix)).await;
 }
