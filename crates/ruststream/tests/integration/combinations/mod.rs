@@ -37,7 +37,7 @@ use ruststream::operate::operators;
 use ruststream::prelude::*;
 use ruststream::redis::operate::Operator;
 use ruststream::{BatchContext, BatchOutcome, HandleBatch};
-use ruststream::{Mount, RunningApp};
+use ruststream::{Mount, RunningApp, Source};
 
 on!(
     [memory, standalone, cluster]
@@ -290,16 +290,7 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
     let list = source(name, pair);
     let key = list.key().to_owned();
     let tally = Tally::of(pair);
-    let mount = {
-        let (list, t, batch) = (list.clone(), tally.clone(), pair.contains(&Batch));
-        move |b: &mut Mount<RedisBroker>| {
-            if batch {
-                b.include(subscriber(list.clone(), t.clone()).batch(5).build());
-            } else {
-                b.include(subscriber(list.clone(), t.clone()).build());
-            }
-        }
-    };
+    let mount = mount_of(list.clone(), &tally, pair);
     let mut route = list::Publish::new();
     if pair.contains(&Priorities) {
         route = route.priorities(3);
@@ -410,6 +401,26 @@ async fn handle_every_job(
     })
     .await;
     apps
+}
+
+/// What mounts `pair`'s subscription of `source` on `tally`: a batch handler, 5 a batch, with
+/// [`Batch`], else one message a call.
+fn mount_of<S>(
+    source: S,
+    tally: &Tally,
+    pair: &[Feature],
+) -> impl FnOnce(&mut Mount<RedisBroker>) + Clone + Send + Sync + 'static
+where
+    S: Source<Broker = RedisBroker> + Clone + Sync,
+{
+    let (t, batch) = (tally.clone(), pair.contains(&Batch));
+    move |b: &mut Mount<RedisBroker>| {
+        if batch {
+            b.include(subscriber(source, t).batch(5).build());
+        } else {
+            b.include(subscriber(source, t).build());
+        }
+    }
 }
 
 /// An app mounted by `mount` on a broker of its own (its own connections, as another process

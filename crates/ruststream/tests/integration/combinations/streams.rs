@@ -11,7 +11,7 @@ use ruststream::Mount;
 use ruststream::prelude::*;
 
 use super::Feature::{self, *};
-use super::{BLOCK, Job, N, Tally, handle_every_job};
+use super::{BLOCK, Job, N, Tally, handle_every_job, mount_of};
 
 on!([memory, standalone, cluster] every_pair_of_stream_features_loses_and_duplicates_nothing);
 
@@ -60,16 +60,7 @@ async fn run_stream_pair(env: &Env, name: &str, pair: &[Feature]) {
     let stream = stream_source(name, pair);
     let key = stream.key().to_owned();
     let tally = Tally::default();
-    let mount = {
-        let (stream, t, batch) = (stream.clone(), tally.clone(), pair.contains(&Batch));
-        move |b: &mut Mount<RedisBroker>| {
-            if batch {
-                b.include(subscriber(stream.clone(), t.clone()).batch(5).build());
-            } else {
-                b.include(subscriber(stream.clone(), t.clone()).build());
-            }
-        }
-    };
+    let mount = mount_of(stream.clone(), &tally, pair);
     let mut route = stream::Publish::new();
     if pair.contains(&Partitions) {
         route = route.partitions(2);
