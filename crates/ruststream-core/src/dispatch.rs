@@ -128,6 +128,7 @@ impl<B: Broker> Subscription<B> {
                 receiver.settler(),
                 done_rx,
                 self.name.clone(),
+                self.state.clone(),
                 giving.clone(),
             ));
             let lane = Lane {

@@ -142,6 +142,11 @@ pub enum ErrorKind {
     /// A durable publish reached fewer replicas than asked within its timeout
     /// ([`Error::NotDurable`]).
     NotDurable,
+    /// The server cannot run what RustStream needs: its version is older than the minimum, or
+    /// it refuses to load or run one of RustStream's scripts (an unknown command or script
+    /// flag). Retrying does not help; the message names the server or the script and says what
+    /// to change.
+    Unsupported,
     /// Anything else (e.g. a Redis `ERR` reply); the message says what.
     Other,
 }

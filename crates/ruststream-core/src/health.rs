@@ -21,7 +21,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 /// A cheap, non-blocking check of whether a connection is up, callable from any thread.
 pub type Probe = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -41,6 +41,10 @@ pub enum SubscriptionState {
     Disconnected,
     /// It stopped (the app or this subscription was stopped).
     Stopped,
+    /// It stopped reading because the server refused what it needs (an error of kind
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported), logged once); it stays so
+    /// until the app restarts.
+    Refused,
 }
 
 impl fmt::Display for SubscriptionState {
@@ -50,35 +54,60 @@ impl fmt::Display for SubscriptionState {
             Self::Failing => "receives fail, retrying",
             Self::Disconnected => "its connection is down, reconnecting",
             Self::Stopped => "stopped",
+            Self::Refused => "stopped: the server refused what it needs",
         })
     }
 }
 
-/// The state of one subscription, shared between its dispatch loop and the [`Health`] handle.
-#[derive(Debug)]
-pub(crate) struct StateCell(AtomicU8);
+/// The state of one subscription, shared between its dispatch loop and the [`Health`] handle,
+/// and why the server refused it, once it did.
+#[derive(Debug, Default)]
+pub(crate) struct StateCell {
+    state: AtomicU8,
+    refusal: OnceLock<String>,
+}
 
 impl StateCell {
     /// A subscription whose receiver just opened: reading.
     pub(crate) fn reading() -> Arc<Self> {
-        Arc::new(Self(AtomicU8::new(0)))
+        Arc::default()
     }
 
+    /// Stores `state`, unless the subscription was refused: that stays.
     pub(crate) fn set(&self, state: SubscriptionState) {
         let n = match state {
             SubscriptionState::Reading => 0,
             SubscriptionState::Failing | SubscriptionState::Disconnected => 1,
             SubscriptionState::Stopped => 2,
+            SubscriptionState::Refused => 3,
         };
-        self.0.store(n, Ordering::Relaxed);
+        let _ = self
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                (old != 3).then_some(n)
+            });
     }
 
     pub(crate) fn get(&self) -> SubscriptionState {
-        match self.0.load(Ordering::Relaxed) {
+        match self.state.load(Ordering::Relaxed) {
             0 => SubscriptionState::Reading,
             1 => SubscriptionState::Failing,
-            _ => SubscriptionState::Stopped,
+            2 => SubscriptionState::Stopped,
+            _ => SubscriptionState::Refused,
         }
+    }
+
+    /// Marks the subscription refused for `reason`. True the first time only, so that the
+    /// caller reports the refusal once.
+    pub(crate) fn refuse(&self, reason: String) -> bool {
+        let first = self.refusal.set(reason).is_ok();
+        self.set(SubscriptionState::Refused);
+        first
+    }
+
+    /// Why the server refused the subscription, once it did.
+    pub(crate) fn refusal(&self) -> Option<&str> {
+        self.refusal.get().map(String::as_str)
     }
 }
 
@@ -151,15 +180,7 @@ impl Health {
             .unwrap_or_else(PoisonError::into_inner);
         watched
             .iter()
-            .map(|w| {
-                let state = match w.state.get() {
-                    SubscriptionState::Reading if w.probe.as_ref().is_some_and(|p| !p()) => {
-                        SubscriptionState::Disconnected
-                    }
-                    s => s,
-                };
-                (w.name.clone(), state)
-            })
+            .map(|w| (w.name.clone(), state_of(w)))
             .collect()
     }
 
@@ -174,9 +195,18 @@ impl Health {
             .iter()
             .filter_map(|b| b().err())
             .collect();
-        for (name, state) in self.subscriptions() {
-            if state != SubscriptionState::Reading {
-                not_ready.push(format!("subscription `{name}`: {state}"));
+        let watched = self
+            .0
+            .subscriptions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for w in watched.iter() {
+            match (state_of(w), w.state.refusal()) {
+                (SubscriptionState::Reading, _) => {}
+                (state, Some(reason)) => {
+                    not_ready.push(format!("subscription `{}`: {state}: {reason}", w.name));
+                }
+                (state, None) => not_ready.push(format!("subscription `{}`: {state}", w.name)),
             }
         }
         if not_ready.is_empty() {
@@ -192,6 +222,45 @@ impl Health {
     }
 }
 
+/// `w`'s state; reading with its connection probe saying down is disconnected.
+fn state_of(w: &Watched) -> SubscriptionState {
+    match w.state.get() {
+        SubscriptionState::Reading if w.probe.as_ref().is_some_and(|p| !p()) => {
+            SubscriptionState::Disconnected
+        }
+        s => s,
+    }
+}
+
 fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_subscription_stays_refused_and_says_why() {
+        let health = Health::new();
+        let cell = StateCell::reading();
+        health.add(Watched {
+            name: "orders".into(),
+            state: cell.clone(),
+            probe: None,
+        });
+        assert!(health.is_ready());
+        assert!(cell.refuse("the server refused the script CLAIM".into()));
+        assert!(!cell.refuse("a second refusal".into()), "reported once");
+        // The stop that follows does not hide why it stopped.
+        cell.set(SubscriptionState::Stopped);
+        assert_eq!(cell.get(), SubscriptionState::Refused);
+        assert_eq!(
+            health.check(),
+            Err(vec![
+                "subscription `orders`: stopped: the server refused what it needs: the server refused the script CLAIM"
+                    .to_owned()
+            ])
+        );
+    }
 }

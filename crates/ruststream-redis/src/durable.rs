@@ -56,24 +56,12 @@ async fn takes_waitaof(client: &Client) -> bool {
         )
         .await;
     let Ok(info) = info else { return false };
-    if !version_at_least(&info, (7, 2)) {
+    if !crate::version::at_least(&info, (7, 2)) {
         return false;
     }
     crate::setup::config_get(client, "appendonly")
         .await
         .is_some_and(|v| v == "yes")
-}
-
-/// Whether the `redis_version:` of an `INFO server` reply is at least `(major, minor)`.
-pub(crate) fn version_at_least(info: &str, least: (u32, u32)) -> bool {
-    let Some(version) = info.lines().find_map(|l| l.strip_prefix("redis_version:")) else {
-        return false;
-    };
-    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(major), Some(minor)) => (major, minor) >= least,
-        _ => false,
-    }
 }
 
 /// The connection ids of `client` (fred's cache of `CLIENT ID`): taken before a durable
@@ -168,21 +156,5 @@ fn count(v: Option<&Value>) -> u32 {
     match v {
         Some(Value::Integer(n)) => u32::try_from(*n).unwrap_or(0),
         _ => 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::version_at_least;
-
-    #[test]
-    fn waitaof_needs_redis_7_2() {
-        assert!(version_at_least(
-            "# Server\r\nredis_version:7.2.4\r\n",
-            (7, 2)
-        ));
-        assert!(version_at_least("redis_version:8.0.0", (7, 2)));
-        assert!(!version_at_least("redis_version:7.0.15\r\n", (7, 2)));
-        assert!(!version_at_least("no version here", (7, 2)));
     }
 }

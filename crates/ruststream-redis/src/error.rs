@@ -18,8 +18,24 @@ pub fn kind_of(e: &fred::error::Error) -> ErrorKind {
         Fred::Protocol | Fred::Parse | Fred::NotFound => ErrorKind::UnexpectedReply,
         Fred::Backpressure => ErrorKind::Unavailable,
         Fred::Cluster => code_kind(e.details()).unwrap_or(ErrorKind::Connection),
-        _ => code_kind(e.details()).unwrap_or(ErrorKind::Other),
+        _ => code_kind(e.details())
+            .or_else(|| script_refused(e.details()).then_some(ErrorKind::Unsupported))
+            .unwrap_or(ErrorKind::Other),
     }
+}
+
+/// Whether an `ERR` reply says the server will not load or run a script as written: it cannot
+/// compile it, knows none of its shebang's flags, or lacks a command it calls. Redis gives
+/// these no code of their own, so this is the one place that reads an `ERR` reply's words.
+/// Retrying such a script never helps.
+fn script_refused(reply: &str) -> bool {
+    const REFUSALS: [&str; 4] = [
+        "Error compiling script",
+        "flag in script shebang",
+        "Unknown lua shebang",
+        "Unknown Redis command called from",
+    ];
+    reply.starts_with("ERR") && REFUSALS.iter().any(|r| reply.contains(r))
 }
 
 /// The kind a Redis error reply's code (its first word) says, when it starts with a code of
@@ -208,6 +224,20 @@ mod tests {
             ErrorKind::Script
         );
         assert_eq!(reply("ERR unknown command"), ErrorKind::Other);
+        // A script the server will not load or run: Redis 6.2 reading a 7.0 shebang, an
+        // unknown flag, a command the server lacks.
+        for refused in [
+            "ERR Error compiling script (new function): user_script:1: unexpected symbol near '#'",
+            "ERR Unexpected flag in script shebang: bogus",
+            "ERR Error running script (call to f_f9f1): @user_script:1: @user_script: 1: Unknown Redis command called from Lua script",
+            "ERR Unknown Redis command called from script script: 1996, on @user_script:1.",
+        ] {
+            assert_eq!(reply(refused), ErrorKind::Unsupported, "{refused}");
+        }
+        assert_eq!(
+            reply("ERR Error running script: user_script:3: attempt to index a nil value"),
+            ErrorKind::Other
+        );
         // A message of fred's own is not a reply code.
         assert_eq!(reply("Expected OK, found 1"), ErrorKind::Other);
         let io = Fred::new(FredKind::IO, "Os { code: 111, kind: ConnectionRefused }");

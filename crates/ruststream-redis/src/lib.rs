@@ -103,6 +103,7 @@ mod sweep_clock;
 mod tls;
 mod transport;
 mod unique;
+mod version;
 
 pub use broker::RedisBroker;
 /// The cancel script's typed call, for the Lua tests of `ruststream-testing`.

@@ -12,7 +12,7 @@ use std::future::Future;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
-use ruststream_core::Result;
+use ruststream_core::{ErrorKind, Result};
 
 use crate::error::core;
 use crate::reply::{Reply, frame_error};
@@ -48,7 +48,7 @@ pub trait Call {
                 .script()
                 .evalsha_with_reload(client, keys, args)
                 .await
-                .map_err(core)?;
+                .map_err(|e| script_error(self.script(), e))?;
             Ok(self.parse(reply))
         }
     }
@@ -114,18 +114,64 @@ pub(crate) async fn evalsha_frame_with(
     let reply = match reply {
         Some(r) => r,
         None => {
-            script.load(client).await.map_err(core)?;
+            script
+                .load(client)
+                .await
+                .map_err(|e| script_error(script, e))?;
             custom_raw(client, options, cmd, argv).await
         }
     }
-    .map_err(core)?;
+    .map_err(|e| script_error(script, e))?;
     match frame_error(&reply) {
-        Some(e) => Err(core(fred::error::Error::new(
-            fred::error::ErrorKind::Unknown,
-            e,
-        ))),
+        Some(e) => Err(script_error(
+            script,
+            fred::error::Error::new(fred::error::ErrorKind::Unknown, e),
+        )),
         None => Ok(reply),
     }
+}
+
+/// The core's error for `e`, which running or loading `script` failed with. A script the
+/// server refuses for good ([`ErrorKind::Unsupported`]) is named, with the servers it needs.
+pub(crate) fn script_error(script: &Script, e: fred::error::Error) -> ruststream_core::Error {
+    if crate::error::kind_of(&e) != ErrorKind::Unsupported {
+        return core(e);
+    }
+    let message = format!(
+        "the server refused the script {}: {}; RustStream needs Redis {} or newer (or Valkey 7.2 or newer)",
+        name_of(script),
+        crate::error::redact(e.details()),
+        crate::version::MINIMUM,
+    );
+    crate::error::core_as(e, message)
+}
+
+/// The name `script` gives itself (its file's first comment, `-- CLAIM: ...`), as [`script`]
+/// keeps it on the line after the shebang; `a script` when it has none.
+pub(crate) fn name_of(script: &Script) -> String {
+    script
+        .lua()
+        .and_then(|text| {
+            text.lines()
+                .take(2)
+                .find_map(|l| l.strip_prefix(NAME_LINE))
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "a script".to_owned())
+}
+
+/// How [`script`] starts the line that names a script.
+const NAME_LINE: &str = "-- script: ";
+
+/// The name a script's file gives itself on its first comment line: `CLAIM` of
+/// `-- CLAIM: claims ...`.
+fn own_name(body: &str) -> Option<&str> {
+    let first = body.lines().find(|l| l.starts_with("--"))?;
+    let (name, _) = first.trim_start_matches("--").trim().split_once(':')?;
+    name.bytes()
+        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        .then_some(name)
+        .filter(|n| !n.is_empty())
 }
 
 /// `cmd` with `argv` on `client`, with `options` when given, its reply as fred received it.
@@ -173,7 +219,8 @@ pub(crate) const BOUND: &str = include_str!("stream/bound.lua");
 /// `put_back`; see `crate::back::Dest`); needs `frame.lua` and [`BOUND`] before it.
 pub(crate) const BACK: &str = include_str!("back.lua");
 
-/// A script of `main` with `libs` put in front of its body (after its shebang, if any).
+/// A script of `main` with `libs` put in front of its body (after its shebang, if any), and
+/// a line naming it (`-- script: CLAIM`) first after the shebang, for errors to name it.
 pub(crate) fn script(main: &str, libs: &[&str]) -> Script {
     let (shebang, body) = match main.split_once('\n') {
         Some((first, rest)) if first.starts_with("#!") => (first, rest),
@@ -183,6 +230,11 @@ pub(crate) fn script(main: &str, libs: &[&str]) -> Script {
         String::with_capacity(main.len() + libs.iter().map(|l| l.len()).sum::<usize>() + 8);
     if !shebang.is_empty() {
         text.push_str(shebang);
+        text.push('\n');
+    }
+    if let Some(name) = own_name(body) {
+        text.push_str(NAME_LINE);
+        text.push_str(name);
         text.push('\n');
     }
     for lib in libs {
@@ -204,6 +256,13 @@ mod tests {
             s.lua().map(|l| l.to_string()).as_deref(),
             Some("#!lua flags=allow-oom\nlocal a = 1\nreturn 1\n")
         );
+        let named = script("#!lua\n-- CLAIM_2: claims\nreturn 1\n", &["-- GUARD: x"]);
+        assert_eq!(
+            named.lua().map(|l| l.to_string()).as_deref(),
+            Some("#!lua\n-- script: CLAIM_2\n-- GUARD: x\n-- CLAIM_2: claims\nreturn 1\n")
+        );
+        assert_eq!(name_of(&named), "CLAIM_2");
+        assert_eq!(name_of(&s), "a script");
         let plain = script("return 1", &["local a = 1"]);
         assert_eq!(
             plain.lua().map(|l| l.to_string()).as_deref(),

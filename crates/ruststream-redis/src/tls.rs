@@ -3,7 +3,8 @@
 //! A `rediss://` URL makes fred connect with rustls (the `ring` provider) and the system's root
 //! certificates. A server whose certificate comes from a private CA (a company CA, the test
 //! stand's throwaway one) needs that CA instead: [`RedisBroker::tls_ca_file`] reads its PEM file
-//! and builds a rustls client configuration trusting only the certificates in it. The file is
+//! and builds a rustls client configuration trusting only the certificates in it, with the
+//! app's process-wide rustls provider if it installed one, else *ring*'s. The file is
 //! read when the broker connects, so a missing or malformed file is a startup error that names
 //! the file. Client certificates (`--tls-auth-clients yes`) are not supported yet.
 //!
@@ -40,13 +41,25 @@ pub(crate) fn with_ca_file(path: &Path) -> Result<TlsConfig> {
             ))
         })?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(ring_provider()));
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::config(format!("TLS setup failed: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(config.into())
+}
+
+/// *ring*'s provider, the one fred's TLS links with, for an app that installed no process-wide
+/// provider of its own.
+#[allow(
+    deprecated,
+    reason = "rustls 0.23.48 deprecates it for lacking post-quantum key exchange; it stays the provider fred is built with"
+)]
+fn ring_provider() -> rustls::crypto::CryptoProvider {
+    rustls::crypto::ring::default_provider()
 }
 
 #[cfg(test)]

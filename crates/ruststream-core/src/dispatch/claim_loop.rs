@@ -15,7 +15,7 @@ use super::settle::ErrorBackoff;
 use super::{Held, Lane, Subscription, Token};
 use crate::erased::Handler;
 use crate::health::SubscriptionState;
-use crate::{Broker, Delivery, Receiver};
+use crate::{Broker, Delivery, ErrorKind, Receiver};
 
 /// What the reader does with a claimed batch: hand it to a batch runner, which runs a handler on
 /// each delivery, or pass its deliveries to the batcher.
@@ -55,6 +55,9 @@ impl<B: Broker> Subscription<B> {
                 .claim(&mut receiver, held.num_permits(), &mut failing, &stop)
                 .await
             else {
+                if self.state.get() == SubscriptionState::Refused {
+                    break;
+                }
                 continue;
             };
             if batch.is_empty() {
@@ -79,7 +82,9 @@ impl<B: Broker> Subscription<B> {
     }
 
     /// Claims up to `n` messages. On an error: marks the subscription failing (`failing` holds
-    /// the backoff while it is), waits the backoff or the stop, and returns `None`.
+    /// the backoff while it is), waits the backoff or the stop, and returns `None`. An error
+    /// that retrying cannot mend ([`ErrorKind::Unsupported`]) marks it refused instead, logged
+    /// once, and returns `None` at once: the loop then stops.
     async fn claim(
         &self,
         receiver: &mut B::Receiver,
@@ -93,6 +98,13 @@ impl<B: Broker> Subscription<B> {
                     self.state.set(SubscriptionState::Reading);
                 }
                 Some(batch)
+            }
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                if self.state.refuse(e.to_string()) {
+                    tracing::error!(subscription = %self.name, error = %e,
+                        "the server refused this subscription's read; it stops reading until the app restarts");
+                }
+                None
             }
             Err(e) => {
                 let backoff = failing.get_or_insert_with(|| {

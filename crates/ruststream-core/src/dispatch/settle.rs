@@ -7,13 +7,15 @@
 //! [`GRACE`] more, and whatever is left is abandoned: its entries stay claimed, for the broker's
 //! recovery, and one log line says how many and where ([`Settler::unsettled`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::Done;
-use crate::{Broker, Receiver, Settler};
+use crate::health::StateCell;
+use crate::{Broker, ErrorKind, Receiver, Settler};
 
 /// Most settlements sent to the broker in one call.
 const SETTLE_BATCH: usize = 1024;
@@ -47,15 +49,20 @@ impl Giving {
     }
 }
 
+/// Settles what `done` brings until it closes. A settle the server refuses for good
+/// ([`ErrorKind::Unsupported`]) is not retried: its entries stay claimed for the broker's
+/// recovery, and `state` is marked refused (logged once).
 pub(super) async fn settle_loop<B: Broker>(
     settler: <B::Receiver as Receiver>::Settler,
     mut done: mpsc::UnboundedReceiver<Done<B>>,
     name: String,
+    state: Arc<StateCell>,
     giving: Giving,
 ) {
     let mut received = Vec::with_capacity(SETTLE_BATCH);
     let mut batch = Vec::with_capacity(SETTLE_BATCH);
     let mut abandoned = 0;
+    let mut refused = 0;
     let cut_off = giving.cut_off();
     tokio::pin!(cut_off);
     let mut past_cut_off = false;
@@ -92,6 +99,14 @@ pub(super) async fn settle_loop<B: Broker>(
                     break;
                 }
             };
+            if e.kind() == ErrorKind::Unsupported {
+                if state.refuse(e.to_string()) {
+                    tracing::error!(subscription = %name, error = %e, lost_settlements = batch.len(),
+                        "the server refused this subscription's settle; the messages stay claimed and will be recovered");
+                }
+                refused += batch.len();
+                break;
+            }
             tries += 1;
             if tries >= 20 {
                 tracing::error!(subscription = %name, error = %e, lost_settlements = batch.len(),
@@ -110,6 +125,11 @@ pub(super) async fn settle_loop<B: Broker>(
             }
         }
         batch.clear();
+    }
+    if refused > 0 {
+        let stay = settler.unsettled();
+        tracing::error!(subscription = %name, refused,
+            "{refused} settles refused by the server; their entries stay {stay}");
     }
     if abandoned > 0 {
         let stay = settler.unsettled();

@@ -99,7 +99,8 @@ impl Connections {
         self.pool.read().is_ok_and(|p| p.is_some())
     }
 
-    /// Connects the shared pool, if not yet connected.
+    /// Connects the shared pool, if not yet connected, and refuses a server older than
+    /// RustStream needs (`crate::version`).
     pub(crate) async fn connect(&self) -> Result<()> {
         let _one_at_a_time = self.connecting.lock().await;
         if self.is_connected() {
@@ -110,6 +111,10 @@ impl Connections {
             .build_pool(self.settings.pool_size)
             .map_err(|e| self.connect_error(&e))?;
         pool.init().await.map_err(|e| self.connect_error(&e))?;
+        if let Err(e) = crate::version::check(pool.next(), &self.target()).await {
+            let _ = pool.quit().await;
+            return Err(e);
+        }
         for c in pool.clients() {
             watch(c, "shared", self.target());
         }

@@ -85,7 +85,7 @@ impl Call for Lease<'_> {
                 Some(text) => client.eval(text.clone(), keys, args).await,
                 None => LEASE.evalsha_with_reload(client, keys, args).await,
             }
-            .map_err(crate::error::core)?;
+            .map_err(|e| crate::lua::script_error(&LEASE, e))?;
             Ok(self.parse(reply))
         }
     }
@@ -149,6 +149,11 @@ impl Leases {
                 tokio::time::sleep(every).await;
                 let Some(held) = leases.upgrade() else { break };
                 if let Err(e) = held.renew(pool.next(), &zset, ttl_ms).await {
+                    if e.kind() == ruststream_core::ErrorKind::Unsupported {
+                        tracing::error!(recovery_set = %zset, error = %e,
+                            "the server refused the lease renewal; claims are no longer renewed and come back after min_idle");
+                        break;
+                    }
                     rejoin.mark();
                     tracing::warn!(recovery_set = %zset, error = %e,
                         "claims not renewed; they may be recovered by another worker if this goes on past min_idle");

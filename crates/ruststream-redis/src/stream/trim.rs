@@ -55,7 +55,8 @@ impl Call for TrimAcked<'_> {
 }
 
 /// Runs `trim.lua` on the full key `stream` every `every` until `stop`, counting what it drops
-/// in `ruststream_trimmed_total{queue}`. A failure is logged and tried again next period.
+/// in `ruststream_trimmed_total{queue}`. A failure is logged and tried again next period; one
+/// the server refuses for good ends the trims, logged once.
 pub(super) fn spawn(pool: Pool, stream: String, every: Duration, stop: CancellationToken) {
     let trimmed = metrics::counter!("ruststream_trimmed_total", "queue" => stream.clone());
     tokio::spawn(async move {
@@ -70,6 +71,11 @@ pub(super) fn spawn(pool: Pool, stream: String, every: Duration, stop: Cancellat
                     if n > 0 {
                         tracing::debug!(%stream, n, %threshold, "acknowledged entries trimmed");
                     }
+                }
+                Err(e) if e.kind() == ruststream_core::ErrorKind::Unsupported => {
+                    tracing::error!(%stream, error = %e,
+                        "the server refused the trim of acknowledged entries; they are no longer trimmed");
+                    break;
                 }
                 Err(e) => tracing::warn!(%stream, error = %e,
                     "acknowledged entries not trimmed; trying again next period"),

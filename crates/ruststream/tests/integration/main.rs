@@ -63,6 +63,7 @@ mod routing;
 mod runtime;
 mod scheduling;
 mod security;
+mod servers;
 mod sharded;
 mod snooze;
 mod streams;
