@@ -288,7 +288,7 @@ impl Tuning {
                 },
                 // One reader has one `XREADGROUP` at a time, and decoding its replies bounds it
                 // (docs/benchmarks.md): a subscription at 512 reads with two readers (the
-                // default from `TWO_READERS_FROM`), as two subscriptions at 256 did before.
+                // default from `TWO_READERS_FROM`).
                 Scenario::Stream => Self {
                     concurrency: Some(512),
                     in_flight: 2,

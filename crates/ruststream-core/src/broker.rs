@@ -35,7 +35,8 @@ pub struct SubscribeOptions {
     pub cancel_grace: std::time::Duration,
 }
 
-/// The snoozes a message gets unless its source says otherwise (see `docs/decisions.md`).
+/// The snoozes a message gets unless its source says otherwise (see `docs/decisions.md`,
+/// "Snooze is a retry that keeps the attempt").
 pub const DEFAULT_MAX_SNOOZES: u32 = 25;
 
 impl Default for SubscribeOptions {

@@ -7,9 +7,10 @@
 //!   settled: `concurrency` being handled or queued for the settler, and one batch being settled.
 //! - A claim takes at most half the permits, so one batch is claimed while another is handled.
 //! - The handlers of one claimed batch run concurrently in one task (`FuturesUnordered`), not a
-//!   task each, which is cheaper (the figures are in `docs/decisions.md`): a batch runner (see
-//!   `runners`), which lives on to run later batches in the same memory. Batches run on the
-//!   runtime's workers in parallel. A panic is caught per message and the message retried.
+//!   task each, which is cheaper (the figures are in `docs/decisions.md`, "Dispatch and
+//!   permits"): a batch runner (see `runners`), which lives on to run later batches in the same
+//!   memory. Batches run on the runtime's workers in parallel. A panic is caught per message
+//!   and the message retried.
 //! - Settlements go to one settler task that sends them to the broker in batches.
 //! - A receiver may come with [siblings](crate::Receiver::siblings) (a Redis stream's other
 //!   consumers of its group): each runs a claim loop of its own, in a task of its own, taking

@@ -18,7 +18,7 @@
 //! failure.
 //!
 //! Awaiting polls the record, at intervals growing from [`FIRST_POLL`] to [`MAX_POLL`] (the
-//! reasons are in `docs/decisions.md`, "Job progress and results (issue 15)").
+//! reasons are in `docs/decisions.md`, "Awaiting polls the record").
 
 use std::time::Duration;
 

@@ -18,7 +18,7 @@
 //!
 //! The headers are read and written here, in W3C Trace Context's format, not through the global
 //! text-map propagator: trace context then crosses services with no propagator to configure
-//! (`docs/decisions.md` has why).
+//! (`docs/decisions.md`, "OpenTelemetry: the API crate and our own W3C headers", says why).
 
 use std::borrow::Cow;
 use std::str::FromStr;

@@ -1,9 +1,8 @@
 //! [`RunningApp`]: a started application, whose subscriptions can be stopped one by one
 //! ([`RunningApp::stop_subscription`], or [`RunningApp::remove_subscription`] to wait until it
-//! has stopped: seed 001's `removeHandler`) and added while it runs
-//! ([`RunningApp::include`], seed 001's `addHandler`), each with its own concurrency. Its
-//! [`Health`], tallies, metrics (registered by subscription name) and AsyncAPI document
-//! ([`RunningApp::asyncapi`]) follow what runs now.
+//! has stopped) and added while it runs ([`RunningApp::include`]), each with its own
+//! concurrency. Its [`Health`], tallies, metrics (registered by subscription name) and AsyncAPI
+//! document ([`RunningApp::asyncapi`]) follow what runs now.
 //!
 //! Sends no command itself: adding a subscription asks its broker to validate it
 //! ([`Broker::validate`]), prepare the server for it ([`Broker::prepare`]: a stream's consumer

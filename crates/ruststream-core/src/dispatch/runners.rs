@@ -7,8 +7,9 @@
 //!
 //! A runner keeps each delivery's dispatch future (`Subscription::handle_one`, about 2 kB) in a
 //! slot it reuses from batch to batch: the futures of a batch are not allocated and freed by the
-//! hundred, which had glibc's allocator return the freed heap to the kernel after each batch
-//! and fault it in again for the next (`docs/decisions.md`, "Batch runners").
+//! hundred. Freed by the hundred, they make glibc's allocator return the freed heap to the kernel
+//! after each batch and fault it in again for the next (`docs/decisions.md`, "A claimed batch
+//! runs in one task, in a runner reused from batch to batch").
 
 use std::future::Future;
 use std::pin::Pin;

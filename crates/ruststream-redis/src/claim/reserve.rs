@@ -2,7 +2,7 @@
 //! slot and the partitions in their own, so no one script sees both. A reader reserves passes
 //! from the limiter ([`Reserve`], `reserve.lua`), claims at most that many from its partitions
 //! (their claims have no rate gate), and gives back what it did not take ([`Refund`],
-//! `refund.lua`). See `docs/decisions.md`, "One claim pipeline (issue 21)".
+//! `refund.lua`). See `docs/decisions.md`, "Rate limits: GCRA on the server's clock".
 //!
 //! Commands: `EVALSHA` of `reserve.lua` and `refund.lua` (`SCRIPT LOAD` on `NOSCRIPT`), on the
 //! limiter's slot.

@@ -50,8 +50,9 @@ use crate::options::{Schedule, SourceOptions};
 
 /// The shortest blocking wait: a wait for the next due entry is cut to the millisecond, the
 /// clock's grain on both sides (Redis's `TIME` in ms, tokio's timer), and never 0, which a
-/// blocking command takes for "for ever". Was 5 ms, which alone made an entry due within 5 ms of
-/// the last move up to 5 ms late (see `docs/decisions.md`).
+/// blocking command takes for "for ever". A floor of 5 ms would alone make an entry due within
+/// 5 ms of the last move up to 5 ms late (see `docs/decisions.md`, "The mover sleeps until the
+/// next due entry").
 const MIN_WAIT: Duration = Duration::from_millis(1);
 
 /// The Lua of the settle scripts that schedules a retry (`schedule_retry(zset, hash, arg, frame)`).

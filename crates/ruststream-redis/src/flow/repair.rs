@@ -3,7 +3,8 @@
 //! were started more than the grace ago and are still not published whole; for each, [`repair`]
 //! reads the record's plan and publishes the children still unsent through `publish_flow`, with
 //! the policies the plan holds. A record gone (expired with its max age) leaves the set; so does
-//! a plan this reader cannot decode, with an error logged (see `docs/decisions.md`).
+//! a plan this reader cannot decode, with an error logged (see `docs/decisions.md`, "A
+//! flow's publish is one unit").
 //!
 //! Commands: `HGET` of the record's plan, `ZREM` from the publishing set, and `publish_flow`'s.
 

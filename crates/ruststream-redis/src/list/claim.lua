@@ -37,9 +37,9 @@
 -- the processing list (LREM -1) goes back to the queue with its attempt raised by one (back.lua:
 -- onto its own level, behind what waits). At most ARGV[7] unmarked values a run: a batch with
 -- more is swept in part, the values swept marked and its member kept for the next run; a batch
--- whose every value is marked leaves the set with its list and marks. A member of the earlier
--- form, one a claimed entry (`<reader id>:<seq>.<run>:<value>`), is swept as such: its value
--- follows the second ':'.
+-- whose every value is marked leaves the set with its list and marks. A member of the per-entry
+-- form, one a claimed entry (`<reader id>:<seq>.<run>:<value>`, as older workers record), is
+-- swept as such: its value follows the second ':'.
 -- When the recovery set does not exist (it expired with recovery_ttl, or the queue ran without
 -- recovery before) while the processing list holds entries, nobody holds a claim on them: they
 -- go back to the queue as well, and while ARGV[7] of them went back the claim takes nothing

@@ -148,7 +148,8 @@ impl RedisList {
     /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) (one key's messages
     /// stay in order), and every reader claims from all of them. Name the key without a hash
     /// tag; the keys of the partitions cannot be named by hand. How readers share their permits
-    /// between partitions is in `docs/decisions.md`, "Partitions are whole queues".
+    /// between partitions is in `docs/decisions.md`, "A partitioned queue is whole queues, read
+    /// at once".
     ///
     /// ```
     /// use ruststream_redis::RedisList;
@@ -171,7 +172,7 @@ impl RedisList {
     /// worker, a retry and a delayed message all go onto their own level (the `rs.priority`
     /// header, which handlers see). With [`partitions`](Self::partitions) every partition has
     /// the levels. Why readers wake for a higher level at once while they wait on level 0:
-    /// `docs/decisions.md`, "Priority levels (issue 15)".
+    /// `docs/decisions.md`, "Priority levels".
     ///
     /// ```no_run
     /// # use ruststream_core::{MessageType, Publisher, Result};

@@ -1,8 +1,8 @@
 #!lua flags=no-writes
--- OLDEST_CLAIM: when the oldest claim recorded in a reliable list's recovery set was made. A
--- member is `<reader id>:<seq>.<run>` (a claimed batch; the earlier form, one a claim, adds
--- `:<value>`; see list/claim.lua), where `<run>` is the server's TIME (seconds.microseconds) of
--- the claim; the score is the last renewal, not the claim time.
+-- OLDEST_CLAIM: when the oldest claim recorded in a reliable list's recovery set was made. A member
+-- is `<reader id>:<seq>.<run>` (a claimed batch; the per-entry form, one a claimed entry, adds
+-- `:<value>`; see list/claim.lua), where `<run>` is the server's TIME (seconds.microseconds) of the
+-- claim; the score is the last renewal, not the claim time.
 --
 -- KEYS: recovery set.
 -- ARGV: most members to read.

@@ -46,7 +46,8 @@
 //!
 //! Why not fred's `SubscriberClient`: fred reads a connection continuously and hands every
 //! message to a tokio broadcast channel, whose slow receiver loses messages silently; it has no
-//! way to stop reading. See `docs/decisions.md`.
+//! way to stop reading. See `docs/decisions.md`, "A connection of its own, read with
+//! backpressure".
 //!
 //! On `TestApp` the model's feed is a broadcast channel: a subscription more than its buffer
 //! behind there loses messages, counted in `ruststream_pubsub_lagged_total{subscription}`.

@@ -139,9 +139,9 @@ impl TestApp {
         self.running.as_mut()
     }
 
-    /// Starts `subscriber` on the running app, as [`RunningApp::include`] does (seed 001's
-    /// `addHandler`): on the app's `RedisBroker`, so on its in-memory server, with its calls
-    /// recorded; then waits until the app settles.
+    /// Starts `subscriber` on the running app, as [`RunningApp::include`] does: on the app's
+    /// `RedisBroker`, so on its in-memory server, with its calls recorded; then waits until the
+    /// app settles.
     ///
     /// # Errors
     /// As [`RunningApp::include`] (a refused configuration, several brokers of the type: use
@@ -156,8 +156,7 @@ impl TestApp {
     }
 
     /// Stops the subscription `name` gracefully and waits until it has stopped, as
-    /// [`RunningApp::remove_subscription`] does (seed 001's `removeHandler`), then until the
-    /// app settles.
+    /// [`RunningApp::remove_subscription`] does, then until the app settles.
     ///
     /// # Errors
     /// When no running subscription has that name, or the app does not settle.

@@ -7,7 +7,7 @@ use fred::prelude::*;
 use crate::{key, on_both};
 
 /// `operate/oldest_claim.lua` through `OldestClaim`: the claim time is read from each member
-/// (a batch's `<reader>:<seq>.<seconds>.<microseconds>`, or the earlier form with `:<value>`),
+/// (a batch's `<reader>:<seq>.<seconds>.<microseconds>`, or the per-entry form with `:<value>`),
 /// not from its score; a member of another shape names none. Returns each call's reply.
 async fn oldest_claim(client: Client, prefix: String) -> Vec<(u64, Option<i64>)> {
     use ruststream_redis::{Call, OldestClaim};

@@ -1,4 +1,4 @@
-//! A concurrency cap across workers (issue 22, point 3): `.max_in_flight(n)` on a reliable list
+//! A concurrency cap across workers: `.max_in_flight(n)` on a reliable list
 //! and a stream group, a gate of the claim. Three app instances share one capped queue; their
 //! handlers count how many run at once (one counter for all three): its peak is at most `n`
 //! and reaches `n`, and every message is handled exactly once. Also: a handler that fails and

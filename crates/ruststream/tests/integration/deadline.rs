@@ -1,4 +1,4 @@
-//! Deadlines (issue 22, point 1): `.timeout(d)` on a source bounds each handler call. A call
+//! Deadlines: `.timeout(d)` on a source bounds each handler call. A call
 //! still running at its deadline is stopped (its future dropped) and its message retried after
 //! the backoff, then dead-lettered with reason `timeout` once its attempts are spent;
 //! `ctx.deadline()` says when; a batch handler's call is bounded the same way; a hung handler

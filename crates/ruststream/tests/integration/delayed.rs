@@ -1,6 +1,5 @@
-//! Delayed delivery and retries at growing intervals on a real Redis (seed 001, issue 7). Each
-//! test runs on the standalone server and on the cluster (`name::standalone`, `name::cluster`,
-//! see `harness`).
+//! Delayed delivery and retries at growing intervals on a real Redis. Each test runs on the
+//! standalone server and on the cluster (`name::standalone`, `name::cluster`, see `harness`).
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,4 +1,4 @@
-//! Durable publishes (issue 24): `.durable(replicas, timeout)` on a publish or a destination's
+//! Durable publishes: `.durable(replicas, timeout)` on a publish or a destination's
 //! route returns `Ok` only once that many replicas hold the write (`WAIT` on the connection
 //! that wrote); fewer is `Error::NotDurable` naming how many did. The stand's standalone server
 //! has no replica (a durable publish there fails, and its message is on the primary); each

@@ -1,4 +1,4 @@
-//! Flows (issue 23 point 2): a parent published with children (`publisher.flow(&parent)`) runs
+//! Flows: a parent published with children (`publisher.flow(&parent)`) runs
 //! once, after its last child is settled, and reads the children's ids, outcomes and results
 //! (`ctx.children()`). The children live on other queues than the parent (on the cluster: in
 //! other slots). Run on the model (`memory`, virtual time), the standalone server and the

@@ -1,4 +1,4 @@
-//! Flows (issue 23 point 2) on every kind of queue: children on priority levels, partitions,
+//! Flows on every kind of queue: children on priority levels, partitions,
 //! delayed and retried; parents and children on streams and as a batch handler's items (a
 //! nested flow's parent among them). On the model, the standalone server and the cluster; the
 //! workers and the log are `flows.rs`'.

@@ -1,4 +1,4 @@
-//! Flows whose publisher stopped halfway (issue 23 point 2): a flow whose record is written but
+//! Flows whose publisher stopped halfway: a flow whose record is written but
 //! whose children are only partly published (`RedisBroker::publish_flow_halfway`, a publisher
 //! that stops after its first children) is finished by a reader of its parent's queue after
 //! the grace, from the plan in its record, nested flow included (and a partitioned parent's, by

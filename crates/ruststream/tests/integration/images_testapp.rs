@@ -2,10 +2,10 @@
 //! the example's own `app()` (its `redis://localhost:6379` never dialled) on the in-memory Redis
 //! model, on a virtual clock, so a minute of `min_idle` passes in microseconds.
 //!
-//! The seed: "the tests publish a warmup and an upload and check what the handlers received; one
-//! of them advances the clock past `min_idle` and checks that a rendered job does not come back."
-//! Added: the converse (a job whose handler never finishes comes back once `min_idle` has passed,
-//! not before), and a proof that no socket is opened.
+//! The tests publish a warmup and an upload and check what the handlers received. One advances
+//! the clock past `min_idle` and checks that a rendered job does not come back; its converse
+//! checks that a job whose handler never finishes comes back once `min_idle` has passed, not
+//! before. One proves that no socket is opened.
 
 #[allow(dead_code)]
 mod images {

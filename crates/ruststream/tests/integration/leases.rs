@@ -1,4 +1,4 @@
-//! Leases after a reconnect (issue 24): a Redis outage longer than `min_idle` must not
+//! Leases after a reconnect: a Redis outage longer than `min_idle` must not
 //! redeliver the work of live workers. A reliable list (with recovery) and a reliable stream
 //! each hold slow jobs in live handlers while Redis goes away for 2.5 s, 2.5 × `min_idle`, in
 //! three ways: their own Redis (`appendfsync always`) is SIGKILLed and restarted, whatever each
@@ -216,8 +216,8 @@ async fn a_stream_keeps_live_claims_through_an_outage_longer_than_min_idle() {
     outage_run(true, Fault::Kill).await;
 }
 
-// Before: fred sent the sweep held in flight again once Redis was back, before the reader knew
-// of the outage, and it took the live workers' claims.
+// The fault: fred sends the sweep held in flight again once Redis is back, before the reader knows
+// of the outage, and it takes the live workers' claims. A sweep goes with `fail_fast`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliable_list_sweep_in_flight_at_an_outage_does_not_run_after_it() {
     outage_run(false, Fault::SweepInFlight).await;
@@ -228,8 +228,9 @@ async fn a_stream_sweep_in_flight_at_an_outage_does_not_run_after_it() {
     outage_run(true, Fault::SweepInFlight).await;
 }
 
-// Before: the sweep after the read's reply knew of the outage only if fred's reconnect event had
-// reached its listener's task by then.
+// The fault: the sweep after the read's reply knows of the outage only if fred's reconnect event
+// has reached its listener's task by then. The reader reads the reconnect events itself before it
+// sweeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliable_list_read_in_flight_at_an_outage_renews_before_the_next_sweep() {
     outage_run(false, Fault::ReadInFlight).await;
@@ -240,8 +241,8 @@ async fn a_stream_read_in_flight_at_an_outage_renews_before_the_next_sweep() {
     outage_run(true, Fault::ReadInFlight).await;
 }
 
-// Before: the sweep ran when it reached Redis, however late, and took the live workers' claims,
-// their renewals held behind it.
+// The fault: a sweep that runs when it reaches Redis, however late, takes the live workers' claims,
+// their renewals held behind it. The sweep's deadline in the server's clock stops it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliable_list_sweep_that_reaches_redis_past_its_deadline_sweeps_nothing() {
     outage_run(false, Fault::SweepLate).await;
@@ -252,9 +253,11 @@ async fn a_stream_sweep_that_reaches_redis_past_its_deadline_claims_nothing() {
     outage_run(true, Fault::SweepLate).await;
 }
 
-// A frozen server, the fault `SweepLate` stages: the renewal queued during the freeze runs at
-// the thaw before the reader's next sweep, which waits for its read's reply. Before: the first
-// renewal since Redis started got `NOSCRIPT` and took two more round trips, between which that
+// A frozen server, the fault `SweepLate` stages: the renewal queued during the freeze runs at the
+// thaw before the reader's next sweep, which waits for its read's reply. A renewal sent as
+// `EVALSHA` would get `NOSCRIPT` on a fresh server and take two more round trips, between which
+// that sweep runs (about one run in ten;
+// `a_renewal_is_one_command_on_a_server_without_its_script`).
 // sweep ran (about one run in ten; `a_renewal_is_one_command_on_a_server_without_its_script`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reliable_list_keeps_live_claims_through_a_freeze_longer_than_min_idle() {
@@ -287,8 +290,9 @@ async fn command_calls(client: &fred::prelude::Client) -> HashMap<String, u64> {
         .collect()
 }
 
-// Before: `EVALSHA`, then on `NOSCRIPT` `SCRIPT LOAD` and `EVALSHA` again: three round trips for
-// the renewal that must reach Redis before a sweep (see the freeze test above).
+// The fault: `EVALSHA`, then on `NOSCRIPT` `SCRIPT LOAD` and `EVALSHA` again, is three round trips
+// for the renewal that must reach Redis before a sweep (see the freeze test above). The renewal is
+// one `EVAL`.
 #[tokio::test]
 async fn a_renewal_is_one_command_on_a_server_without_its_script() {
     use fred::prelude::*;

@@ -1,4 +1,4 @@
-//! `examples/payments.rs` (seed 001): the hours on TestApp's virtual clock, and a short-delay
+//! `examples/payments.rs`: the hours on TestApp's virtual clock, and a short-delay
 //! version of the same service on a real Redis.
 
 #[allow(dead_code, unreachable_pub)]

@@ -1,4 +1,4 @@
-//! Periodic jobs (issue 15): several app instances with the same job publish each tick once
+//! Periodic jobs: several app instances with the same job publish each tick once
 //! (ids `<name>@<tick ms>`, consecutive ticks, no gap, no duplicate), the catch-up policy after
 //! a gap (stored last tick set into the past), the operator's listing, failures (a destination
 //! of the wrong type, a registry key of the wrong type) and bad declarations refused at start;

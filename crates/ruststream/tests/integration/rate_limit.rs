@@ -1,4 +1,4 @@
-//! Rate limits (issue 15): `.rate_limit(n, per)` on lists (simple, reliable) and streams, and
+//! Rate limits: `.rate_limit(n, per)` on lists (simple, reliable) and streams, and
 //! `.rate_limit_by(header, n, per)` on lists. Several apps share one limited queue; the limiter
 //! lives in Redis, so what they handle together stays within the limit. Each test runs on the
 //! model (`memory`, the `TestApp` server, on the virtual clock, which is also Redis's `TIME`

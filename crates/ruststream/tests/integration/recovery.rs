@@ -1,7 +1,7 @@
-//! Crash recovery of reliable lists (seed 000, issue 6): claims recorded in the
-//! recovery set, stale claims swept back to the queue, concurrent sweepers, the ttl. Each test
-//! runs on the in-memory model, the standalone server and the cluster (`name::memory`,
-//! `name::standalone`, `name::cluster`, see `harness`).
+//! Crash recovery of reliable lists: claims recorded in the recovery set, stale claims swept back
+//! to the queue, concurrent sweepers, the ttl. Each test runs on the in-memory model, the
+//! standalone server and the cluster (`name::memory`, `name::standalone`, `name::cluster`, see
+//! `harness`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

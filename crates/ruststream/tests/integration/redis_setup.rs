@@ -1,4 +1,4 @@
-//! Redis set up to lose keys (issue 24): at connect the broker warns of a `maxmemory-policy`
+//! Redis set up to lose keys: at connect the broker warns of a `maxmemory-policy`
 //! other than `noeviction` and, when a route asks for durability, of a server without
 //! persistence; a server that refuses `CONFIG` gets a warning that it could not be checked, and
 //! nothing fails. Logs are captured (`harness::logs`); tests tell their lines apart by the

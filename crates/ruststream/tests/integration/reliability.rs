@@ -5,14 +5,14 @@
 //! servers of a test's own (`harness::stand::OwnRedis`) for server settings such as maxmemory,
 //! child processes killed with SIGKILL, and `harness::proxy` for lost replies.
 //!
-//! Each test says in a comment above it what the code did before (each case was reproduced on
-//! Redis 7.0.15 before the change), and asserts what that code got wrong. By theme:
+//! Each test says in a comment above it which fault it catches (each reproduced on Redis 7.0.15
+//! with the guard taken out), and asserts what that fault gets wrong. By theme:
 //!
 //! - `scripts`: scripts that fail whole (wrong key types, too many headers, maxmemory);
 //! - `recovery`: dead workers and consumers, lost claim replies, expired recovery sets, slow
 //!   handlers, raw values that look like frames, settles sent twice;
 //! - `shutdown`: a settle that keeps failing does not hold the shutdown past its timeout;
-//! - `silence`: outcomes that used to vanish without a log, a metric or a useful reason;
+//! - `silence`: outcomes that must not vanish without a log, a metric or a useful reason;
 //! - `proxy_check`: the proxy itself.
 //!
 //! Every wait is bounded and polls a condition.

@@ -1,6 +1,6 @@
-//! Subscriptions added to and stopped on a running app (seed 001's `addHandler` and
-//! `removeHandler`): `RunningApp::include` and `RunningApp::stop_subscription`, on the model,
-//! the standalone server and the cluster (the harness), and through `TestApp`.
+//! Subscriptions added to and stopped on a running app: `RunningApp::include` and
+//! `RunningApp::stop_subscription`, on the model, the standalone server and the cluster (the
+//! harness), and through `TestApp`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
-//! The mover's knobs (seed 001's `schedulingInterval` and `schedulingBatchSize`):
-//! `schedule_interval` and `move_batch`, broker-wide on `RedisBroker` and per subscription.
+//! The mover's knobs: `schedule_interval` and `move_batch`, broker-wide on `RedisBroker` and per
+//! subscription.
 //!
 //! - On `TestApp`'s virtual clock: an entry whose wake-up never came is moved within the
 //!   interval, and later with a longer one; bad settings are refused at startup.

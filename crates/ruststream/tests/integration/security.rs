@@ -1,4 +1,4 @@
-//! TLS and ACL users on a real Redis (issue 6): a `rediss://` server whose certificate a private
+//! TLS and ACL users on a real Redis: a `rediss://` server whose certificate a private
 //! CA signed (the stand's TLS server, `RUSTSTREAM_TLS_URL` / `RUSTSTREAM_TLS_CA`), an ACL user
 //! limited to the app's keys and channels, and a wrong password that stops the app at startup
 //! without the password showing in the error or the logs.

@@ -1,4 +1,4 @@
-//! Snooze (issue 22, point 5): `HandlerOutcome::snooze(d)` puts a message back after `d`
+//! Snooze: `HandlerOutcome::snooze(d)` puts a message back after `d`
 //! without spending an attempt, through the delayed path retries use. The snooze count travels
 //! with the message (`ctx.snoozes()`, across retries too); past `.max_snoozes(n)` the message
 //! is dead-lettered `snoozed-too-often`. On a reliable list, a stream group, and a list with

@@ -295,8 +295,8 @@ impl Handle<Job> for Dropper {
     }
 }
 
-// Before: the settle of the drop (its dead-letter key a string: WRONGTYPE) was retried for over
-// a minute of the clock, and the shutdown waited for it.
+// The fault: a drop's settle that keeps failing (its dead-letter key a string: WRONGTYPE) is
+// retried for over a minute of the clock; the shutdown must not wait for it.
 #[tokio::test(start_paused = true)]
 async fn a_settle_that_keeps_failing_does_not_hold_the_shutdown() -> ruststream::Result<()> {
     const TIMEOUT: Duration = Duration::from_millis(500);

@@ -1,5 +1,5 @@
-//! The image service of seed 003 on a Redis Cluster, unchanged but for its broker; the slot rule
-//! refusing an untagged reliable queue; an app on a Sentinel-managed primary (issue 6).
+//! The image service (`examples/images.rs`) on a Redis Cluster, unchanged but for its broker; the
+//! slot rule refusing an untagged reliable queue; an app on a Sentinel-managed primary.
 
 use crate::harness;
 

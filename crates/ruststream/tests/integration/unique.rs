@@ -1,4 +1,4 @@
-//! Unique publishes (issue 15): `.id(x).unique_for(window)` enqueues a message only when no
+//! Unique publishes: `.id(x).unique_for(window)` enqueues a message only when no
 //! publish of `x` to that destination holds a window, across every publishing process, for
 //! messages due now and delayed ones, on lists, partitioned lists and streams; the publish says
 //! whether it enqueued ([`Enqueued`]). Each test runs on the model (virtual time) and on the

@@ -1,4 +1,4 @@
-//! What an operator sees of a service run through `run_main` (issue 13): its name and version in
+//! What an operator sees of a service run through `run_main`: its name and version in
 //! `-V`, no colour codes when stderr is not a terminal, `--log-format json`, one startup line a
 //! subscription naming its keys and mode without the password, and one error line in words.
 //!
@@ -198,7 +198,7 @@ async fn startup_lines_name_keys_and_mode_without_the_password_in_text_and_json(
     );
 }
 
-/// `cancel SUB --id ID` (issue 22): a delayed message of the list is removed, and a second run
+/// `cancel SUB --id ID`: a delayed message of the list is removed, and a second run
 /// (a retried command) says the same; an id that is nowhere is not found, and the command fails.
 #[tokio::test]
 async fn cancel_removes_a_delayed_message_and_says_not_found_for_an_unknown_id() {

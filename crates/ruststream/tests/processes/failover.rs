@@ -1,4 +1,4 @@
-//! The failover ledger (issue 24): on a primary, a replica and 3 sentinels of the test's own
+//! The failover ledger: on a primary, a replica and 3 sentinels of the test's own
 //! (`scripts/stand`'s `stand_sentinel`: `down-after-milliseconds 1000`, `failover-timeout
 //! 3000`), a producer publishes `N` messages through the sentinels while the primary is
 //! SIGKILLed mid-run and the sentinels promote the replica; then a subscription through the

@@ -1,4 +1,4 @@
-//! Flows across worker processes (issue 23 point 2): three worker processes handle the children
+//! Flows across worker processes: three worker processes handle the children
 //! and parents of many flows; one is SIGKILLed while children run, a new one takes its place,
 //! and every parent still runs exactly once, after all its children, reading every child acked.
 //! The killed worker's claims come back after `min_idle`; a child it had reported but not

@@ -1,6 +1,6 @@
 //! A reliable list's recovery records, one a claimed batch (`list/claim.lua`, `list/settle.lua`,
 //! `list/lease.lua`): equal values in one batch and a settle sent twice, the sweep of a batch in
-//! parts and of a member of the earlier form, orphans beyond one sweep, the batch lists' ttl,
+//! parts and of a member of the per-entry form, orphans beyond one sweep, the batch lists' ttl,
 //! keys of another type. Each on the model and on Redis, with the same result. The settles'
 //! tests (equal values, interleaved and mixed runs, a lost batch list) are `settles.rs`.
 
@@ -193,8 +193,8 @@ pub(crate) async fn clean(client: &Client, prefix: &str) {
     let _: i64 = client.del(all).await.unwrap_or(0);
 }
 
-/// Five entries claimed in one batch, `b` of them acked, and an earlier-form member
-/// (`<reader>:<seq>.<run>:<value>`), all stale (min_idle 0), swept three a run: the old member's
+/// Five entries claimed in one batch, `b` of them acked, and a per-entry member
+/// (`<reader>:<seq>.<run>:<value>`), all stale (min_idle 0), swept three a run: that member's
 /// value and `a`, `c` (`b` is marked settled), then `d`, `e` and the batch with its marks.
 /// Returns per sweeping run (recovered, set size, the batch's length and marks, queue length,
 /// processing length).

@@ -1,4 +1,4 @@
-//! Dead-letter lists (issue 22): `.dead_letter_max_len(n)` trims the oldest past `n` exactly, on a
+//! Dead-letter lists: `.dead_letter_max_len(n)` trims the oldest past `n` exactly, on a
 //! reliable list with priorities, a stream group, a simple list and a batch handler on
 //! partitions, counted in `ruststream_dead_letters_trimmed_total`; `.dead_letter_max_age(d)` drops
 //! those that died longer ago; zero bounds are refused at startup.

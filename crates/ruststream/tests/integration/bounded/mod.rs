@@ -1,7 +1,7 @@
-//! Bounded streams (issue 14): `stream::Publish::{maxlen, minid}` on publishes, and on what a
+//! Bounded streams: `stream::Publish::{maxlen, minid}` on publishes, and on what a
 //! subscription re-adds to its stream (retries, due delayed retries, requeued dead letters);
 //! `RedisStream::trim_acked`, which drops only what every group has acknowledged. Dead-letter
-//! lists (issue 22): `.dead_letter_max_len(n)` trims the oldest past `n` exactly, on a reliable
+//! lists: `.dead_letter_max_len(n)` trims the oldest past `n` exactly, on a reliable
 //! list with priorities, a stream group and a simple list, counted in
 //! `ruststream_dead_letters_trimmed_total`; `.dead_letter_max_age(d)` drops those that died
 //! longer ago (30 days on the model's virtual clock, 200 ms on a server). The periodic registry

@@ -1,4 +1,4 @@
-//! Cancellation by id (issue 22, point 2): `publisher.cancel(destination, id)` on a reliable
+//! Cancellation by id: `publisher.cancel(destination, id)` on a reliable
 //! list, wherever the message is. Queued: marked, then dropped at its claim, never handled.
 //! Delayed: removed. Running: its handler sees `ctx.cancelled()` and the message settles as
 //! cancelled whatever the handler returns; a handler that ignores it is dropped after the grace

@@ -1,4 +1,4 @@
-//! Features that compose (issue 21): a claim is one script built from parts (where entries come
+//! Features that compose: a claim is one script built from parts (where entries come
 //! from, the gates that hold it back, what it records), so the queue features combine.
 //!
 //! - A pause is a gate of the claim: once `pause` has returned, a job published is not claimed

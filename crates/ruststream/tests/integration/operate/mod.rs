@@ -1,4 +1,4 @@
-//! The operator's tools (issue 13): `inspect`, dead letters (list, show, requeue, purge), delayed
+//! The operator's tools: `inspect`, dead letters (list, show, requeue, purge), delayed
 //! entries (list, promote, cancel) and pause/resume, through `ruststream::operate` (the library
 //! the CLI and the dashboard share) and through its command words (`run_args`, what `run_main`
 //! runs), on the stand's standalone server and cluster.

@@ -212,8 +212,8 @@ async fn pubsub_subscriber(env: &Env, fault: Fault, channel: &str) {
     stop(app).await;
 }
 
-// Not an observation of a failure: a dropped connection under a blocking XREADGROUP was
-// suspected of silencing the reader (issue 27); fred resends the read on a new connection.
+// A dropped connection under a blocking XREADGROUP must not silence the reader: fred resends the
+// read on a new connection.
 async fn a_stream_reader_resumes_after_its_blocking_read_is_cut(env: &Env) {
     stream_reader(env, Fault::Cut, "{live-cut-s}").await;
 }
@@ -230,8 +230,8 @@ async fn a_pubsub_subscriber_resumes_after_its_connection_is_cut(env: &Env) {
     pubsub_subscriber(env, Fault::Cut, "live-cut-c").await;
 }
 
-// Before: a blocking read on a connection that stopped answering (nothing closed it) never
-// returned: the reader waited on it for ever, and nothing was handled again.
+// The fault: a blocking read on a connection that stops answering (nothing closes it) never returns
+// unless bounded; the reader would wait on it for ever and handle nothing again.
 async fn a_stream_reader_resumes_after_its_connection_goes_silent(env: &Env) {
     stream_reader(env, Fault::Stall, "{live-stall-s}").await;
 }
@@ -244,7 +244,7 @@ async fn a_simple_list_reader_resumes_after_its_connection_goes_silent(env: &Env
     list_reader(env, Fault::Stall, "{live-stall-l}", false).await;
 }
 
-// Before: a subscriber whose connection went silent waited for messages for ever.
+// The fault: a subscriber whose connection goes silent would wait for messages for ever.
 async fn a_pubsub_subscriber_resumes_after_its_connection_goes_silent(env: &Env) {
     pubsub_subscriber(env, Fault::Stall, "live-stall-c").await;
 }
@@ -261,10 +261,10 @@ async fn destroy_group(env: &Env, key: &str, group: &str) {
     assert_eq!(destroyed.as_i64(), Some(1), "the group {group} existed");
 }
 
-// Before: a reader whose connection was replaced (it went silent) or came back read with a
-// group Redis no longer had (a restart without persistence, a failover to a replica that
-// missed it, an operator's `XGROUP DESTROY`): `NOGROUP` on every read, for ever, until the
-// process restarted.
+// The fault: a reader whose connection was replaced (it went silent) or came back may read from a
+// server that lost its group (a restart without persistence, a failover to a replica that missed
+// it, an operator's `XGROUP DESTROY`). Without creating it again, every read answers `NOGROUP`
+// until the process restarts.
 async fn a_stream_reader_rejoins_after_two_outages_in_a_row(env: &Env) {
     logs::capture();
     let key = "{live-twice}";

@@ -38,7 +38,7 @@ fn reliable() -> RedisList {
 }
 
 /// A reliable worker handling with `rec`, one job published while the key `suffix` holds a
-/// string: waits until the job's settle is refused naming that key (or, as before the fix, the
+/// string: waits until the job's settle is refused naming that key (or, with the fault, the
 /// entry leaves the processing list), checks that the refusal wrote nothing (the entry is still
 /// claimed, its claim still recorded), then deletes the key and returns the worker.
 async fn settle_refused_until_fixed(env: &Env, suffix: &str, rec: &Rec) -> RunningApp {
@@ -67,8 +67,9 @@ async fn settle_refused_until_fixed(env: &Env, suffix: &str, rec: &Rec) -> Runni
     app
 }
 
-// Before: settle.lua removed the entry from K.processing and the recovery set, then its LPUSH
-// to a dead-letter key holding a string failed (WRONGTYPE): the message was gone.
+// The fault: a settle.lua that removes the entry from K.processing and the recovery set, then fails
+// its LPUSH to a dead-letter key holding a string (WRONGTYPE), loses the message. The script must
+// refuse before its first write.
 async fn a_dead_letter_key_of_another_type_fails_the_settle_whole(env: &Env) {
     let rec = Rec::deciding(|_, _, _| settle(HandlerOutcome::drop()));
     let app = settle_refused_until_fixed(env, ".dead", &rec).await;
@@ -83,8 +84,8 @@ async fn a_dead_letter_key_of_another_type_fails_the_settle_whole(env: &Env) {
     stop(app).await;
 }
 
-// Before: a retry_after's settle removed the entry from K.processing, then its ZADD into a
-// delayed set holding a string failed (WRONGTYPE): the message was gone, never retried.
+// The fault: a retry_after's settle that removes the entry from K.processing, then fails its ZADD
+// into a delayed set holding a string (WRONGTYPE), loses the message: it is never retried.
 async fn a_delayed_set_of_another_type_fails_the_settle_whole(env: &Env) {
     let rec = Rec::deciding(|_, attempt, _| match attempt {
         1 => settle(HandlerOutcome::retry_after(Duration::from_millis(200))),
@@ -99,9 +100,9 @@ async fn a_delayed_set_of_another_type_fails_the_settle_whole(env: &Env) {
     stop(app).await;
 }
 
-// Before: claim.lua trimmed the queue, then its LPUSH into a processing list holding a string
-// failed (WRONGTYPE): the claimed entries were gone. (A recovery set of another type was refused
-// whole before too, only because the sweep read it first; now both are checked up front.)
+// The fault: a claim.lua that trims the queue, then fails its LPUSH into a processing list holding
+// a string (WRONGTYPE), loses the claimed entries. Both the processing list and the recovery set
+// are checked before the first write.
 async fn a_processing_list_or_recovery_set_of_another_type_fails_the_claim_whole(env: &Env) {
     logs::capture();
     for (bad, batch) in [(".processing", 0), (".claims", 10)] {
@@ -115,7 +116,7 @@ async fn a_processing_list_or_recovery_set_of_another_type_fails_the_claim_whole
         .await;
         let batch_jobs: Vec<Job> = (batch..batch + 3).map(|n| Job { n }).collect();
         publish(env, Q, &batch_jobs).await;
-        // Until the claim is refused, naming the key (or, as before, entries left the queue).
+        // Until the claim is refused, naming the key (or, with the fault, entries leave the queue).
         eventually("the claim is refused with WRONGTYPE", async || {
             !logs::lines_with(&["receive failed", "WRONGTYPE", &bad_key]).is_empty()
                 || env.llen(Q).await < 3
@@ -134,8 +135,8 @@ async fn a_processing_list_or_recovery_set_of_another_type_fails_the_claim_whole
     }
 }
 
-// Before: a stream's settle ran XACK, then its LPUSH to a dead-letter key holding a string
-// failed (WRONGTYPE): the entry was acknowledged and its dead letter never written.
+// The fault: a stream settle that runs XACK, then fails its LPUSH to a dead-letter key holding a
+// string (WRONGTYPE), acknowledges the entry and never writes its dead letter.
 async fn a_dead_letter_key_of_another_type_fails_a_stream_settle_whole(env: &Env) {
     logs::capture();
     let dead_key = format!("{S}.dead");
@@ -156,7 +157,7 @@ async fn a_dead_letter_key_of_another_type_fails_a_stream_settle_whole(env: &Env
         .publish()
         .await
         .unwrap();
-    // Until the settle is refused, naming the key (or, as before, the entry is acknowledged).
+    // Until the settle is refused, naming the key (or, with the fault, the entry is acknowledged).
     eventually("the settle is refused with WRONGTYPE", async || {
         !logs::lines_with(&["settle failed", "WRONGTYPE", &dead]).is_empty()
             || (rec.count() == 1 && pending_count(env, S, "g").await == 0)
@@ -188,8 +189,8 @@ fn stream() -> RedisStream {
         .retry(Backoff::immediate())
 }
 
-// Before: the retry of a stream entry with ~4,000 headers ran XACK, then its re-XADD failed in
-// Lua's unpack ("too many results to unpack"): the message was gone.
+// The fault: the retry of a stream entry with ~4,000 headers that runs XACK, then fails its re-XADD
+// in Lua's unpack ("too many results to unpack"), loses the message.
 async fn a_stream_retry_with_too_many_headers_is_dead_lettered(env: &Env) {
     let rec = Rec::deciding(|_, attempt, _| match attempt {
         1 => settle(HandlerOutcome::retry()),
@@ -210,7 +211,7 @@ async fn a_stream_retry_with_too_many_headers_is_dead_lettered(env: &Env) {
         .publish()
         .await
         .unwrap();
-    // Until it is settled (as before: acknowledged, and nothing else).
+    // Until it is settled (with the fault: acknowledged, and nothing else).
     eventually("settled", async || {
         rec.count() >= 1 && pending_count(env, S, "g").await == 0
     })
@@ -233,8 +234,8 @@ async fn a_stream_retry_with_too_many_headers_is_dead_lettered(env: &Env) {
     stop(app).await;
 }
 
-// Before: a delayed message with ~4,000 headers due into a stream made move_due fail in Lua's
-// unpack, and every read of that stream failed with it, for good: nothing else was read.
+// The fault: a delayed message with ~4,000 headers due into a stream makes move_due fail in Lua's
+// unpack unless checked first. Every read of that stream would then fail with it, for good.
 async fn a_due_delayed_entry_with_too_many_headers_is_dead_lettered_and_the_stream_read(env: &Env) {
     let rec = Rec::acking();
     let r = rec.clone();
@@ -280,9 +281,9 @@ async fn a_due_delayed_entry_with_too_many_headers_is_dead_lettered_and_the_stre
     stop(app).await;
 }
 
-// Before: at maxmemory (noeviction), one due delayed entry made move_due's RPUSH (a list's) or
-// XADD (a stream's) fail, and every read failed with it: a queue of 200 was never drained (0 of
-// 200 handled).
+// The fault: at maxmemory (noeviction), one due delayed entry makes move_due's RPUSH (a list's) or
+// XADD (a stream's) fail without `allow-oom`, and every read fails with it: a queue of 200 is never
+// drained (0 of 200 handled).
 #[tokio::test]
 async fn a_full_redis_still_drains_its_queues_and_refuses_publishes() {
     let dir = std::env::temp_dir().join(unique("oom"));

@@ -39,8 +39,8 @@ async fn bounded_shutdown(app: RunningApp) {
     println!("shutdown took {:?}", started.elapsed());
 }
 
-// Before: the settle of the drop was retried with backoff for 20 tries (over a minute), and
-// `shutdown()` waited for it although `shutdown_timeout` is 500 ms.
+// The fault: a drop's settle that keeps failing is retried with backoff for 20 tries (over a
+// minute); `shutdown()` must not wait for it past `shutdown_timeout` (500 ms here).
 async fn a_list_settle_that_keeps_failing_is_abandoned_at_shutdown(env: &Env) {
     logs::capture();
     let dead = env.key(&format!("{Q}.dead"));

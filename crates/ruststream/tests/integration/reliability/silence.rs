@@ -20,7 +20,8 @@ on!(
     a_frame_with_a_header_key_that_is_not_utf8_is_dead_lettered_whole_with_the_part_named,
 );
 
-// Before: a simple list's retry, retry_after and panic were dropped with no log and no metric.
+// The fault: a simple list cannot redeliver, so a retry, a retry_after or a panic there must not
+// vanish without a log and a metric.
 async fn a_simple_lists_ignored_retries_and_panics_are_logged_and_counted(env: &Env) {
     logs::capture();
     prometheus();
@@ -57,7 +58,8 @@ async fn a_simple_lists_ignored_retries_and_panics_are_logged_and_counted(env: &
     stop(app).await;
 }
 
-// Before: a drop on a list with no_dead_letter() removed the message with no log at all.
+// The fault: a drop on a list with no_dead_letter() removes the message; it must not do so without
+// a log.
 async fn a_drop_without_a_dead_letter_list_is_logged(env: &Env) {
     logs::capture();
     let drop_all = || Rec::deciding(|_, _, _| settle(HandlerOutcome::drop()));
@@ -93,8 +95,8 @@ async fn a_drop_without_a_dead_letter_list_is_logged(env: &Env) {
     }
 }
 
-// Before: a frame with one header key that is not UTF-8 was dead-lettered as
-// `decode: expected value`, a reason that named no part of it.
+// The fault: a frame with one header key that is not UTF-8 must be dead-lettered with a reason
+// naming that part, not a bare `decode: expected value`.
 async fn a_frame_with_a_header_key_that_is_not_utf8_is_dead_lettered_whole_with_the_part_named(
     env: &Env,
 ) {

@@ -1,4 +1,4 @@
-//! Job progress and results (issue 15): a handler reports progress and sets a result
+//! Job progress and results: a handler reports progress and sets a result
 //! (`Context::progress`, `Context::set_result`), a producer in another app awaits it
 //! (`publish().await_result(timeout)`) or reads it later (`Publisher::job_state`). Every test
 //! runs a producer on a broker of its own and one or two worker apps, each on its own broker,

@@ -1,4 +1,4 @@
-//! Fault tests with real processes and real signals (issue 6, design.md §6):
+//! Fault tests with real processes and real signals:
 //!
 //! - workers killed with SIGKILL mid-handler and restarted: every job handled at least once,
 //!   nothing left behind, duplicates bounded by what was in flight at the kills;
@@ -96,8 +96,8 @@ async fn leftovers(client: &Client, prefix: &str) -> i64 {
 // ---------------------------------------------------------------------------------------------
 // SIGTERM with a settle that keeps failing.
 
-// Before: the drop's settle (its dead-letter key a string: WRONGTYPE) was retried for over a
-// minute, and the process did not exit on SIGTERM until then.
+// The fault: a drop's settle that keeps failing (its dead-letter key a string: WRONGTYPE) is
+// retried for over a minute; the process must exit on SIGTERM within the shutdown timeout.
 async fn sigterm_with_a_settle_that_keeps_failing_exits_in_time(env: &Env) {
     let url = env.url().expect("the standalone server").to_owned();
     let prefix = env.prefix.clone();

@@ -1,10 +1,9 @@
 //! The ledger run: many messages, random outcomes, random faults, and an account of every message
 //! at the end. One test per transport: `ledger_reliable_list` and `ledger_stream`;
 //! `ledger_priorities_rate_limit`, the reliable list with three priority levels (each chunk
-//! published onto one, in turn) behind a rate limit of 1,000 a second (issue 21: the claim's
-//! gates over its levels); and `ledger_batch_handler`, the reliable list read by a batch handler
-//! ([`BATCH`] a batch, each item settled as its own pick says; see `worker.rs`'s `Recorder`,
-//! `HandleBatch`).
+//! published onto one, in turn) behind a rate limit of 1,000 a second (the claim's gates over its
+//! levels); and `ledger_batch_handler`, the reliable list read by a batch handler ([`BATCH`] a
+//! batch, each item settled as its own pick says; see `worker.rs`'s `Recorder`, `HandleBatch`).
 //!
 //! - **Server.** A redis-server of the test's own ([`OwnRedis`]: `--appendonly yes --appendfsync
 //!   always`, so a restart keeps everything acknowledged), no key prefix.

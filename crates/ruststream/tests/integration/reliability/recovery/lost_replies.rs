@@ -32,9 +32,9 @@ fn via(proxy: &Proxy, env: &Env) -> RedisBroker {
     RedisBroker::standalone(proxy.url()).prefix(&env.prefix)
 }
 
-// Before: a reliable list had no recovery set unless asked for one: when the connection dropped
-// after claim.lua ran but before its reply arrived, the claimed entries stayed in K.processing
-// for ever.
+// The fault: without a recovery set, when the connection drops after claim.lua ran but before its
+// reply arrived, the claimed entries stay in K.processing for ever. A default reliable list has
+// one.
 async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     load_list_scripts(env).await;
     let proxy = Proxy::start(env.url().expect("standalone")).await;
@@ -70,8 +70,8 @@ async fn a_claim_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     stop(app).await;
 }
 
-// Before: streams never reclaimed pending entries: entries an XREADGROUP delivered whose reply
-// was lost (the connection dropped) stayed pending on a consumer that never knew it had them.
+// The fault: entries an XREADGROUP delivered whose reply was lost (the connection dropped) stay
+// pending on a consumer that never knew it had them, unless a sweep reclaims them.
 async fn a_stream_read_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) {
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     publish_stream(env, &jobs(4)).await;
@@ -113,7 +113,7 @@ async fn a_stream_read_whose_reply_is_lost_comes_back_after_min_idle(env: &Env) 
     stop(app).await;
 }
 
-// Before: a reliable list without recovery said nothing about the entries stranded in its
+// A reliable list without recovery must say, at startup, that entries are stranded in its
 // processing list. (They still stay there: that is what `no_recovery` means.)
 async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env: &Env) {
     logs::capture();
@@ -162,10 +162,10 @@ async fn without_recovery_a_lost_claim_stays_and_the_app_says_so_at_startup(env:
     stop(app).await;
 }
 
-// Before (and in the new code until claim.lua named each run's claims): fred sends a claim whose
-// reply was lost again, the resent claim reused the lost one's claim numbers, so with identical
-// values both claims had one recovery-set member; one settle took it, and the lost claim's entry
-// was never swept back while other claims kept the set alive.
+// The fault: fred sends a claim whose reply was lost again. A resent claim that reuses the lost
+// one's claim numbers gives both claims of identical values one recovery-set member; one settle
+// takes it, and the lost claim's entry is never swept back while other claims keep the set alive.
+// Each run of claim.lua names its claims with the server's time.
 async fn identical_values_of_a_claim_sent_twice_are_two_claims(env: &Env) {
     load_list_scripts(env).await;
     let source = || {
@@ -294,16 +294,15 @@ async fn a_settle_sent_twice_runs_once(env: &Env, no_recovery: bool) {
     stop(app).await;
 }
 
-// Before: fred resent a settle whose reply was lost, and the rerun of a no-recovery settle
-// (LREM by value) removed the other identical claim: the retried message was delivered twice
-// and the other's dead letter lost.
+// The fault: fred resends a settle whose reply was lost. A rerun of a no-recovery settle (LREM by
+// value) would remove the other identical claim: the retried message delivered twice and the
+// other's dead letter lost. The settle token makes the rerun a no-op.
 async fn a_settle_sent_twice_without_recovery_runs_once(env: &Env) {
     a_settle_sent_twice_runs_once(env, true).await;
 }
 
-// Before: a default reliable list had no recovery set, so its settles were the no-recovery
-// kind above: the rerun removed the other identical claim (retry delivered twice, dead letter
-// lost). Now the settle is keyed by the claim's member.
+// The same fault on a default reliable list, whose settles are keyed by the claim's batch member
+// and index instead of a token.
 async fn a_settle_sent_twice_on_a_default_reliable_list_runs_once(env: &Env) {
     a_settle_sent_twice_runs_once(env, false).await;
 }

@@ -162,8 +162,8 @@ fn consumer(name: &str, min_idle: Duration) -> RedisStream {
         .block(Duration::from_millis(200))
 }
 
-// Before: streams never reclaimed pending entries: a consumer killed mid-handler left them
-// pending on its name for ever, and no other consumer ever handled them.
+// The fault: a stream consumer killed mid-handler leaves its entries pending on its name for ever,
+// and no other consumer handles them, unless a sweep reclaims them.
 async fn a_killed_consumers_stream_entries_are_claimed_by_another_after_min_idle(env: &Env) {
     publish_stream(env, &jobs(3)).await;
     let mut victim = stream_worker(env, "victim", 1000, 10);
@@ -197,8 +197,8 @@ async fn a_killed_consumers_stream_entries_are_claimed_by_another_after_min_idle
     stop(app).await;
 }
 
-// Before: a consumer restarted under its old name (`.consumer(name)`) read only new entries:
-// those it held when it was killed stayed pending for ever.
+// The fault: a consumer restarted under its old name (`.consumer(name)`) that reads only new
+// entries leaves those it held when it was killed pending for ever.
 async fn a_restarted_consumer_first_takes_back_its_own_pending_entries(env: &Env) {
     publish_stream(env, &jobs(2)).await;
     let mut first = stream_worker(env, "w1", 60_000, 10);
@@ -219,8 +219,8 @@ async fn a_restarted_consumer_first_takes_back_its_own_pending_entries(env: &Env
     stop(app).await;
 }
 
-// Before: an entry whose handler killed its consumer every time stayed pending for ever: it
-// never reached max_attempts nor the dead letters.
+// The fault: an entry whose handler kills its consumer every time stays pending for ever, never
+// reaching max_attempts nor the dead letters, unless the sweep counts its deliveries.
 async fn a_stream_entry_that_kills_every_consumer_ends_in_the_dead_letters(env: &Env) {
     publish_stream(env, &[Job { n: 0 }]).await;
     let mut a = stream_worker(env, "a", 500, 2);

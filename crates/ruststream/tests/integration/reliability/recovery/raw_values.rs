@@ -18,8 +18,9 @@ on!([standalone] lua_and_rust_read_the_same_values_as_frames);
 
 on!([standalone, cluster] a_raw_value_that_starts_like_a_frame_keeps_its_bytes_and_reaches_max_attempts);
 
-// Before: a raw value of 8+ bytes starting with the frame magic `\0rs1` had its bytes 5-8
-// rewritten (as an attempt counter) on every sweep, and never reached its attempt limit.
+// The fault: a raw value of 8+ bytes starting with the frame magic `\0rs1`, taken for a frame,
+// would have its bytes 5-8 rewritten (as an attempt counter) on every sweep, and never reach its
+// attempt limit.
 async fn a_raw_value_that_starts_like_a_frame_keeps_its_bytes_and_reaches_max_attempts(env: &Env) {
     // MAGIC, then an id length (0xffff) longer than the value: not a frame.
     let raw = Bytes::from_static(b"\0rs1\0\0\0\x05\xff\xffpayload");
@@ -114,10 +115,10 @@ fn magic_values(rng: &mut fastrand::Rng, n: usize) -> Vec<Vec<u8>> {
     out
 }
 
-// Before: the scripts took any value of 8+ bytes that starts with the magic for a frame (and
-// rewrote its bytes 5-8 as an attempt), where Rust read the whole layout: the two disagreed on
-// what a frame is. Now, on thousands of such values, frame.lua and frame.rs agree on whether it
-// is a frame, its attempt and its payload, and bump keeps a raw value's bytes whole.
+// The fault: scripts that take any value of 8+ bytes starting with the magic for a frame (and
+// rewrite its bytes 5-8 as an attempt), where Rust reads the whole layout, disagree with Rust on
+// what a frame is. On thousands of such values, frame.lua and frame.rs must agree on whether it is
+// a frame, its attempt and its payload, and bump must keep a raw value's bytes whole.
 async fn lua_and_rust_read_the_same_values_as_frames(env: &Env) {
     let script = format!(
         "{}\n{}",

@@ -20,8 +20,8 @@ on!(
 // ---------------------------------------------------------------------------------------------
 // Expired recovery sets, slow handlers, raw values.
 
-// Before: recovery_ttl expired the recovery set but not the processing list: once the workers
-// had been down longer than the ttl, their claimed entries could never be recovered.
+// The fault: recovery_ttl expires the recovery set but not the processing list. Once the workers
+// have been down longer than the ttl, their claimed entries must still come back.
 async fn entries_outliving_an_expired_recovery_set_go_back_to_the_queue(env: &Env) {
     let source = || {
         RedisList::new(Q)
@@ -69,9 +69,9 @@ fn slow(d: Duration) -> Verdict {
 
 const MIN_IDLE: Duration = Duration::from_millis(500);
 
-// Before: a handler slower than min_idle was swept and redelivered while still running, each
-// redelivery spending an attempt: a message that succeeded every time ended in the dead letters
-// with max-attempts.
+// The fault: a handler slower than min_idle swept and redelivered while still running spends an
+// attempt each time: a message that succeeds every time would end in the dead letters with
+// max-attempts. Leases keep a live handler's claim.
 async fn a_handler_slower_than_min_idle_is_handled_once(env: &Env) {
     let rec = Rec::deciding(|_, _, _| slow(3 * MIN_IDLE));
     let source = || {
@@ -109,8 +109,7 @@ async fn a_handler_slower_than_min_idle_is_handled_once(env: &Env) {
     stop(two).await;
 }
 
-// Before: streams had no sweep (so nothing was redelivered either); the new sweep must keep
-// away from a live consumer's entries just the same.
+// The stream's sweep must keep away from a live consumer's entries just the same.
 async fn a_stream_handler_slower_than_min_idle_is_handled_once(env: &Env) {
     let rec = Rec::deciding(|_, _, _| slow(3 * MIN_IDLE));
     let source = |name: &str| {
