@@ -12,15 +12,10 @@ struct ThumbnailJob {
     image: String,
 }
 
-/// Longer than the slowest render: a claim idle this long belongs to no live worker.
+/// How long a crashed worker's jobs wait before another worker takes them.
 const MIN_IDLE: Duration = Duration::from_secs(60);
 
-#[subscriber(
-    RedisList::new("{thumbnails}")
-        .reliable()
-        .min_idle(MIN_IDLE)
-        .recovery_zset("{thumbnails}.claims")
-)]
+#[subscriber(RedisList::new("{thumbnails}").reliable().min_idle(MIN_IDLE))]
 async fn render(job: &ThumbnailJob) -> HandlerOutcome {
     tracing::info!(job.image, "thumbnail rendered");
     HandlerOutcome::ack()
