@@ -52,8 +52,8 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_millis(100);
 /// }
 /// ```
 ///
-/// Mount it with `subscriber(source, Insert).batch(100).max_wait(d).build()` (the README's
-/// "Batch handlers" shows both forms on Redis).
+/// Mount it with `subscriber(source, Insert).batch(100).max_wait(d).build()` (the guide's
+/// "Batch handlers" page shows both forms on Redis).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not handle batches of `{In}` messages",
     note = "implement `HandleBatch<{In}>` for `{Self}`, or write an `async fn(items: &[{In}])` with `#[subscriber(.., batch = n)]`"

@@ -122,7 +122,7 @@ impl<'a, T: MessageType> PublishBuilder<'a, T> {
     /// [`Error::NotDurable`], naming how many did. On Redis this is `WAIT replicas timeout` on
     /// the connection that wrote (and `WAITAOF` on a server that has it, Redis 7.2 and later,
     /// when it runs with `appendonly yes`). A replica that had the write may still not be the
-    /// one promoted in a failover: see the README's *Durable publishes*. A retry after
+    /// one promoted in a failover: see the guide's "Durable publishes and failovers". A retry after
     /// `NotDurable` enqueues the message again unless it has an [`id`](Self::id) and a
     /// [`unique_for`](Self::unique_for) window.
     pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
