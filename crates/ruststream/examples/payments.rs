@@ -1,7 +1,7 @@
-//! Seed 001's delayed queue: a payment's state is checked three hours after it is created, a
-//! notification that could not be sent is sent again 45 minutes later, failed checks come back at
-//! growing intervals, and a payment that never settles stops after a bounded number of checks,
-//! in the dead-letter list with its reason.
+//! A payments service on delayed queues. A payment's state is checked three hours after it is
+//! created. A notification that could not be sent is sent again 45 minutes later. Failed checks
+//! come back at growing intervals. A payment that never settles stops after a bounded number of
+//! checks, in the dead-letter list with its reason.
 //!
 //! `cargo run -p redstream --example payments` runs it on `REDIS_URL`;
 //! `tests/integration/payments.rs` runs the hours on TestApp's virtual clock and a short version
@@ -37,7 +37,7 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The seed's timing: three hours, then 10 minutes doubling, 5 checks, 45 minutes.
+    /// The production timing: three hours, then 10 minutes doubling, 5 checks, 45 minutes.
     pub const PRODUCTION: Self = Self {
         check_after: Duration::from_secs(3 * 3600),
         recheck_after: Duration::from_secs(600),

@@ -14,7 +14,7 @@ struct OrderPlaced {
     id: u64,
 }
 
-/// Longer than billing ever takes: an entry pending this long belongs to no live consumer.
+/// How long a stopped consumer's entries stay pending before another consumer takes them.
 const MIN_IDLE: Duration = Duration::from_secs(30);
 
 #[subscriber(RedisStream::new("orders").group("billing").min_idle(MIN_IDLE))]
@@ -94,7 +94,9 @@ fn billing(consumer: &str) -> RustStream {
         })
         .shutdown_timeout(Duration::from_millis(1))
 }
+// ANCHOR_END: crash
 
+// ANCHOR: sweep
 #[tokio::test(start_paused = true)]
 async fn a_pending_entry_comes_back() -> ruststream::Result<()> {
     let mut tb = TestApp::start(billing("billing-1")).await?;
@@ -114,4 +116,23 @@ async fn a_pending_entry_comes_back() -> ruststream::Result<()> {
     assert_eq!(calls.last().map(|c| c.attempt), Some(2));
     tb.shutdown().await
 }
-// ANCHOR_END: crash
+// ANCHOR_END: sweep
+
+// ANCHOR: restart
+#[tokio::test(start_paused = true)]
+async fn a_restart_under_the_same_name_takes_its_entries_back_at_once() -> ruststream::Result<()> {
+    let mut tb = TestApp::start(billing("billing-1")).await?;
+    let order = OrderPlaced { id: 9 };
+    tb.broker::<RedisBroker>().message(&order).publish().await?;
+    // The same consumer name again: its pending entry comes back without waiting for `min_idle`.
+    tb.restart(billing("billing-1")).await?;
+    tb.advance(Duration::from_secs(1)).await?;
+    let calls = tb.broker::<RedisBroker>().subscriber("orders");
+    calls
+        .assert_called(2)
+        .with(&order)
+        .settled(HandlerOutcome::ack());
+    assert_eq!(calls.last().map(|c| c.attempt), Some(2));
+    tb.shutdown().await
+}
+// ANCHOR_END: restart
