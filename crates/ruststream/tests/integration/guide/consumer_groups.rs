@@ -94,6 +94,16 @@ fn billing(consumer: &str) -> RustStream {
         })
         .shutdown_timeout(Duration::from_millis(1))
 }
+
+/// The order was delivered twice, and billed on its second delivery.
+fn billed_on_the_second_attempt(tb: &TestApp, order: &OrderPlaced) {
+    let calls = tb.broker::<RedisBroker>().subscriber("orders");
+    calls
+        .assert_called(2)
+        .with(order)
+        .settled(HandlerOutcome::ack());
+    assert_eq!(calls.last().map(|c| c.attempt), Some(2));
+}
 // ANCHOR_END: crash
 
 // ANCHOR: sweep
@@ -108,12 +118,7 @@ async fn a_pending_entry_comes_back() -> ruststream::Result<()> {
     // Another consumer of the group takes the entry once it has been pending for `min_idle`.
     tb.restart(billing("billing-2")).await?;
     tb.advance(MIN_IDLE * 2).await?;
-    let calls = tb.broker::<RedisBroker>().subscriber("orders");
-    calls
-        .assert_called(2)
-        .with(&order)
-        .settled(HandlerOutcome::ack());
-    assert_eq!(calls.last().map(|c| c.attempt), Some(2));
+    billed_on_the_second_attempt(&tb, &order);
     tb.shutdown().await
 }
 // ANCHOR_END: sweep
@@ -127,12 +132,7 @@ async fn a_restart_under_the_same_name_takes_its_entries_back_at_once() -> rusts
     // The same consumer name again: its pending entry comes back without waiting for `min_idle`.
     tb.restart(billing("billing-1")).await?;
     tb.advance(Duration::from_secs(1)).await?;
-    let calls = tb.broker::<RedisBroker>().subscriber("orders");
-    calls
-        .assert_called(2)
-        .with(&order)
-        .settled(HandlerOutcome::ack());
-    assert_eq!(calls.last().map(|c| c.attempt), Some(2));
+    billed_on_the_second_attempt(&tb, &order);
     tb.shutdown().await
 }
 // ANCHOR_END: restart
