@@ -2,6 +2,7 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 
+// ANCHOR: simple
 #[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "cache.warmups")]
 struct Warmup {
@@ -13,8 +14,10 @@ async fn warm_cache(warmup: &Warmup) -> HandlerOutcome {
     tracing::info!(warmup.page, "page cached");
     HandlerOutcome::ack()
 }
+// ANCHOR_END: simple
 
-/// Longer than the slowest render ever takes: a claim idle this long belongs to no live worker.
+// ANCHOR: reliable
+/// How long a crashed worker's jobs wait before another worker takes them back.
 const MIN_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
@@ -32,7 +35,9 @@ async fn render(job: &ThumbnailJob) -> HandlerOutcome {
     tracing::info!(job.image, "thumbnail rendered");
     HandlerOutcome::ack()
 }
+// ANCHOR_END: reliable
 
+// ANCHOR: feed
 #[derive(Debug, PartialEq, Deserialize, Serialize, Outgoing)]
 #[outgoing(name = "uploads")]
 struct Upload {
@@ -46,7 +51,9 @@ async fn queue_thumbnail(upload: &Upload) -> ThumbnailJob {
         image: upload.image.clone(),
     }
 }
+// ANCHOR_END: feed
 
+// ANCHOR: app
 #[ruststream::app]
 fn app() -> impl App {
     RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(
@@ -60,3 +67,4 @@ fn app() -> impl App {
         },
     )
 }
+// ANCHOR_END: app

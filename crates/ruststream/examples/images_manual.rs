@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use ruststream::prelude::*;
 
+// ANCHOR: simple
 #[derive(Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[schemars(crate = "ruststream::schemars")]
 struct Warmup {
@@ -25,8 +26,10 @@ impl Handle<Warmup> for WarmCache {
         ready(Ok(()))
     }
 }
+// ANCHOR_END: simple
 
-/// Longer than the slowest render ever takes: a claim idle this long belongs to no live worker.
+// ANCHOR: reliable
+/// How long a crashed worker's jobs wait before another worker takes them back.
 const MIN_IDLE: Duration = Duration::from_secs(60);
 
 #[derive(Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
@@ -57,7 +60,9 @@ fn thumbnails() -> RedisList {
         .min_idle(MIN_IDLE)
         .recovery_zset("{thumbnails}.claims")
 }
+// ANCHOR_END: reliable
 
+// ANCHOR: feed
 #[derive(Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[schemars(crate = "ruststream::schemars")]
 struct Upload {
@@ -80,7 +85,9 @@ impl Handle<Upload, ThumbnailJob> for QueueThumbnail {
         }))
     }
 }
+// ANCHOR_END: feed
 
+// ANCHOR: app
 fn app() -> impl App {
     RustStream::new(AppInfo::new("images", "0.1.0")).with_broker(
         RedisBroker::standalone("redis://localhost:6379"),
@@ -105,3 +112,4 @@ fn app() -> impl App {
 fn main() -> ExitCode {
     run_main(app)
 }
+// ANCHOR_END: app

@@ -1,11 +1,11 @@
-//! A delayed queue of payments: a payment's state is checked three hours after it is created, a
-//! notification that could not be sent is sent again 45 minutes later, failed checks come back at
-//! growing intervals, and a payment that never settles stops after a bounded number of checks,
-//! in the dead-letter list with its reason.
+//! A payments service on delayed queues. A payment's state is checked three hours after it is
+//! created. A notification that could not be sent is sent again 45 minutes later. Failed checks
+//! come back at growing intervals. A payment that never settles stops after a bounded number of
+//! checks, in the dead-letter list with its reason.
 //!
-//! `cargo run -p redstream --example payments` runs it on `REDIS_URL`;
-//! `tests/integration/payments.rs` runs the hours on TestApp's virtual clock and a short version
-//! on Redis.
+//! `cargo run -p redstream --example payments` runs it on `REDIS_URL`.
+//! `crates/ruststream/tests/integration/payments.rs` runs its hours on TestApp's virtual clock,
+//! and a short version on Redis.
 //!
 //! The payment provider and the notifier are stand-ins: a payment whose id starts with `slow`
 //! is pending for its first two checks, one starting with `never` never settles, and a user

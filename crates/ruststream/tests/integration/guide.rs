@@ -1,12 +1,17 @@
-//! The guide's examples (`docs/guide`), run on TestApp with no server. Each page's code is one of
-//! the files under `tests/integration/guide/`, which the page prints with mdBook's `{{#include}}` (the
-//! `ANCHOR` comments mark the printed parts), so the code exists once and what the guide shows is
-//! what is compiled and run here. The pages that show an example of `examples/` (the image
-//! service, the payments service) are run by `tests/integration/images*.rs` and `tests/integration/payments.rs`; the
-//! first service is built as a new project by `scripts/fresh-project`.
+//! The guide's examples (`docs/guide`), run on TestApp with no server. Each page's code is in
+//! the files under `tests/integration/guide/`, between `ANCHOR` comments. The page shows the
+//! same code inline, and `scripts/guide-code --check` (run by the test below and by CI) fails
+//! when a page and its file differ. The image and payments services of `examples/` are run by
+//! `tests/integration/images*.rs` and `tests/integration/payments.rs`; the first service is
+//! built as a new project by `scripts/fresh-project`.
+
+use std::path::Path;
+use std::process::Command;
 
 #[path = "guide/batch.rs"]
 mod batch;
+#[path = "guide/cancel.rs"]
+mod cancel;
 #[path = "guide/consumer_groups.rs"]
 mod consumer_groups;
 #[path = "guide/deadlines.rs"]
@@ -23,3 +28,20 @@ mod partitions;
 mod pubsub;
 #[path = "guide/testing.rs"]
 mod testing;
+
+/// Every code block of the guide's pages equals the source file part it names.
+#[test]
+fn the_pages_show_the_code_the_tests_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new("python3")
+        .arg(root.join("scripts/guide-code"))
+        .arg("--check")
+        .output()
+        .expect("python3 runs scripts/guide-code");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -14,7 +14,7 @@ struct OrderPlaced {
     id: u64,
 }
 
-/// Longer than billing ever takes: an entry pending this long belongs to no live consumer.
+/// How long a stopped consumer's entries stay pending before another consumer takes them.
 const MIN_IDLE: Duration = Duration::from_secs(30);
 
 #[subscriber(RedisStream::new("orders").group("billing").min_idle(MIN_IDLE))]
@@ -95,6 +95,18 @@ fn billing(consumer: &str) -> RustStream {
         .shutdown_timeout(Duration::from_millis(1))
 }
 
+/// The order was delivered twice, and billed on its second delivery.
+fn billed_on_the_second_attempt(tb: &TestApp, order: &OrderPlaced) {
+    let calls = tb.broker::<RedisBroker>().subscriber("orders");
+    calls
+        .assert_called(2)
+        .with(order)
+        .settled(HandlerOutcome::ack());
+    assert_eq!(calls.last().map(|c| c.attempt), Some(2));
+}
+// ANCHOR_END: crash
+
+// ANCHOR: sweep
 #[tokio::test(start_paused = true)]
 async fn a_pending_entry_comes_back() -> ruststream::Result<()> {
     let mut tb = TestApp::start(billing("billing-1")).await?;
@@ -106,12 +118,21 @@ async fn a_pending_entry_comes_back() -> ruststream::Result<()> {
     // Another consumer of the group takes the entry once it has been pending for `min_idle`.
     tb.restart(billing("billing-2")).await?;
     tb.advance(MIN_IDLE * 2).await?;
-    let calls = tb.broker::<RedisBroker>().subscriber("orders");
-    calls
-        .assert_called(2)
-        .with(&order)
-        .settled(HandlerOutcome::ack());
-    assert_eq!(calls.last().map(|c| c.attempt), Some(2));
+    billed_on_the_second_attempt(&tb, &order);
     tb.shutdown().await
 }
-// ANCHOR_END: crash
+// ANCHOR_END: sweep
+
+// ANCHOR: restart
+#[tokio::test(start_paused = true)]
+async fn a_restart_under_the_same_name_takes_its_entries_back_at_once() -> ruststream::Result<()> {
+    let mut tb = TestApp::start(billing("billing-1")).await?;
+    let order = OrderPlaced { id: 9 };
+    tb.broker::<RedisBroker>().message(&order).publish().await?;
+    // The same consumer name again: its pending entry comes back without waiting for `min_idle`.
+    tb.restart(billing("billing-1")).await?;
+    tb.advance(Duration::from_secs(1)).await?;
+    billed_on_the_second_attempt(&tb, &order);
+    tb.shutdown().await
+}
+// ANCHOR_END: restart

@@ -1,4 +1,6 @@
-//! The guide's "Periodic, unique, rate-limited and prioritised jobs; results": a report service.
+//! The guide's report service: periodic reports, urgent ones first, results the publisher awaits,
+//! a unique monthly report, and e-mails within a quota (the pages "Periodic jobs",
+//! "Job ids" and "Queue control").
 
 use std::time::Duration;
 
@@ -50,21 +52,27 @@ fn app() -> impl App {
 }
 // ANCHOR_END: handler
 
-// ANCHOR: test
+// ANCHOR: ticks
 #[tokio::test(start_paused = true)]
-async fn ticks_results_uniqueness_and_limits() -> ruststream::Result<()> {
+async fn one_report_every_five_minutes() -> ruststream::Result<()> {
     let tb = TestApp::start(app()).await?;
-    let b = tb.broker::<RedisBroker>();
-
-    // Two ticks in ten minutes.
     tb.advance(Duration::from_secs(10 * 60)).await?;
-    b.published::<Report>("{reports}").assert_called(2);
+    tb.broker::<RedisBroker>()
+        .published::<Report>("{reports}")
+        .assert_called(2);
+    tb.shutdown().await
+}
+// ANCHOR_END: ticks
 
-    // A result, awaited by the publisher; an urgent job on the higher level.
-    let publisher = b.broker().publisher();
+// ANCHOR: result
+#[tokio::test(start_paused = true)]
+async fn the_publisher_awaits_the_result() -> ruststream::Result<()> {
+    let tb = TestApp::start(app()).await?;
+    let publisher = tb.broker::<RedisBroker>().broker().publisher();
     let sales = Report {
         kind: "sales".into(),
     };
+    // An urgent report (level 1), whose result the publisher waits for, up to a minute.
     let awaited = tokio::spawn(async move {
         publisher
             .message(&sales)
@@ -77,32 +85,45 @@ async fn ticks_results_uniqueness_and_limits() -> ruststream::Result<()> {
     tb.advance(Duration::from_secs(1)).await?;
     let result = awaited.await.expect("the task")?;
     assert_eq!(result, "sales report ready");
+    tb.shutdown().await
+}
+// ANCHOR_END: result
 
-    // A unique job: the second publish of one id within the window is not enqueued.
+// ANCHOR: unique
+#[tokio::test(start_paused = true)]
+async fn a_unique_job_is_enqueued_once() -> ruststream::Result<()> {
+    let tb = TestApp::start(app()).await?;
+    let b = tb.broker::<RedisBroker>();
     let monthly = Report {
         kind: "monthly".into(),
     };
-    let first = b
-        .message(&monthly)
-        .to("{emails}")
-        .id("monthly-2026-12")
-        .unique_for(Duration::from_secs(3600))
-        .publish()
-        .await?;
-    let again = b
-        .message(&monthly)
-        .to("{emails}")
-        .id("monthly-2026-12")
-        .unique_for(Duration::from_secs(3600))
-        .publish()
-        .await?;
+    let publish = || {
+        b.message(&monthly)
+            .to("{emails}")
+            .id("monthly-2026-12")
+            .unique_for(Duration::from_secs(3600))
+            .publish()
+    };
+    let first = publish().await?;
+    let again = publish().await?;
     assert!(first.is_enqueued());
     assert!(!again.is_enqueued());
+    tb.shutdown().await
+}
+// ANCHOR_END: unique
 
-    // The rate limit: a burst of 10, then one every 6 s.
-    for _ in 0..11 {
-        b.message(&monthly).to("{emails}").publish().await?;
+// ANCHOR: rate
+#[tokio::test(start_paused = true)]
+async fn ten_emails_a_minute() -> ruststream::Result<()> {
+    let tb = TestApp::start(app()).await?;
+    let b = tb.broker::<RedisBroker>();
+    let report = Report {
+        kind: "daily".into(),
+    };
+    for _ in 0..12 {
+        b.message(&report).to("{emails}").publish().await?;
     }
+    // A burst of 10, then one every 6 s.
     tb.advance(Duration::from_secs(1)).await?;
     b.subscriber("{emails}").assert_called(10);
     tb.advance(Duration::from_secs(6)).await?;
@@ -111,4 +132,4 @@ async fn ticks_results_uniqueness_and_limits() -> ruststream::Result<()> {
     b.subscriber("{emails}").assert_called(12);
     tb.shutdown().await
 }
-// ANCHOR_END: test
+// ANCHOR_END: rate
