@@ -18,6 +18,8 @@ mod consumer_groups;
 mod deadlines;
 #[path = "guide/flows.rs"]
 mod flows;
+#[path = "guide/fragments.rs"]
+mod fragments;
 #[path = "guide/groups.rs"]
 mod groups;
 #[path = "guide/jobs.rs"]
