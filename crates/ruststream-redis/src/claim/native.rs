@@ -171,13 +171,13 @@ impl Watched {
             // An error reply of the read: the script reports it.
             Some(Err(e)) if is_reply(&e) => return Ok(Some(Native::Script)),
             Some(Err(e)) => return Err(core(e)),
-            _ => return Ok(Some(Native::Script)),
+            other => return Err(unexpected(&format!("EXEC answered {other:?}"))),
         };
         let mut items = items.into_iter();
         let before = items.next().and_then(|v| v.as_i64()).unwrap_or(1);
         let replies: Vec<Value> = items.collect();
         if replies.len() != read.len() {
-            return Ok(Some(Native::Script));
+            return Err(unexpected("EXEC answered another number of replies"));
         }
         Ok(Some(if before == 0 {
             Native::Read(replies)
@@ -209,11 +209,16 @@ fn exists(reply: Option<std::result::Result<Value, fred::error::Error>>) -> Resu
     match reply {
         Some(Ok(v)) => Ok(v.as_i64().unwrap_or(1)),
         Some(Err(e)) => Err(core(e)),
-        None => Err(core(fred::error::Error::new(
-            fred::error::ErrorKind::Protocol,
-            "no reply to EXISTS",
-        ))),
+        None => Err(unexpected("no reply to EXISTS")),
     }
+}
+
+/// The error of a reply the native read does not expect.
+fn unexpected(what: &str) -> ruststream_core::Error {
+    core(fred::error::Error::new(
+        fred::error::ErrorKind::Protocol,
+        format!("native read: {what}"),
+    ))
 }
 
 /// Whether `e` is an error reply of Redis to the read (a wrong type, a missing group), not the
