@@ -3,8 +3,9 @@
 //! holds for every instance of the service and across restarts.
 //!
 //! The claim itself reads the key: it is a gate of the claim script (`claim/paused.lua`, see
-//! `crate::claim`), so once [`pause`] has returned no claim takes an entry, whatever a reader
-//! was doing when it came. Each reader's [`Gate`] is what keeps an idle paused reader from
+//! `crate::claim`), or, for a reader that reads natively, a watched key whose write makes the
+//! read's `EXEC` take nothing (`crate::claim::native`), so once [`pause`] has returned no claim
+//! takes an entry, whatever a reader was doing when it came. Each reader's [`Gate`] is what keeps an idle paused reader from
 //! claiming again and again: it asks `EXISTS K.paused` when it opens, on every `PUBLISH` on the
 //! key (through the broker's shared wake-up subscription), and every [`POLL`] in case a
 //! `PUBLISH` was missed; a claim the script held back closes it at once ([`Hold::closed`]).

@@ -11,9 +11,11 @@
 //!   only records the id (`marked`; a list cannot be searched for an id in one step), and
 //!   records what it did, once.
 //! - The claim consults the record (`claim/cancels.lua`, a gate that sifts what was taken): an
-//!   entry of a recorded id is dropped there, never delivered. One `EXISTS` per claim.
-//! - A stream's read consults it (`stream/read.lua`): an entry read whose `rs.id` is recorded
-//!   is acked there, never delivered; `stream/settle.lua` only acks a recorded message.
+//!   entry of a recorded id is dropped there, never delivered. One `EXISTS` per claim. A reader
+//!   that reads natively (`crate::claim::native`) watches the record: while it exists, or once
+//!   a cancel writes it, the reader claims through the script.
+//! - A stream's read consults it (`stream/read.lua`, or the native read's watch as above): an
+//!   entry read whose `rs.id` is recorded is acked there, never delivered; `stream/settle.lua` only acks a recorded message.
 //! - The settle consults it (`list/settle.lua`): a settle of a recorded id only removes the
 //!   entry, whatever the handler decided. So a cancel and an ack race atomically: the script
 //!   that runs first wins.

@@ -16,6 +16,10 @@
 //! Both calls read their replies from the RESP frames fred received (`crate::reply::Reply`), in
 //! one pass, not through fred's `Value`s: a claim's reply holds every entry it took.
 //!
+//! A reader whose claim needs none of this (a simple list or a consumer group with no gate but
+//! the pause, and the cancels) reads with native commands instead (`native.rs`), and through
+//! its script only while a pause or a cancel is pending.
+//!
 //! Commands: `EVALSHA` of `list/claim.lua` or `stream/read.lua` (`SCRIPT LOAD` on `NOSCRIPT`).
 
 use std::future::Future;
@@ -33,6 +37,7 @@ use limit::{Held, Limiter};
 
 pub(crate) mod cap;
 pub(crate) mod limit;
+pub(crate) mod native;
 mod reserve;
 pub(crate) use reserve::{Refund, Reserve};
 

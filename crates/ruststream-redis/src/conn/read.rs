@@ -126,6 +126,11 @@ impl ReadConn {
         self.memory.is_none()
     }
 
+    /// Whether this is a client of the in-memory model (`crate::memory`), not of Redis.
+    pub(crate) fn is_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
     /// Whether the connection is up (fred's own state: no I/O).
     pub(crate) fn probe(&self) -> ruststream_core::Probe {
         let current = self.current.clone();

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `source.rs` | [`RedisList`]: the source's options, its keys, the checks of its recovery options | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description, route; opening the receiver | `LLEN processing` at start, to warn of entries a reliable list without recovery left there |
-//! | `receive.rs` | reading | `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause, concurrency-cap and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
+//! | `receive.rs` | reading | a simple list with no gate but the pause and cancels: `RPOP key n` in a watched `MULTI` (`crate::claim::native`); else `claim.lua` for both modes (see `crate::claim`: levels highest first, behind the pause, concurrency-cap and rate-limit gates; a simple list records nothing, a reliable one its processing list and claims), `BLMOVE key key RIGHT RIGHT t` to wait when empty |
 //! | `reliable.rs` | reading a reliable list: its claims' sequence numbers, leases and sweep deadline | through `receive.rs`; `TIME` before a reader's first sweep, `lease.lua` after a reconnect |
 //! | `settle.rs` | settling a reliable list | `settle.lua` (`LREM`, `LPUSH`, `ZADD`/`HSET`, `ZREM`; with recovery, a batch's marks `GET`/`SET`, `marks.lua`) |
 //! | `publish.rs` | publishing | `LPUSH`, `push_ttl.lua` (and `PUBLISH` when a priority level gets its first entry) |

@@ -2,7 +2,11 @@
 //! `crate::claim`), behind the subscription's gates (the operator's pause, a concurrency cap, a
 //! rate limit) and from its priority levels, highest first.
 //!
-//! - Simple: `claim.lua` pops up to `n` entries, recording nothing.
+//! - Simple, with no gate but the pause and the cancels and no levels: `RPOP key n`, in a
+//!   `MULTI` kept exact against a pause or a cancel by a `WATCH` of their keys
+//!   (`crate::claim::native`); `claim.lua` while either is pending. The choice is made once, at
+//!   startup, from the options.
+//! - Simple otherwise: `claim.lua` pops up to `n` entries, recording nothing.
 //! - Reliable: `claim.lua` sweeps stale claims back first (with recovery, and only by the
 //!   sweep's deadline in the server's clock, `crate::sweep_clock`: `TIME` before a reader's
 //!   first sweep), then claims up to `n` entries into the processing list, recorded in the
@@ -36,13 +40,15 @@ use super::levels::Wakes;
 use super::source::{ListKeys, Mode, RedisList};
 use crate::back::Dest;
 use crate::claim::limit::Limiter;
+use crate::claim::native::{Native, Watched};
 use crate::claim::{self, Claim, Claimed, Record};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Mover, interrupted, read_wait};
-use crate::lua::Call;
+use crate::lua::{self, Call};
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};
+use crate::reply::value_bytes;
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, list_delivery, signal_ids, watch_source,
 };
@@ -103,6 +109,17 @@ pub(super) async fn open(
     let signals = Some(conns.signals(&keys.cancel_channel).await?);
     let mut levels = vec![keys.queue.clone()];
     levels.extend(keys.levels.iter().cloned());
+    // A simple list whose only gates are the pause and the cancels pops natively.
+    let plain = list.mode == Mode::Simple
+        && levels.len() == 1
+        && rate.is_none()
+        && keys.ring.is_none()
+        && gates.len() == usize::from(pause.is_some()) + 1;
+    let native = (plain && !conn.is_memory()).then(|| {
+        let watched = pause.iter().map(|p| p.key().to_owned());
+        let watched = watched.chain([keys.cancels.clone()]).collect();
+        Watched::new(watched, &keys.queue)
+    });
     let reader = Reader {
         conn,
         stop,
@@ -113,6 +130,7 @@ pub(super) async fn open(
         pause,
         gates,
         levels,
+        native,
         wakes: Wakes::open(conns, &wake_keys(&keys)).await?,
         signals,
     };
@@ -146,6 +164,8 @@ pub(super) struct Reader {
     gates: Vec<claim::Gate>,
     /// The levels, lowest first: level 0 (the queue) alone without priority levels.
     levels: Vec<String>,
+    /// A simple list whose claim needs no script: its native pop's watch.
+    native: Option<Watched>,
     /// With priority levels: woken when a level above 0 gets its first entry.
     wakes: Wakes,
     /// The ids cancels signal on the queue's channel, until the dispatch loop takes them.
@@ -209,6 +229,40 @@ impl Reader {
             tracing::warn!(source = %self.source, recovered, "claims idle longer than min_idle went back to the queue");
         }
         Ok(claimed)
+    }
+
+    /// A simple list's take: `RPOP queue max` when its claim needs no script and neither the
+    /// pause nor a cancel is pending (`crate::claim::native`), else `claim.lua`. What a pop that
+    /// ran without its `WATCH` took while one was pending goes back to the queue's consuming
+    /// end (`RPUSH`, newest first) and is claimed through the script.
+    async fn pop(&self, max: usize) -> Result<Claimed> {
+        if let Some(w) = &self.native {
+            let queue = &self.levels[0];
+            let pop = [("RPOP", vec![queue.as_str().into(), lua::int(max)])];
+            match w.read(self.conn.client(), &pop).await? {
+                Native::Read(mut r) => {
+                    return Ok(Claimed {
+                        values: popped(r.pop()),
+                        ..Claimed::default()
+                    });
+                }
+                Native::Unsure(mut r) => {
+                    let mut values = popped(r.pop());
+                    if !values.is_empty() {
+                        values.reverse();
+                        let back: i64 = self
+                            .conn
+                            .client()
+                            .rpush(queue, values)
+                            .await
+                            .map_err(crate::error::core)?;
+                        tracing::info!(queue = %queue, entries = back, "a pop that raced a reconnect and a pause or cancel was put back");
+                    }
+                }
+                Native::Script => {}
+            }
+        }
+        self.claim(&Record::Pop, max, 0, None).await
     }
 
     /// Claims through `claim` (called with the most to take): once, then, when it took nothing
@@ -280,6 +334,15 @@ impl Reader {
     }
 }
 
+/// The values of an `RPOP key n` reply (none for a nil).
+fn popped(reply: Option<Value>) -> Vec<Bytes> {
+    match reply {
+        Some(Value::Array(items)) => items.into_iter().filter_map(value_bytes).collect(),
+        Some(v) => value_bytes(v).into_iter().collect(),
+        None => Vec::new(),
+    }
+}
+
 /// A simple list: popped, at most once.
 struct SimpleList {
     reader: Reader,
@@ -296,9 +359,7 @@ impl Receive for SimpleList {
             self.reader.conn.heal().await?;
             let r = &self.reader;
             let read = r
-                .receive(max, Duration::MAX, hurry, |n| {
-                    r.claim(&Record::Pop, n, 0, None)
-                })
+                .receive(max, Duration::MAX, hurry, |n| r.pop(n))
                 .await
                 .map(|claimed| r.deliveries(claimed.values));
             r.conn.check(read)

@@ -16,7 +16,7 @@ pub const ID_FIELD: &str = "rs.id";
 pub const ATTEMPT_FIELD: &str = "rs.attempt";
 
 /// One entry read: its id and frame (with the first unreadable part, if any).
-type StreamEntry = (Bytes, (Frame, Option<FrameError>));
+pub(crate) type StreamEntry = (Bytes, (Frame, Option<FrameError>));
 
 /// Reads an `XREADGROUP` reply (RESP2 arrays or RESP3 maps), as fred received it, into
 /// `(entry id, frame)` in one pass.

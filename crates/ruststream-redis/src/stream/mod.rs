@@ -8,6 +8,7 @@
 //! | `source.rs` | [`RedisStream`]: the source's options and keys | none |
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description; creating the group; opening the receiver | `XGROUP CREATE key group 0 MKSTREAM` (an existing group is kept), `XINFO GROUPS key` |
 //! | `receive.rs` | reading, with one reader (a consumer of the group, on a connection of its own) per [`RedisStream::readers`] | `read.lua` (see `crate::claim`: the pause, concurrency-cap and rate-limit gates, `XREADGROUP` without `BLOCK`, `XACK` of entries of cancelled messages, `XINFO GROUPS` for what they held back) and `XREAD BLOCK ms STREAMS key <last id>` to wait; `XGROUP CREATE` again after its connection came back; `SUBSCRIBE key.cancel` (cancel signals, on the broker's wake-up connection) |
+//! | `native.rs` | a group with no cap and no rate limit reads without `read.lua`, while no pause or cancel is pending (`crate::claim::native`) | `XREADGROUP` and `XREVRANGE key + - COUNT 1` in a watched `MULTI` |
 //! | `recover.rs` | crash recovery: its own pending entries at start, sweeps of a dead consumer's, lease renewal | `XPENDING key group [IDLE ms] - + n [consumer]`, `XCLAIM key group consumer ms id.. [JUSTID]` |
 //! | `consumers.rs` | forgetting the consumers of gone instances (no pending entry, idle past a bound), from the sweep | `forget_consumers.lua`: `XINFO CONSUMERS key group`, `XGROUP DELCONSUMER` |
 //! | `entries.rs` | the reserved fields; `XREADGROUP` and `XCLAIM` replies read into entries | none |
@@ -18,6 +19,7 @@
 
 pub(crate) mod consumers;
 pub(crate) mod entries;
+mod native;
 mod publish;
 mod receive;
 mod recover;

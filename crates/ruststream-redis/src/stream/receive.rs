@@ -1,7 +1,10 @@
 //! Reading a stream subscription: `read.lua` (see `crate::claim`), `XREADGROUP GROUP g consumer
 //! COUNT n STREAMS key >` without `BLOCK` behind the claim's gates (the operator's pause, a
 //! concurrency cap, a rate limit), on the subscription's own connection, after its [`Mover`]
-//! moved due delayed entries in. When it read nothing, the reader waits: for the limit or the
+//! moved due delayed entries in. A group with no cap and no rate limit reads natively: the same
+//! `XREADGROUP` and an `XREVRANGE key + - COUNT 1` in a `MULTI` kept exact against a pause or a
+//! cancel by a `WATCH` of their keys (`crate::claim::native`), `read.lua` while either is
+//! pending; chosen once, at startup. When it read nothing, the reader waits: for the limit or the
 //! cap, as long as the script says; for new entries, with `XREAD BLOCK ms STREAMS key <last
 //! id>`, which delivers nothing to the group, then reads once more. Paused, it returns nothing and its pause gate waits.
 //!
@@ -27,12 +30,13 @@ use futures::future::BoxFuture;
 use ruststream_core::{Delivery, Result};
 use tokio_util::sync::CancellationToken;
 
-use super::entries::entries;
+use super::entries::{StreamEntry, entries};
 use super::recover::{Claimed, Group, Recovery};
 use super::settle::StreamSettle;
 use super::source::RedisStream;
 use crate::back::Dest;
 use crate::claim::limit::Limiter;
+use crate::claim::native::Watched;
 use crate::claim::{self, StreamClaimed, StreamRead};
 use crate::conn::{Connections, ReadConn};
 use crate::delayed::{Mover, interrupted, read_wait};
@@ -41,6 +45,7 @@ use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::options::DEFAULT_MIN_IDLE;
 use crate::pause::{Gate, Hold};
+use crate::reply::Reply;
 use crate::transport::{
     Receive, RedisReceiver, RedisSettler, Token, delivery, pause_gate, signal_ids, unreadable,
     watch_source,
@@ -117,6 +122,12 @@ async fn open_one(
         .max_in_flight
         .map(|n| claim::Gate::cap_group(keys.stream.clone(), &group, n));
     let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
+    // A group whose only gate is the pause reads natively.
+    let native = (gates.len() == usize::from(pause.is_some()) && !conn.is_memory()).then(|| {
+        let watched = pause.iter().map(|p| p.key().to_owned());
+        let watched = watched.chain([keys.cancels.clone()]).collect();
+        Watched::new(watched, &keys.stream)
+    });
     let signals = if first {
         Some(conns.signals(&keys.cancel_channel).await?)
     } else {
@@ -173,6 +184,8 @@ async fn open_one(
         rate,
         pause,
         gates,
+        native,
+        held_back: Vec::new(),
         regroup,
         settler: RedisSettler::new(settler),
     });
@@ -197,6 +210,12 @@ struct StreamReceiver {
     pause: Option<Hold>,
     /// The read's gates: the pause, the concurrency cap, then the rate limit.
     gates: Vec<claim::Gate>,
+    /// A group whose read needs no script: its native read's watch.
+    native: Option<Watched>,
+    /// Entries a native read got while a pause or a cancel was pending (it ran without its
+    /// `WATCH`, after a reconnect), cancelled ones taken out: pending on this consumer,
+    /// delivered by the next read that finds the subscription not paused.
+    held_back: Vec<StreamEntry>,
     /// Set when the connection came back: create the group again before the next read.
     regroup: Arc<AtomicBool>,
     settler: RedisSettler,
@@ -251,6 +270,13 @@ impl StreamReceiver {
             m.move_due(self.conn.client()).await;
         }
         self.regroup().await?;
+        if !self.held_back.is_empty() {
+            if self.paused_now().await? {
+                return Ok(Vec::new());
+            }
+            let held = std::mem::take(&mut self.held_back);
+            return Ok(self.deliver(held));
+        }
         if let Some(r) = &mut self.recovery {
             let claimed = r.claim(&self.conn, &self.group, max).await?;
             let claimed = self.uncancelled(claimed).await?;
@@ -322,11 +348,17 @@ impl StreamReceiver {
         Ok(())
     }
 
-    /// One `read.lua` call: what it read, what the gates held back (counted), and the stream's
-    /// last id when it read nothing though the gates let it; a pause closes the pause gate.
-    async fn read(&self, max: usize) -> Result<StreamClaimed> {
-        let g = &self.group;
+    /// One read: natively when the group's read needs no script (`crate::claim::native`:
+    /// `XREADGROUP`, and `XREVRANGE key + - COUNT 1` for the id to wait from when it got
+    /// nothing), else `read.lua`. What the read got, what the gates held back (counted), and
+    /// the stream's last id when it read nothing though the gates let it; a pause closes the
+    /// pause gate.
+    async fn read(&mut self, max: usize) -> Result<StreamClaimed> {
         self.regroup().await?;
+        if let Some(read) = self.read_native(max).await? {
+            return Ok(read);
+        }
+        let g = &self.group;
         let read = StreamRead {
             stream: &g.key,
             group: &g.group,
@@ -340,6 +372,58 @@ impl StreamReceiver {
         let (closed, rate) = (read.closed.as_deref(), self.rate.is_some());
         claim::report(closed, read.held, self.pause.as_ref(), rate, &g.key);
         Ok(read)
+    }
+
+    /// The native read (see [`Self::read`], `native.rs`); `None` when the script must read. A
+    /// read that ran without its `WATCH` while a pause or a cancel was pending is sifted as the
+    /// script would: cancelled messages acked, the rest held back for the next read.
+    async fn read_native(&mut self, max: usize) -> Result<Option<StreamClaimed>> {
+        let Some(w) = &self.native else {
+            return Ok(None);
+        };
+        let Some((mut read, unsure)) = super::native::read(w, &self.conn, &self.group, max).await?
+        else {
+            return Ok(None);
+        };
+        if unsure && !matches!(read.reply, Reply::Null) {
+            self.sift(std::mem::replace(&mut read.reply, Reply::Null))
+                .await?;
+        }
+        Ok(Some(read))
+    }
+
+    /// The entries of `reply`, read while a pause or a cancel may have been pending: the
+    /// cancelled ones acked, the rest held back for the first read after the resume.
+    async fn sift(&mut self, reply: crate::reply::Reply) -> Result<()> {
+        let claimed: Vec<Claimed> = entries(reply)
+            .into_iter()
+            .map(|(id, (frame, error))| (id, frame, error))
+            .collect();
+        let kept = self.uncancelled(claimed).await?;
+        tracing::info!(stream = %self.group.key, entries = kept.len(),
+            "a read that raced a reconnect and a pause or cancel: its entries wait for the next read");
+        self.held_back.extend(
+            kept.into_iter()
+                .map(|(id, frame, error)| (id, (frame, error))),
+        );
+        Ok(())
+    }
+
+    /// Whether the pause key exists now (`EXISTS`); if so the pause gate closes.
+    async fn paused_now(&self) -> Result<bool> {
+        let Some(p) = &self.pause else {
+            return Ok(false);
+        };
+        let n: i64 = self
+            .conn
+            .client()
+            .exists(p.key())
+            .await
+            .map_err(crate::error::core)?;
+        if n > 0 {
+            p.closed();
+        }
+        Ok(n > 0)
     }
 
     /// The deliveries of `entries`, held (for their leases) until settled.

@@ -270,7 +270,7 @@ async fn a_stream_keeps_live_claims_through_a_freeze_longer_than_min_idle() {
 }
 
 /// The `cmdstat_<name>` entries of `INFO commandstats`: command → calls.
-async fn command_calls(client: &fred::prelude::Client) -> HashMap<String, u64> {
+pub(crate) async fn command_calls(client: &fred::prelude::Client) -> HashMap<String, u64> {
     use fred::prelude::*;
     let info: String = client
         .custom(fred::cmd!("INFO"), vec!["commandstats"])

@@ -45,6 +45,7 @@ mod leases;
 mod lists;
 mod macros;
 mod metrics;
+mod native;
 mod operate;
 mod partitions;
 mod payloads;

@@ -23,7 +23,7 @@
 
 mod pause;
 mod rate;
-mod streams;
+pub(crate) mod streams;
 
 use crate::harness;
 

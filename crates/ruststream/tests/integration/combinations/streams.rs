@@ -113,6 +113,24 @@ async fn run_stream_pair(env: &Env, name: &str, pair: &[Feature]) {
 /// The group's entries pending and not yet read (`XINFO GROUPS`' `pending` and `lag`) on the
 /// stream `key`.
 async fn group_state(env: &Env, key: &str) -> (i64, i64) {
+    let field = group_fields(env, key, GROUP).await;
+    let of = |name: &str| {
+        field
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.as_i64())
+    };
+    of("pending")
+        .zip(of("lag"))
+        .unwrap_or_else(|| panic!("no group {GROUP} on {key}"))
+}
+
+/// The fields of the group `group` in `XINFO GROUPS` of the stream `key` (none without it).
+pub(crate) async fn group_fields(
+    env: &Env,
+    key: &str,
+    group: &str,
+) -> Vec<(String, fred::prelude::Value)> {
     use fred::prelude::*;
     let groups: Vec<Value> = env
         .client
@@ -124,7 +142,7 @@ async fn group_state(env: &Env, key: &str) -> (i64, i64) {
         .expect("XINFO GROUPS");
     groups
         .into_iter()
-        .find_map(|g| {
+        .map(|g| {
             // A record is a flat array of names and values (RESP2) or a map (RESP3).
             let fields: Vec<(String, Value)> = match g {
                 Value::Array(flat) => flat
@@ -138,9 +156,11 @@ async fn group_state(env: &Env, key: &str) -> (i64, i64) {
                     .collect(),
                 _ => Vec::new(),
             };
-            let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v);
-            (field("name")?.as_string()? == GROUP).then_some(())?;
-            Some((field("pending")?.as_i64()?, field("lag")?.as_i64()?))
+            fields
         })
-        .unwrap_or_else(|| panic!("no group {GROUP} on {key}"))
+        .find(|f| {
+            f.iter()
+                .any(|(k, v)| k == "name" && v.as_string().as_deref() == Some(group))
+        })
+        .unwrap_or_default()
 }

@@ -90,7 +90,7 @@ fn job(n: u32, poison: bool) -> Job {
 }
 
 /// The operator of `app` (its one broker), connected.
-async fn operator_of(app: &RustStream) -> Operator {
+pub(crate) async fn operator_of(app: &RustStream) -> Operator {
     let op = operators(app).pop().expect("the app has a Redis broker");
     op.connect().await.expect("the operator connects");
     op

@@ -65,7 +65,7 @@ pub(super) fn fault_plan(rng: &mut fastrand::Rng, n: u32) -> Vec<Fault> {
 }
 
 /// The bytes of a request that settles (`settle.lua`'s keys, or a stream's `XACK`) or claims
-/// (`claim.lua`'s keys, or `read.lua`'s), for [`Proxy::cut_after`].
+/// (`claim.lua`'s keys, or a plain group's native `XREADGROUP`), for [`Proxy::cut_after`].
 fn needle(transport: Transport, fault: Fault, rng: &mut fastrand::Rng) -> Vec<u8> {
     let bulk = |s: &str| format!("${}\r\n{s}", s.len());
     let text = match (transport, fault) {
@@ -79,7 +79,8 @@ fn needle(transport: Transport, fault: Fault, rng: &mut fastrand::Rng) -> Vec<u8
         (Transport::Stream, Fault::CutSettle) => {
             format!("{QUEUE}.dead\r\n{}", bulk(&key(".delayed")))
         }
-        (Transport::Stream, _) => format!("{QUEUE}\r\n{}", bulk(&key(".cancels"))),
+        // The ledger's group has no cap and no rate limit: it reads natively.
+        (Transport::Stream, _) => "\r\nXREADGROUP\r\n".to_owned(),
     };
     text.into_bytes()
 }
