@@ -17,9 +17,14 @@ use ruststream::{Source, StepError, subscriber};
 use tokio::time::Instant;
 
 on!(
-    [memory, standalone] multi_thread:
+    [memory, standalone, cluster] multi_thread:
     a_recorded_step_is_not_run_again,
     steps_replay_on_a_stream,
+    a_sleep_on_a_stream,
+);
+
+on!(
+    [memory, standalone] multi_thread:
     a_sleep_frees_the_worker_and_replays_what_came_before,
     a_crash_after_the_charge_does_not_charge_again,
 );
@@ -239,6 +244,29 @@ async fn a_sleep_frees_the_worker_and_replays_what_came_before(env: &Env) {
         "emailed after the sleep"
     );
     assert!(!env.exists("{ssl}.steps:order-1").await);
+}
+
+/// A sleep on a stream group: the entry is acknowledged and added again after the sleep, with
+/// its record; the second call replays charge and reserve.
+async fn a_sleep_on_a_stream(env: &Env) {
+    let nap = Duration::from_millis(300);
+    let checkout = Checkout {
+        nap: Some(nap),
+        ..Checkout::default()
+    };
+    let stream = RedisStream::new("{ssn}").group("g");
+    let producer = env.broker_with(|b| b.route("{ssn}", ruststream::stream::Publish::new()));
+    let sent = run(env, stream, producer, "{ssn}", &checkout, async || {
+        checkout.done().len() == 1 && env.pending("{ssn}", "g").await == 0
+    })
+    .await;
+    assert_eq!(checkout.calls(), 2, "one call before the sleep, one after");
+    assert_eq!(checkout.counts(), [1, 1, 1]);
+    assert!(
+        checkout.done()[0].1 - sent >= nap,
+        "emailed after the sleep"
+    );
+    assert!(!env.exists("{ssn}.steps:order-1").await);
 }
 
 /// A 30-day sleep takes no worker and no real time: the message waits in the delayed set with
