@@ -224,6 +224,18 @@ async fn steps_replay_on_a_stream(env: &Env) {
     );
 }
 
+/// After a sleep of `nap` on `key`: two calls, each step run once, the email after the sleep,
+/// the record gone.
+async fn assert_slept(env: &Env, checkout: &Checkout, sent: Instant, nap: Duration, key: &str) {
+    assert_eq!(checkout.calls(), 2, "one call before the sleep, one after");
+    assert_eq!(checkout.counts(), [1, 1, 1]);
+    assert!(
+        checkout.done()[0].1 - sent >= nap,
+        "emailed after the sleep"
+    );
+    assert!(!env.exists(&format!("{key}.steps:order-1")).await);
+}
+
 /// A sleep ends the call and puts the message back delayed, with no attempt spent; the second
 /// call replays charge and reserve, passes the sleep, and emails.
 async fn a_sleep_frees_the_worker_and_replays_what_came_before(env: &Env) {
@@ -237,13 +249,7 @@ async fn a_sleep_frees_the_worker_and_replays_what_came_before(env: &Env) {
         checkout.done().len() == 1 && env.llen("{ssl}.processing").await == 0
     })
     .await;
-    assert_eq!(checkout.calls(), 2, "one call before the sleep, one after");
-    assert_eq!(checkout.counts(), [1, 1, 1]);
-    assert!(
-        checkout.done()[0].1 - sent >= nap,
-        "emailed after the sleep"
-    );
-    assert!(!env.exists("{ssl}.steps:order-1").await);
+    assert_slept(env, &checkout, sent, nap, "{ssl}").await;
 }
 
 /// A sleep on a stream group: the entry is acknowledged and added again after the sleep, with
@@ -260,13 +266,7 @@ async fn a_sleep_on_a_stream(env: &Env) {
         checkout.done().len() == 1 && env.pending("{ssn}", "g").await == 0
     })
     .await;
-    assert_eq!(checkout.calls(), 2, "one call before the sleep, one after");
-    assert_eq!(checkout.counts(), [1, 1, 1]);
-    assert!(
-        checkout.done()[0].1 - sent >= nap,
-        "emailed after the sleep"
-    );
-    assert!(!env.exists("{ssn}.steps:order-1").await);
+    assert_slept(env, &checkout, sent, nap, "{ssn}").await;
 }
 
 /// A 30-day sleep takes no worker and no real time: the message waits in the delayed set with
