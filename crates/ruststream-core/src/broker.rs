@@ -177,6 +177,13 @@ pub trait Settler: Send + Sync + 'static {
         batch: &[(Self::Token, Settlement)],
     ) -> impl Future<Output = Result<()>> + Send;
 
+    /// Tells the settler that the message of `token` has a step record named `key` (see
+    /// [`crate::steps`]): its settle removes the record when it acknowledges or dead-letters
+    /// the message. The default ignores it (the record then lives out its ttl).
+    fn steps_recorded(&self, token: &mut Self::Token, key: String) {
+        let _ = (token, key);
+    }
+
     /// Where the entries of settles abandoned at shutdown stay, and how they come back, for the
     /// log line `N settles abandoned at shutdown; their entries stay <this>` (e.g. "in
     /// `{jobs}.processing` and come back after min_idle").

@@ -1,6 +1,6 @@
 //! The per-message [`Context`] a handler receives: who the message is (attempt, snoozes), when
 //! the handler must be done ([`Context::deadline`]), a way to publish, and the job's progress and
-//! result (see [`crate::job`]).
+//! result (see [`crate::job`]), and its durable steps and sleeps (see [`crate::steps`]).
 
 use std::sync::Arc;
 
@@ -26,6 +26,8 @@ pub struct DeliveryInfo {
     pub snoozes: u32,
     /// The cancel signals of the delivery's subscription (set by the dispatch loop).
     pub(crate) cancel: crate::cancel::Watch,
+    /// Whether steps may run and whether the message has a step record (`crate::steps`).
+    pub(crate) steps: crate::steps::StepsMark,
 }
 
 impl DeliveryInfo {
@@ -38,6 +40,7 @@ impl DeliveryInfo {
             headers,
             snoozes: 0,
             cancel: crate::cancel::Watch::default(),
+            steps: crate::steps::StepsMark::default(),
         }
     }
 }
@@ -45,9 +48,11 @@ impl DeliveryInfo {
 /// Per-message context passed to a handler.
 #[derive(Debug)]
 pub struct Context<'a> {
-    info: &'a DeliveryInfo,
+    pub(crate) info: &'a DeliveryInfo,
     publisher: &'a Publisher,
     deadline: Option<Instant>,
+    /// This run's steps (`crate::steps`).
+    pub(crate) steps: std::sync::Mutex<crate::steps::Replay>,
 }
 
 impl<'a> Context<'a> {
@@ -57,6 +62,7 @@ impl<'a> Context<'a> {
             info,
             publisher,
             deadline: None,
+            steps: std::sync::Mutex::default(),
         }
     }
 

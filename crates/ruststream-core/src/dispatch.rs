@@ -74,7 +74,13 @@ pub(crate) struct Subscription<B: Broker> {
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
 
-type Done<B> = (Token<B>, Settlement, Option<OwnedSemaphorePermit>);
+/// A handled delivery for the settler: token, settlement, permit, its step record's name.
+type Done<B> = (
+    Token<B>,
+    Settlement,
+    Option<OwnedSemaphorePermit>,
+    Option<String>,
+);
 
 /// A claimed delivery with the permit it holds until its settle starts.
 type Held<B> = (Delivery<Token<B>>, Option<OwnedSemaphorePermit>);
@@ -177,6 +183,7 @@ impl<B: Broker> Subscription<B> {
     /// Handles one delivery and hands its settlement, with its permit, to the settler.
     async fn handle_one(&self, handler: &dyn ErasedHandler, mut held: Held<B>, lane: &Lane<B>) {
         held.0.info.cancel = Watch(lane.signals.clone());
+        held.0.info.steps.redelivers = self.source.retries() == Retries::Redeliver;
         let delivery = &held.0;
         let span = tracing::info_span!(
             "handle",
@@ -270,7 +277,8 @@ impl<B: Broker> Subscription<B> {
         meters.record(&settlement, self.source.retries());
         // The settler outlives every batch task; a closed channel means it is gone and the
         // message stays claimed, to be recovered.
-        let _ = lane.done.send((delivery.token, settlement, permit));
+        let steps = crate::steps::record_of(&self.publisher, &delivery.info);
+        let _ = lane.done.send((delivery.token, settlement, permit, steps));
     }
 
     /// Runs the handler on one delivery and decides its settlement; `outcome` gets what the
@@ -346,6 +354,9 @@ impl<B: Broker> Subscription<B> {
         lane: &Lane<B>,
     ) -> Settlement {
         let opts = &*lane.opts;
+        if let Some(asleep) = crate::steps::asleep(info, handled.decided()) {
+            return asleep;
+        }
         match handled {
             Handled::Ack(None) => Settlement::Ack,
             // Boxed, like the job record in `finish`: a rare await kept out of every runner's slot.

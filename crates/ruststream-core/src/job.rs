@@ -119,7 +119,12 @@ pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Bytes> {
 }
 
 fn decode<T: DeserializeOwned>(json: &[u8]) -> Result<T> {
-    serde_json::from_slice(json).map_err(|e| Error::Decode(format!("job record: {e}")))
+    decode_as(json, "job record")
+}
+
+/// `json` decoded as `T`; the error names `what` was read.
+pub(crate) fn decode_as<T: DeserializeOwned>(json: &[u8], what: &str) -> Result<T> {
+    serde_json::from_slice(json).map_err(|e| Error::Decode(format!("{what}: {e}")))
 }
 
 /// Waits for job `id`'s record to be final, reading it at growing intervals, for at most

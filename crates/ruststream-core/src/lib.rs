@@ -37,6 +37,7 @@ pub mod periodic;
 pub mod publish;
 pub mod retry;
 pub mod running;
+pub mod steps;
 pub mod subscriber;
 
 pub use app::{App, AppInfo, Mount, RunningApp, RustStream};
@@ -60,6 +61,7 @@ pub use publish::{
     Due, Enqueued, GROUP_HEADER, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,
 };
 pub use retry::Backoff;
+pub use steps::{StepError, StepRecord, StepStore, StepWrite};
 pub use subscriber::{
     IntoSubscriber, MessageDoc, ReplyBuilder, Subscriber, SubscriberBuilder, subscriber,
 };

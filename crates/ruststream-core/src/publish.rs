@@ -115,6 +115,12 @@ pub trait PublishBackend: Send + Sync + 'static {
         None
     }
 
+    /// Where this broker keeps step records (see [`crate::steps`]); `None` (the default) when
+    /// it keeps none, and then `Context::step` and `Context::sleep` fail saying so.
+    fn steps(&self) -> Option<&dyn crate::StepStore> {
+        None
+    }
+
     /// Cancels message `id` of `destination` wherever it is (see
     /// [`Publisher::cancel`]); a call made again answers what the first did. The default
     /// refuses: the broker cannot cancel.
@@ -265,6 +271,11 @@ impl Publisher {
             Some(store) => crate::cancel::with_job(store, id, outcome).await,
             None => Ok(outcome),
         }
+    }
+
+    /// This broker's step store, or the error saying it has none.
+    pub(crate) fn step_store(&self) -> Result<&dyn crate::StepStore> {
+        self.0.steps().ok_or_else(crate::steps::unsupported)
     }
 
     /// This broker's job store, or the error saying it has none.

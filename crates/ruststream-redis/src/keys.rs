@@ -11,6 +11,7 @@
 //! | `K.dead` | dead letters, with a `reason` header (or the name `.dead_letter(..)` gives) |
 //! | `K.cancels` | the queue's cancel record: message id → what the cancel did (`crate::cancel`); at most 10,000 ids, expires 24 h after the last cancel |
 //! | `K.cancel` | the Pub/Sub channel a cancel signals a running message's id on (stores nothing) |
+//! | `K.steps:<id>` | message `id`'s step records (`crate::steps`): at most 1,000 steps, removed by the settle that acknowledges or dead-letters it, else expires 7 days after its last write (a sleep's: after its wake-up) |
 //! | `K.paused` | present while an operator has paused the subscription (`pause`/`resume`) |
 //! | `K.rate` | a rate limit's state (`.rate_limit(n, per)`): a string, expires when idle |
 //! | `K.rate.keys` | a per-key rate limit's state (`.rate_limit_by(..)`): a sorted set, key → its state |
@@ -107,6 +108,12 @@ impl KeySpace {
     /// gets an entry, to wake readers blocked on level 0.
     pub(crate) fn level(&self, full: &str, level: u8) -> String {
         self.derived(full, &format!(".p{level}"))
+    }
+
+    /// The step record of message `id` read from the full key `full` (`crate::steps`):
+    /// `full.steps:<id>`, in `full`'s slot.
+    pub(crate) fn steps(&self, full: &str, id: &str) -> String {
+        self.derived(full, &format!(".steps:{id}"))
     }
 
     /// The cancel record of the full key `full` (`crate::cancel`), in its slot.

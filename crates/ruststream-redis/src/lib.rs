@@ -98,6 +98,7 @@ mod reply;
 mod results;
 mod settle;
 mod setup;
+mod steps;
 pub mod stream;
 mod sweep_clock;
 mod tls;

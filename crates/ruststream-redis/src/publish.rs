@@ -56,6 +56,11 @@ impl PublishBackend for RedisPublisher {
         Some(self)
     }
 
+    /// Step records are hashes beside their queue, with a ttl (`crate::steps`).
+    fn steps(&self) -> Option<&dyn ruststream_core::StepStore> {
+        Some(self)
+    }
+
     /// `cancel.lua` on each partition of the list (`crate::cancel`).
     fn cancel<'a>(
         &'a self,

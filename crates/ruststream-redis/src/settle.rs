@@ -50,6 +50,11 @@ impl Settled {
 pub enum Op {
     /// Acknowledge it.
     Ack,
+    /// Acknowledge it and delete its step record (`crate::steps`).
+    AckSteps {
+        /// The step record.
+        steps: String,
+    },
     /// Put `frame` back onto its queue now (`back.lua`).
     Retry {
         /// The entry as it goes back (its attempt raised).
@@ -70,17 +75,32 @@ pub enum Op {
         frame: Bytes,
         /// The dead-letter list's bound.
         bound: DeadBound,
+        /// Its step record, deleted with it, when it has one (`crate::steps`).
+        steps: Option<String>,
     },
 }
 
 impl Op {
-    /// The op's code: `a`, `r`, `d` or `x`.
+    /// An ack, deleting the step record `steps` when there is one.
+    pub(crate) fn ack(steps: Option<&String>) -> Self {
+        match steps {
+            Some(steps) => Self::AckSteps {
+                steps: steps.clone(),
+            },
+            None => Self::Ack,
+        }
+    }
+
+    /// The op's code: `a`, `r`, `d` or `x`; `A` and `X` for an ack and a dead letter that also
+    /// delete the message's step record.
     pub(crate) fn code(&self) -> u8 {
         match self {
             Self::Ack => b'a',
+            Self::AckSteps { .. } => b'A',
             Self::Retry { .. } => b'r',
             Self::Later { .. } => b'd',
-            Self::Dead { .. } => b'x',
+            Self::Dead { steps: None, .. } => b'x',
+            Self::Dead { steps: Some(_), .. } => b'X',
         }
     }
 
@@ -89,12 +109,22 @@ impl Op {
     pub(crate) fn push_rest(&self, args: &mut Vec<Value>) {
         match self {
             Self::Ack => {}
+            Self::AckSteps { steps } => args.push(Value::from(steps.as_str())),
             Self::Retry { frame } => args.push(Value::Bytes(frame.clone())),
             Self::Later { frame, after, id } => args.extend([
                 Value::Bytes(frame.clone()),
                 crate::delayed::retry_arg(*after, id),
             ]),
-            Self::Dead { frame, bound } => args.extend([Value::Bytes(frame.clone()), bound.arg()]),
+            Self::Dead {
+                frame,
+                bound,
+                steps,
+            } => {
+                args.extend([Value::Bytes(frame.clone()), bound.arg()]);
+                if let Some(steps) = steps {
+                    args.push(Value::from(steps.as_str()));
+                }
+            }
         }
     }
 

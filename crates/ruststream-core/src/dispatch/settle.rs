@@ -69,7 +69,10 @@ pub(super) async fn settle_loop<B: Broker>(
     while done.recv_many(&mut received, SETTLE_BATCH).await > 0 {
         // The permits go back as the round trip starts, so the next claim overlaps it.
         let mut permits: Option<OwnedSemaphorePermit> = None;
-        for (token, settlement, permit) in received.drain(..) {
+        for (mut token, settlement, permit, steps) in received.drain(..) {
+            if let Some(key) = steps {
+                settler.steps_recorded(&mut token, key);
+            }
             batch.push((token, settlement));
             match (&mut permits, permit) {
                 (Some(all), Some(p)) => all.merge(p),

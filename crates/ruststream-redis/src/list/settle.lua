@@ -16,6 +16,9 @@
 --      arg = `delay_ms:id`
 --   x  dead (claimed, new, arg): remove, then LPUSH dead new (with its `dead-at`); arg = the
 --      dead-letter list's bound (dead/trim.lua), to which the list is trimmed after the last push
+--   A  ack of a message with steps (claimed, steps): as `a`, then DEL steps, its step record
+--   X  dead of a message with steps (claimed, new, arg, steps): as `x`, then DEL steps
+--      (a step record is deleted only when the claim was still this worker's and found)
 --       With recovery (the token is ''), `ops` is followed by `runs`: the entries (in their
 --       batches' order) as runs of consecutive indices in one batch list, eight bytes a run:
 --       the batch's number (from 1) among the members that follow, two bytes; the run's first
@@ -52,8 +55,8 @@ local dest, derr = dest_of(7, 2)
 if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
 -- The op's bytes (string.byte), and how many arguments an entry of each op sends.
-local ACK, RETRY, LATER, DEAD = 97, 114, 100, 120 -- a r d x
-local ARGS = {[ACK] = 1, [RETRY] = 2, [LATER] = 3, [DEAD] = 3}
+local ACK, RETRY, LATER, DEAD, ACK_STEPS, DEAD_STEPS = 97, 114, 100, 120, 65, 88 -- a r d x A X
+local ARGS = {[ACK] = 1, [RETRY] = 2, [LATER] = 3, [DEAD] = 3, [ACK_STEPS] = 2, [DEAD_STEPS] = 4}
 local call, processing, record, argv = redis.call, KEYS[1], KEYS[5], ARGV
 local token = argv[1]
 local nargs = #argv
@@ -119,10 +122,10 @@ else
     end
     if op ~= ACK then
       if (op == LATER and not string.match(argv[i + 2], '^%d+:'))
-        or (op == DEAD and not dead_bound(argv[i + 2])) then
+        or ((op == DEAD or op == DEAD_STEPS) and not dead_bound(argv[i + 2])) then
         return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
       end
-      has[op] = true
+      has[op == DEAD_STEPS and DEAD or op] = true
     end
     at[k] = i
     i = i + n
@@ -205,10 +208,15 @@ for k = 1, acks and 0 or count do
     local i = at[k]
     if call('LREM', processing, '-1', argv[i]) > 0 then
       found = found + 1
-      if op ~= ACK and not cancelled(argv[i]) then
+      if op == ACK_STEPS then
+        call('DEL', argv[i + 1])
+      elseif op == DEAD_STEPS then
+        call('DEL', argv[i + 3])
+      end
+      if op ~= ACK and op ~= ACK_STEPS and not cancelled(argv[i]) then
         if op == RETRY then
           retried[#retried + 1] = dest_item(dest, argv[i + 1])
-        elseif op == DEAD then
+        elseif op == DEAD or op == DEAD_STEPS then
           bound, now = dead_bound(argv[i + 2]), now or dead_now()
           call('LPUSH', KEYS[2], dead_letter(argv[i + 1], now))
         else

@@ -1,6 +1,7 @@
 //! Settling a reliable list: one `settle.lua` call per batch ([`SettleList`]: ack (or
 //! cancelled: a cancel's, or any settle of a message in the cancel record) `LREM`, retry
 //! `LPUSH` onto the entry's priority level (`back.lua`), retry later `ZADD`+`HSET` into the delayed set, dead `LPUSH K.dead`;
+//! an ack or dead letter of a message with steps also `DEL`s its step record;
 //! with recovery, each only while its batch's member is still in the recovery set and its index
 //! unmarked in the batch's marks (`GET`, then `SET`: `marks.lua`); a batch fully marked leaves
 //! the set with `ZREM`).
@@ -239,14 +240,15 @@ impl ReliableSettle {
             .iter()
             .map(|(t, s)| {
                 let op = match s {
-                    Settlement::Ack | Settlement::Cancelled => Op::Ack,
+                    Settlement::Ack | Settlement::Cancelled => Op::ack(t.steps.as_ref()),
                     Settlement::Dead { reason } if !self.has_dead => {
                         discarded(t, reason);
-                        Op::Ack
+                        Op::ack(t.steps.as_ref())
                     }
                     Settlement::Dead { reason } => Op::Dead {
                         frame: t.dead_frame(reason),
                         bound: self.bound,
+                        steps: t.steps.clone(),
                     },
                     Settlement::Retry {
                         delay: None,

@@ -15,6 +15,8 @@
 --   d  retry later (new, arg): XACK, then schedule the frame `new` after arg = `delay_ms:id`
 --   x  dead (new, arg): XACK, then LPUSH dead new (with its `dead-at`); arg = the dead-letter
 --      list's bound (dead/trim.lua), to which the list is trimmed after the last push
+--   A  ack of a message with steps (steps): XACK, then DEL steps, its step record
+--   X  dead of a message with steps (new, arg, steps): as `x`, then DEL steps
 -- Follow-up writes happen only when XACK found the entry pending, and not for a cancelled
 -- message (its frame's id in the cancel record, see crate::cancel): that one is only acked,
 -- whatever the op. Returns {how many were found,
@@ -27,7 +29,7 @@ end
 local stream = dest.keys[1]
 local first = dest.arg_end
 -- How many arguments an entry of each op takes.
-local ARGS = {a = 2, r = 3, d = 4, x = 4}
+local ARGS = {a = 2, r = 3, d = 4, x = 4, A = 3, X = 5}
 -- `has` notes the ops other than ack the call holds.
 local items, has = {}, {}
 local nargs = #ARGV
@@ -35,8 +37,9 @@ local i = first
 while i <= nargs do
   local op = ARGV[i + 1]
   local n = ARGS[op or '']
-  local ok = n and i + n - 1 <= nargs and (op == 'a' or op == 'r'
-    or (op == 'x' and dead_bound(ARGV[i + 3])) or (op == 'd' and string.match(ARGV[i + 3], '^%d+:')))
+  local ok = n and i + n - 1 <= nargs and (op == 'a' or op == 'r' or op == 'A'
+    or ((op == 'x' or op == 'X') and dead_bound(ARGV[i + 3]))
+    or (op == 'd' and string.match(ARGV[i + 3], '^%d+:')))
   if ok and op == 'r' then
     local why
     items[i], why = dest_item(dest, ARGV[i + 2])
@@ -47,7 +50,7 @@ while i <= nargs do
   if not ok then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
-  if op ~= 'a' then has[op] = true end
+  if op == 'X' then has.x = true elseif op ~= 'a' then has[op] = true end
   i = i + n
 end
 -- The keys' types, checked before the first write for the keys this call writes: the stream
@@ -72,8 +75,16 @@ i = first
 while i <= nargs do
   local op = ARGV[i + 1]
   local n = ARGS[op]
+  -- A step record goes with the entry (`A`, `X`): the op is then read as `a`, `x`.
+  local steps
+  if op == 'A' then
+    steps, op = ARGV[i + 2], 'a'
+  elseif op == 'X' then
+    steps, op = ARGV[i + 4], 'x'
+  end
   if redis.call('XACK', stream, ARGV[1], ARGV[i]) > 0 then
     found = found + 1
+    if steps then redis.call('DEL', steps) end
     if op ~= 'a' and cancelled(ARGV[i + 2]) then
       op = 'a'
     end

@@ -1,5 +1,6 @@
 //! Settling a stream subscription, one round trip per batch: plain acks are one
-//! `XACK key group id..` (cheaper than the script on both sides); retries and dead letters go
+//! `XACK key group id..` (cheaper than the script on both sides); acks of messages with a step
+//! record (`crate::steps`, deleted in the same script), retries and dead letters go
 //! through `settle.lua` ([`SettleStream`]: `XACK`, then `XADD` and an `XTRIM` when the stream's
 //! route bounds it (`back.lua`),
 //! the delayed set, or `LPUSH` to the dead letters), sent at the same time.
@@ -153,11 +154,20 @@ impl StreamSettle {
                 (_, Some(reason)) if self.has_dead => Op::Dead {
                     frame: t.dead_frame(reason),
                     bound: self.bound,
+                    steps: t.steps.clone(),
                 },
                 (_, Some(reason)) => {
                     discarded(t, reason);
-                    acks.push(Value::Bytes(t.raw.clone()));
-                    continue;
+                    match &t.steps {
+                        // The record goes with the ack, in the script.
+                        Some(steps) => Op::AckSteps {
+                            steps: steps.clone(),
+                        },
+                        None => {
+                            acks.push(Value::Bytes(t.raw.clone()));
+                            continue;
+                        }
+                    }
                 }
                 (
                     Settlement::Retry {
@@ -182,10 +192,15 @@ impl StreamSettle {
                 ) => Op::Retry {
                     frame: t.retry_frame(*snooze),
                 },
-                _ => {
-                    acks.push(Value::Bytes(t.raw.clone()));
-                    continue;
-                }
+                _ => match &t.steps {
+                    Some(steps) => Op::AckSteps {
+                        steps: steps.clone(),
+                    },
+                    None => {
+                        acks.push(Value::Bytes(t.raw.clone()));
+                        continue;
+                    }
+                },
             };
             entries.push((t.raw.clone(), op));
         }

@@ -28,6 +28,7 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
             batch: None,
             claim: None,
             partition: 0,
+            steps: None,
         },
         unreadable: None,
     }

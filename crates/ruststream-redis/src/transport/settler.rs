@@ -39,6 +39,10 @@ impl Settler for RedisSettler {
         self.0.settle(batch).await
     }
 
+    fn steps_recorded(&self, token: &mut Token, key: String) {
+        token.steps = Some(key);
+    }
+
     fn unsettled(&self) -> String {
         self.0.unsettled()
     }

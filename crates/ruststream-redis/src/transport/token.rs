@@ -18,6 +18,9 @@ pub struct Token {
     pub(crate) claim: Option<u64>,
     /// The partition it was read from, on a source with partitions (`crate::partition`).
     pub(crate) partition: usize,
+    /// The message's step record, when it has one (`crate::steps`): removed by the settle
+    /// that acknowledges or dead-letters it.
+    pub(crate) steps: Option<String>,
 }
 
 /// A claim's place in a reliable list's recovery record (`list/claim.lua`): its batch's member

@@ -101,7 +101,7 @@ async fn the_dead_letter_push_trims_by_count_and_age_the_same_on_the_model_and_o
 
 /// The keys of a list settle on queue `q` under `prefix` (the record is a settle-token set),
 /// and its queue as the destination.
-fn list_keys(prefix: &str) -> (ruststream_redis::SettleKeys, ruststream_redis::Dest) {
+pub(crate) fn list_keys(prefix: &str) -> (ruststream_redis::SettleKeys, ruststream_redis::Dest) {
     let k = |s: &str| key(prefix, s);
     let keys = ruststream_redis::SettleKeys {
         processing: k("q.processing"),
@@ -135,6 +135,7 @@ async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, 
                 let op = Op::Dead {
                     frame: c.clone(),
                     bound: bound(2, DAY),
+                    steps: None,
                 };
                 (c.clone(), None, op)
             })
@@ -197,6 +198,7 @@ async fn list_settle_checks_what_it_writes(client: Client, prefix: String) -> (i
     let drop = Op::Dead {
         frame: claimed[2].clone(),
         bound: bound(2, DAY),
+        steps: None,
     };
     let refused = settle("t2", &claimed[2..], &drop).call(&client).await;
     let named = refused
@@ -281,6 +283,7 @@ async fn stream_settle_checks_what_it_writes(client: Client, prefix: String) -> 
     let drop = Op::Dead {
         frame: frame("m1-3", &[("reason", "dropped")]),
         bound: bound(10, DAY),
+        steps: None,
     };
     let refused = settle(&["1-3", "1-4"], &drop).call(&client).await;
     let named = refused
@@ -327,6 +330,7 @@ async fn stream_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String
             let op = Op::Dead {
                 frame: frame(&format!("m{id}"), &[("reason", "dropped")]),
                 bound: bound(10, DAY),
+                steps: None,
             };
             (Bytes::from(id.to_string()), op)
         })

@@ -18,6 +18,7 @@ mod cancels;
 mod claims;
 mod dead;
 mod flows;
+mod steps;
 
 use std::time::Duration;
 

@@ -28,6 +28,8 @@ mod jobs;
 mod partitions;
 #[path = "guide/pubsub.rs"]
 mod pubsub;
+#[path = "guide/steps.rs"]
+mod steps;
 #[path = "guide/testing.rs"]
 mod testing;
 

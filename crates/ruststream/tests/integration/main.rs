@@ -67,6 +67,7 @@ mod security;
 mod servers;
 mod sharded;
 mod snooze;
+mod steps;
 mod streams;
 mod testapp;
 mod topologies;

@@ -18,3 +18,4 @@ mod flows;
 mod groups;
 mod ledger;
 mod otel;
+mod steps;

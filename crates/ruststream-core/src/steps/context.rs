@@ -1,0 +1,189 @@
+//! The handler's side of steps: [`Context::step`], [`Context::step_key`], [`Context::sleep`]
+//! and [`Context::sleep_until`].
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{MAX_STEP_BYTES, Replay, StepError, StepRecord, StepStore, StepWrite};
+use crate::{Context, Error, Result};
+
+impl Context<'_> {
+    /// Runs `run` as the step `name` of this message, once: when the message has a recorded
+    /// result for `name` (from an earlier delivery: a retry, a crash recovery, a requeue), that
+    /// result is returned and `run` is not called; otherwise `run`'s result is recorded before
+    /// this returns. A result is any serde value, recorded as JSON (at most 1 MiB).
+    ///
+    /// A step whose result was recorded never runs again for this message. A step runs again
+    /// only when the process died, or the record's write failed, between its effect and its
+    /// record: give an external call [`step_key`](Self::step_key) as its idempotency key.
+    ///
+    /// # Errors
+    /// [`StepError::Failed`] with `run`'s error (nothing recorded); [`StepError::Record`] when
+    /// the record cannot be read or written, when `name` was used before in this run, or when
+    /// the source cannot redeliver (a simple list, Pub/Sub). Either converts with `?` into a
+    /// retry of the message.
+    ///
+    /// ```no_run
+    /// use ruststream_core::{Context, HandlerOutcome};
+    ///
+    /// async fn checkout(ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    ///     let key = ctx.step_key("charge");
+    ///     let receipt: String = ctx
+    ///         .step("charge", || async move { Ok::<_, std::io::Error>(format!("paid:{key}")) })
+    ///         .await?;
+    ///     ctx.step("email", || async { Ok::<_, std::io::Error>(receipt.len()) }).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn step<T, E, F, Fut>(&self, name: &str, run: F) -> Result<T, StepError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
+            return crate::job::decode_as(&json, "step record").map_err(StepError::Record);
+        }
+        let value = run().await.map_err(StepError::Failed)?;
+        let json = crate::job::encode(&value).map_err(StepError::Record)?;
+        if json.len() > MAX_STEP_BYTES {
+            return Err(StepError::Record(Error::config(format!(
+                "step `{name}`: its result is {} bytes of JSON, more than a step records ({MAX_STEP_BYTES}); record a reference to it instead",
+                json.len()
+            ))));
+        }
+        self.write_step(name, StepWrite::Result(json))
+            .await
+            .map_err(StepError::Record)?;
+        Ok(value)
+    }
+
+    /// A key stable across every delivery of this message for its step `name`
+    /// (`<message id>:<name>`): the idempotency key to give the external call a step makes.
+    pub fn step_key(&self, name: &str) -> String {
+        format!("{}:{name}", self.message_id())
+    }
+
+    /// A durable sleep of `duration`. The first time, the wake-up time is recorded as a step and
+    /// this returns [`StepError::Sleeping`]: the handler ends with `?`, the message goes back
+    /// delayed (no attempt spent, and not counted against `max_snoozes`), and its worker is
+    /// free. Whatever error the handler ends with after a sleep began, the message sleeps. When the message comes back, the handler runs again from the top: the steps before
+    /// the sleep replay from their records and the sleep returns `Ok(())` at once.
+    ///
+    /// # Errors
+    /// [`StepError::Sleeping`] the first time; [`StepError::Record`] when the record cannot be
+    /// written, or the source cannot redeliver (a simple list, Pub/Sub).
+    pub async fn sleep(&self, duration: Duration) -> Result<(), StepError> {
+        let name = self.next_sleep();
+        let Some(json) = self.begin_step(&name).await.map_err(StepError::Record)? else {
+            self.write_step(&name, StepWrite::Sleep(duration))
+                .await
+                .map_err(StepError::Record)?;
+            self.info.steps.sleep(duration);
+            return Err(StepError::Sleeping(duration));
+        };
+        let until: u64 = crate::job::decode_as(&json, "sleep record").map_err(StepError::Record)?;
+        // Back early (an operator's requeue): sleep the rest, without a new record.
+        match self.server_now_ms() {
+            Some(now) if now < until => {
+                let left = Duration::from_millis(until - now);
+                self.info.steps.sleep(left);
+                Err(StepError::Sleeping(left))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A durable sleep until `until` (the wall clock of this process); see [`sleep`](Self::sleep).
+    ///
+    /// # Errors
+    /// As [`sleep`](Self::sleep).
+    pub async fn sleep_until(&self, until: SystemTime) -> Result<(), StepError> {
+        let left = until
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        self.sleep(left).await
+    }
+
+    /// The name of this run's next sleep: `sleep:<n>`, counted from 1.
+    fn next_sleep(&self) -> String {
+        let mut replay = self.replay();
+        replay.sleeps += 1;
+        format!("sleep:{}", replay.sleeps)
+    }
+
+    fn replay(&self) -> std::sync::MutexGuard<'_, Replay> {
+        self.steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn store(&self) -> Result<&dyn StepStore> {
+        if !self.info.steps.redelivers {
+            return Err(Error::config(format!(
+                "steps and durable sleeps need a source that redelivers (a reliable list or a stream group); `{}` cannot, so its records would never be replayed",
+                self.source()
+            )));
+        }
+        self.publisher().step_store()
+    }
+
+    /// Takes `name` for this run and answers its recorded value, reading the record at the
+    /// run's first step.
+    async fn begin_step(&self, name: &str) -> Result<Option<Bytes>> {
+        let store = self.store()?;
+        let loaded = {
+            let mut replay = self.replay();
+            if !replay.seen.insert(name.to_owned()) {
+                return Err(Error::config(format!(
+                    "step `{name}` used twice in one run of message {}: give each step its own name",
+                    self.message_id()
+                )));
+            }
+            replay.record.is_some()
+        };
+        if !loaded {
+            let record = store.read_steps(self.source(), self.message_id()).await;
+            let record = record.inspect_err(|_| {
+                // Not known to be read: the name may be taken again in this run.
+                self.replay().seen.remove(name);
+            })?;
+            if !record.steps.is_empty() {
+                self.info.steps.mark();
+            }
+            self.replay().record = Some((record, tokio::time::Instant::now()));
+        }
+        Ok(self.recorded(name))
+    }
+
+    fn recorded(&self, name: &str) -> Option<Bytes> {
+        let replay = self.replay();
+        let (record, _) = replay.record.as_ref()?;
+        record.steps.get(name).cloned()
+    }
+
+    /// The server's time now, as the record's read told it and this process's clock since.
+    fn server_now_ms(&self) -> Option<u64> {
+        let replay = self.replay();
+        let (StepRecord { now_ms, .. }, at) = replay.record.as_ref()?;
+        let since = u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Some(now_ms.saturating_add(since))
+    }
+
+    async fn write_step(&self, name: &str, write: StepWrite) -> Result<Bytes> {
+        let store = self.store()?;
+        // Marked before the write: a write whose reply is lost may still have landed.
+        self.info.steps.mark();
+        let written = store
+            .write_step(self.source(), self.message_id(), name, write)
+            .await?;
+        if let Some((record, _)) = self.replay().record.as_mut() {
+            record.steps.insert(name.to_owned(), written.clone());
+        }
+        Ok(written)
+    }
+}

@@ -1,0 +1,216 @@
+//! Durable steps: a handler's work in named parts whose results are recorded, so a redelivery of
+//! the message (a retry, a crash recovery, an operator's requeue) replays them instead of doing
+//! them again ([`Context::step`](crate::Context::step)), and durable sleeps that put the message
+//! back delayed instead of holding a worker ([`Context::sleep`](crate::Context::sleep)).
+//!
+//! The core keeps nothing itself: a broker stores one record per message, through a
+//! [`StepStore`] (its [`PublishBackend::steps`](crate::PublishBackend::steps)). A handler reads
+//! the record once, at its first step, and writes one field per step it runs. The settle that
+//! acknowledges or dead-letters the message removes the record in the same atomic call (the
+//! dispatch loop tells the broker's settler which messages have one:
+//! [`Settler::steps_recorded`](crate::Settler::steps_recorded)).
+//!
+//! The promise: a step whose result was recorded never runs again for that message. A step runs
+//! again only when its process died (or its record's write failed) between its effect and its
+//! record; an external call made in a step passes
+//! [`Context::step_key`](crate::Context::step_key) as its idempotency key to close that window.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+
+use crate::{Error, HandlerOutcome, Result};
+
+/// How long a message's step record lives after its last write: 7 days. A retry or recovery
+/// within that replays its steps; a sleep keeps the record until its end and this long after.
+pub const STEPS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The most steps (sleeps included) one message may record: 1,000.
+pub const MAX_STEPS: u32 = 1_000;
+
+/// The largest result one step may record, as JSON: 1 MiB.
+pub const MAX_STEP_BYTES: usize = 1 << 20;
+
+/// One write to a message's step record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepWrite {
+    /// A step's result (JSON), kept [`STEPS_TTL`].
+    Result(Bytes),
+    /// A sleep of this long from the server's now: the record stores the wake-up time (ms since
+    /// the epoch, on the server's clock) and lives until it, then [`STEPS_TTL`] more.
+    Sleep(Duration),
+}
+
+/// A message's step record as read at its handler's first step.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StepRecord {
+    /// The server's time of the read, ms since the epoch: what a sleep's end is compared with.
+    pub now_ms: u64,
+    /// Each recorded step's name and value (JSON; a sleep's is its wake-up time in ms).
+    pub steps: HashMap<String, Bytes>,
+}
+
+impl StepRecord {
+    /// A record read at `now_ms` holding `steps`.
+    pub fn new(now_ms: u64, steps: HashMap<String, Bytes>) -> Self {
+        Self { now_ms, steps }
+    }
+}
+
+/// Where a broker keeps step records: one per message, named by the key it was read from
+/// (`source`) and its id. The Redis broker keeps each in a hash with a ttl, in the queue's slot.
+pub trait StepStore: Send + Sync {
+    /// The record of message `id` of `source`; empty when there is none.
+    fn read_steps<'a>(&'a self, source: &'a str, id: &'a str) -> BoxFuture<'a, Result<StepRecord>>;
+
+    /// Records step `name` of message `id` of `source`; answers the value recorded (a sleep's
+    /// wake-up time, for a sleep).
+    fn write_step<'a>(
+        &'a self,
+        source: &'a str,
+        id: &'a str,
+        name: &'a str,
+        write: StepWrite,
+    ) -> BoxFuture<'a, Result<Bytes>>;
+
+    /// The name of the record of message `id` of `source`, as the broker's settler removes it.
+    fn steps_key(&self, source: &str, id: &str) -> String;
+}
+
+/// The error of a broker that keeps no step records.
+pub(crate) fn unsupported() -> Error {
+    Error::config("this broker keeps no step records: use a broker that does (RedisBroker)")
+}
+
+/// What [`Context::step`](crate::Context::step) and [`Context::sleep`](crate::Context::sleep)
+/// return instead of a value. A handler ends on it with `?`: it converts to the
+/// [`HandlerOutcome`] that settles the message as it should.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError<E = std::convert::Infallible> {
+    /// The step's closure failed (nothing recorded): the message is retried.
+    #[error("step failed: {0}")]
+    Failed(E),
+    /// The record could not be read or written, or the step cannot run here (a name used twice,
+    /// a source that cannot redeliver): the message is retried.
+    #[error("step record: {0}")]
+    Record(#[source] Error),
+    /// A durable sleep began: the handler must end now (with `?`) so that the message goes back
+    /// delayed for this long and frees its worker.
+    #[error("sleeping for {0:?}")]
+    Sleeping(Duration),
+}
+
+impl<E> From<StepError<E>> for HandlerOutcome {
+    fn from(e: StepError<E>) -> Self {
+        match e {
+            StepError::Sleeping(d) => HandlerOutcome::snooze(d),
+            StepError::Failed(_) | StepError::Record(_) => HandlerOutcome::retry(),
+        }
+    }
+}
+
+/// What the dispatch loop and the handler's context share about one delivery's steps: whether
+/// the source can redeliver (steps and sleeps need it), and whether the message has a step
+/// record the settle must remove.
+#[derive(Debug, Default)]
+pub(crate) struct StepsMark {
+    used: AtomicBool,
+    /// The sleep the handler began, in ms (at least 1); 0 when none.
+    sleep_ms: AtomicU64,
+    pub(crate) redelivers: bool,
+}
+
+impl StepsMark {
+    /// Notes that the message has (or may have) a step record.
+    pub(crate) fn mark(&self) {
+        self.used.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the message has (or may have) a step record.
+    pub(crate) fn used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the handler began a durable sleep of `d`.
+    pub(crate) fn sleep(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.sleep_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The durable sleep the handler began, if it did: its message goes back delayed that
+    /// long, whatever error the handler ended with (the dispatch loop's rule, so that a handler
+    /// whose error type turns every error into a retry still sleeps).
+    pub(crate) fn sleeping(&self) -> Option<Duration> {
+        match self.sleep_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}
+
+impl Clone for StepsMark {
+    fn clone(&self) -> Self {
+        Self {
+            used: AtomicBool::new(self.used()),
+            sleep_ms: AtomicU64::new(self.sleep_ms.load(Ordering::Relaxed)),
+            redelivers: self.redelivers,
+        }
+    }
+}
+
+impl PartialEq for StepsMark {
+    /// Every mark is equal: it is the dispatch loop's note, not part of what was delivered.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for StepsMark {}
+
+/// The settlement of a delivery whose handler began a durable sleep and then ended with
+/// `decided` (anything but an ack or a drop): back after the sleep, no attempt spent, no limit.
+/// `None` when it began no sleep, or acknowledged or dropped the message.
+pub(crate) fn asleep(
+    info: &crate::DeliveryInfo,
+    decided: Option<HandlerOutcome>,
+) -> Option<crate::Settlement> {
+    let delay = info.steps.sleeping()?;
+    match decided {
+        Some(o) if o.is_ack() || o.is_drop() => None,
+        _ => Some(crate::Settlement::Retry {
+            delay: Some(delay),
+            snooze: true,
+        }),
+    }
+}
+
+/// The name of the step record of a handled delivery, when it has one: what its settle removes.
+pub(crate) fn record_of(
+    publisher: &crate::Publisher,
+    info: &crate::DeliveryInfo,
+) -> Option<String> {
+    if !info.steps.used() {
+        return None;
+    }
+    let store = publisher.step_store().ok()?;
+    Some(store.steps_key(&info.source, &info.message_id))
+}
+
+/// One handler run's view of its message's steps: the record as read at the first step, and the
+/// names used so far.
+#[derive(Debug, Default)]
+pub(crate) struct Replay {
+    /// The record, once read.
+    pub(crate) record: Option<(StepRecord, tokio::time::Instant)>,
+    /// The step names this run used.
+    pub(crate) seen: HashSet<String>,
+    /// How many sleeps this run reached (a sleep's step name is `sleep:<n>`).
+    pub(crate) sleeps: u32,
+}
+
+mod context;

@@ -1,0 +1,178 @@
+//! Step records (the core's [`StepStore`], see `ruststream_core::steps`): one hash per message,
+//! `K.steps:<id>` beside its queue `K` (in `K`'s slot, so the settle that acknowledges or
+//! dead-letters the message removes it in the same script), step name → the step's JSON result,
+//! or for a durable sleep (`sleep:<n>`) its wake-up time in ms on the server's clock.
+//!
+//! Bounds: the record expires [`STEPS_TTL`] after its last write (a sleep's, that long after its
+//! wake-up); it holds at most [`MAX_STEPS`] steps (`RSFULL` past them) of at most
+//! `MAX_STEP_BYTES` each (checked by the core).
+//!
+//! Commands: a handler's first step reads the record with `read.lua` (`TIME`, `HGETALL`); each
+//! step it runs is one `write.lua` (`HSET`, `PEXPIRE` never shortening the expiry).
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use bytes::Bytes;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use futures::future::BoxFuture;
+use ruststream_core::steps::{MAX_STEPS, STEPS_TTL};
+use ruststream_core::{Result, StepRecord, StepStore, StepWrite};
+
+use crate::lua::{self, Call};
+use crate::publish::RedisPublisher;
+
+static WRITE: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("write.lua"), &[lua::GUARD]));
+
+static READ: LazyLock<Script> =
+    LazyLock::new(|| lua::script(include_str!("read.lua"), &[lua::GUARD]));
+
+/// One call of `steps/write.lua`: records one step (or sleep) of one message.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WriteStep<'a> {
+    /// The record (full name).
+    pub(crate) key: &'a str,
+    /// The step's name.
+    pub(crate) name: &'a str,
+    /// What it records.
+    pub(crate) write: &'a StepWrite,
+}
+
+impl Call for WriteStep<'_> {
+    /// The value stored.
+    type Reply = Bytes;
+
+    fn script(&self) -> &'static Script {
+        &WRITE
+    }
+
+    /// KEYS and ARGV: see `steps/write.lua`'s header.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        let (value, sleep) = match self.write {
+            StepWrite::Result(json) => (Value::Bytes(json.clone()), Value::from_static_str("")),
+            StepWrite::Sleep(d) => (
+                Value::from_static_str(""),
+                Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)),
+            ),
+            _ => (Value::from_static_str(""), Value::from_static_str("")),
+        };
+        (
+            vec![self.key.to_owned()],
+            vec![
+                Value::from(self.name),
+                value,
+                Value::Integer(crate::list::ttl_ms(STEPS_TTL)),
+                Value::Integer(i64::from(MAX_STEPS)),
+                sleep,
+            ],
+        )
+    }
+
+    fn parse(&self, reply: Value) -> Bytes {
+        match reply {
+            Value::Bytes(b) => b,
+            Value::String(s) => s.inner().clone(),
+            Value::Integer(n) => Bytes::from(n.to_string()),
+            _ => Bytes::new(),
+        }
+    }
+}
+
+/// One call of `steps/read.lua`: a message's record and the server's time.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ReadSteps<'a> {
+    /// The record (full name).
+    pub(crate) key: &'a str,
+}
+
+impl Call for ReadSteps<'_> {
+    type Reply = StepRecord;
+
+    fn script(&self) -> &'static Script {
+        &READ
+    }
+
+    /// KEYS: the record; no ARGV.
+    fn build(&self) -> (Vec<String>, Vec<Value>) {
+        (vec![self.key.to_owned()], Vec::new())
+    }
+
+    fn parse(&self, reply: Value) -> StepRecord {
+        let Value::Array(items) = reply else {
+            return StepRecord::default();
+        };
+        let mut items = items.into_iter();
+        let now_ms = items.next().as_ref().map_or(0, lua::reply_u64);
+        let mut steps = HashMap::new();
+        while let (Some(name), Some(value)) = (items.next(), items.next()) {
+            if let (Some(name), Some(value)) = (name.as_string(), value.into_bytes()) {
+                steps.insert(name, value);
+            }
+        }
+        StepRecord::new(now_ms, steps)
+    }
+}
+
+/// The full key of message `id`'s step record on the (unprefixed) key `source`.
+fn record_key(p: &RedisPublisher, source: &str, id: &str) -> String {
+    let keys = &p.conns.keys;
+    keys.steps(&keys.key(source), id)
+}
+
+impl StepStore for RedisPublisher {
+    fn read_steps<'a>(&'a self, source: &'a str, id: &'a str) -> BoxFuture<'a, Result<StepRecord>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            let pool = self.conns.pool()?;
+            let key = record_key(self, source, id);
+            ReadSteps { key: &key }.call(pool.next()).await
+        })
+    }
+
+    fn write_step<'a>(
+        &'a self,
+        source: &'a str,
+        id: &'a str,
+        name: &'a str,
+        write: StepWrite,
+    ) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(async move {
+            self.conns.connect().await?;
+            let pool = self.conns.pool()?;
+            let key = record_key(self, source, id);
+            let call = WriteStep {
+                key: &key,
+                name,
+                write: &write,
+            };
+            call.call(pool.next()).await
+        })
+    }
+
+    fn steps_key(&self, source: &str, id: &str) -> String {
+        record_key(self, source, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_sleep_sends_its_length_and_keeps_the_record_past_it() {
+        let write = StepWrite::Sleep(Duration::from_secs(30 * 24 * 3600));
+        let call = WriteStep {
+            key: "{q}.steps:1",
+            name: "sleep:1",
+            write: &write,
+        };
+        let (keys, args) = call.build();
+        assert_eq!(keys, ["{q}.steps:1"]);
+        assert_eq!(args[4], Value::Integer(30 * 24 * 3600 * 1000));
+        assert_eq!(args[2], Value::Integer(7 * 24 * 3600 * 1000), "the ttl");
+    }
+}
