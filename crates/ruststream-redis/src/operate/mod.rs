@@ -81,7 +81,7 @@ where
 /// The operator's view of one broker's subscriptions.
 #[derive(Clone)]
 pub struct Operator {
-    conns: Arc<Connections>,
+    pub(crate) conns: Arc<Connections>,
     queues: Vec<SourceKeys>,
 }
 
@@ -129,7 +129,7 @@ impl Operator {
     }
 
     /// The subscription on `name`, or an error listing the app's subscriptions.
-    fn queue(&self, name: &str) -> Result<&SourceKeys> {
+    pub(crate) fn queue(&self, name: &str) -> Result<&SourceKeys> {
         self.find(name).ok_or_else(|| {
             let names: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
             Error::config(format!(

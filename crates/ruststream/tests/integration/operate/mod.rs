@@ -3,6 +3,7 @@
 //! the CLI and the dashboard share) and through its command words (`run_args`, what `run_main`
 //! runs), on the stand's standalone server and cluster.
 
+mod history;
 mod inspect;
 mod pause;
 
