@@ -5,6 +5,7 @@
 
 mod history;
 mod inspect;
+mod jobs;
 mod pause;
 
 use std::future::Future;
