@@ -124,7 +124,9 @@ pub(crate) async fn leftovers(raw: &Client, prefix: &str) -> Result<String, BoxE
     let mut left = 0u64;
     let mut what = Vec::new();
     let mut stream_len = None;
-    for key in keys(raw, prefix).await? {
+    // The subscriptions' history is bookkeeping that expires on its own, not messages left.
+    let kept = keys(raw, prefix).await?;
+    for key in kept.into_iter().filter(|k| !k.contains(".history.")) {
         let kind: String = raw.custom(raw::cmd("TYPE"), vec![key.as_str()]).await?;
         let count: u64 = match kind.as_str() {
             "list" => raw.llen(&key).await?,

@@ -252,6 +252,17 @@ pub trait Broker: Send + Sync + Sized + 'static {
         None
     }
 
+    /// Where the subscription on `source` keeps its history (`crate::history`), written by
+    /// each subscription once per interval; `None` (the default): no history, nothing counted
+    /// beyond the in-memory tally.
+    fn history(
+        &self,
+        source: &Self::Source,
+    ) -> Option<std::sync::Arc<dyn crate::history::HistorySink>> {
+        let _ = source;
+        None
+    }
+
     /// Closes every connection.
     fn close(&self) -> impl Future<Output = ()> + Send;
 

@@ -125,6 +125,16 @@ impl<B: Broker> Subscription<B> {
             signals
         });
         let meters = Arc::new(Meters::new(&self.name));
+        // The history is written until every settle is done, then once more.
+        let written = CancellationToken::new();
+        let history = self.broker.history(&self.source).map(|sink| {
+            tokio::spawn(crate::history::keep(
+                self.name.clone(),
+                self.tally.clone(),
+                sink,
+                written.clone(),
+            ))
+        });
         let mut receivers = receiver.siblings();
         receivers.insert(0, receiver);
         let reads = receivers.into_iter().map(|receiver| {
@@ -177,6 +187,10 @@ impl<B: Broker> Subscription<B> {
         };
         if settled.iter().any(Result::is_err) {
             tracing::error!(subscription = %self.name, "settler task failed");
+        }
+        written.cancel();
+        if let Some(history) = history {
+            let _ = history.await;
         }
     }
 
@@ -271,8 +285,9 @@ impl<B: Broker> Subscription<B> {
         #[cfg(feature = "otel")]
         consumer.end(&settlement, self.source.retries());
         self.observe_settled(&delivery, outcome, &settlement);
-        self.tally.record(&settlement);
-        meters.duration.record(started.elapsed().as_secs_f64());
+        let took = started.elapsed();
+        self.tally.record(&settlement, took);
+        meters.duration.record(took.as_secs_f64());
         meters.in_flight.decrement(1.0);
         meters.record(&settlement, self.source.retries());
         // The settler outlives every batch task; a closed channel means it is gone and the
@@ -401,6 +416,7 @@ impl<B: Broker> Subscription<B> {
                 #[cfg(feature = "otel")]
                 crate::otel::failed(|| "handler timed out".to_owned());
                 lane.meters.timeouts.increment(1);
+                self.tally.timed_out();
                 match retry(info, None, opts) {
                     Settlement::Dead { .. } => Settlement::Dead {
                         reason: "timeout".into(),

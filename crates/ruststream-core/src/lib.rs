@@ -27,6 +27,7 @@ pub mod error;
 pub mod flow;
 pub mod handler;
 pub mod health;
+pub mod history;
 pub mod job;
 pub mod message;
 pub mod observe;

@@ -8,14 +8,16 @@
 //!
 //! Observers are called on the handler's task, synchronously: keep them quick and never block.
 //!
-//! Every subscription also keeps a [`Tally`] (two relaxed atomic increments a message), which
+//! Every subscription also keeps a [`Tally`] (a few relaxed atomic increments a message), which
 //! [`RunningApp::tallies`](crate::RunningApp::tallies) hands out, e.g. for live rates.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::history::{Counts, TIME_BUCKETS, bucket_of};
 use crate::{DeliveryInfo, HandlerOutcome, Settlement};
 
 /// One delivery handed to a handler, as an [`Observer`] sees it.
@@ -62,11 +64,30 @@ pub trait Observer: Send + Sync + 'static {
     fn settled(&self, call: &Call<'_>, outcome: Option<HandlerOutcome>, settlement: &Settlement);
 }
 
-/// Running totals of one subscription's settled deliveries since the app started.
-#[derive(Debug, Default)]
+/// Running totals of one subscription's settled deliveries since the app started: a few relaxed
+/// atomic increments a message. [`counts`](Self::counts) reads them all, for the history
+/// (`crate::history`).
+#[derive(Debug)]
 pub struct Tally {
     handled: AtomicU64,
     failed: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    timed_out: AtomicU64,
+    times: [AtomicU64; TIME_BUCKETS],
+}
+
+impl Default for Tally {
+    fn default() -> Self {
+        Self {
+            handled: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            dead: AtomicU64::new(0),
+            timed_out: AtomicU64::new(0),
+            times: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 impl Tally {
@@ -75,17 +96,40 @@ impl Tally {
         self.handled.load(Ordering::Relaxed)
     }
 
-    /// Deliveries settled other than acknowledged: retried or dead-lettered.
+    /// Deliveries settled other than acknowledged: retried, dead-lettered or cancelled.
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
     }
 
-    /// Counts one settlement.
-    pub(crate) fn record(&self, settlement: &Settlement) {
-        self.handled.fetch_add(1, Ordering::Relaxed);
-        if !matches!(settlement, Settlement::Ack) {
-            self.failed.fetch_add(1, Ordering::Relaxed);
+    /// Every total, read one after the other (not one atomic snapshot).
+    pub fn counts(&self) -> Counts {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Counts {
+            handled: load(&self.handled),
+            failed: load(&self.failed),
+            retried: load(&self.retried),
+            dead: load(&self.dead),
+            timed_out: load(&self.timed_out),
+            times: std::array::from_fn(|i| load(&self.times[i])),
         }
+    }
+
+    /// Counts one settlement and how long its handling took.
+    pub(crate) fn record(&self, settlement: &Settlement, took: Duration) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        self.times[bucket_of(took)].fetch_add(1, Ordering::Relaxed);
+        match settlement {
+            Settlement::Ack => return,
+            Settlement::Retry { .. } => self.retried.fetch_add(1, Ordering::Relaxed),
+            Settlement::Dead { .. } => self.dead.fetch_add(1, Ordering::Relaxed),
+            Settlement::Cancelled => 0,
+        };
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a handler call stopped at its deadline.
+    pub(crate) fn timed_out(&self) {
+        self.timed_out.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -222,6 +222,23 @@ impl RedisBroker {
         self.with(|s| s.command_timeout = timeout)
     }
 
+    /// Whether each subscription keeps its history in Redis for the dashboard's charts (default
+    /// on): its counts and handler times, added once a minute by every worker with one script
+    /// call, kept 24 h by the minute and 30 days by the hour (the `history` module's keys).
+    /// Off, nothing is written and nothing runs.
+    pub fn keep_history(self, on: bool) -> Self {
+        self.with(|s| {
+            s.history = on.then_some(s.history.unwrap_or(crate::history::DEFAULT_HISTORY_EVERY));
+        })
+    }
+
+    /// How often each subscription adds its counts to its history (default a minute; at least
+    /// 100 ms). Shorter shows a burst sooner, at one script call per interval per
+    /// subscription per worker.
+    pub fn history_interval(self, every: std::time::Duration) -> Self {
+        self.with(|s| s.history = s.history.map(|_| every))
+    }
+
     /// A publisher whose destinations use their subscriptions' transports (list by default).
     pub fn publisher(&self) -> Publisher {
         Publisher::new(Arc::new(RedisPublisher {
@@ -346,6 +363,16 @@ impl Broker for RedisBroker {
                 "RedisBroker::command_timeout(0): a command would fail before Redis could answer; give it at least a few seconds (default 10 s)",
             ));
         }
+        if self
+            .conns
+            .settings
+            .history
+            .is_some_and(|every| every < std::time::Duration::from_millis(100))
+        {
+            return Err(ruststream_core::Error::config(
+                "RedisBroker::history_interval: under 100 ms would send a script call per subscription that often; give it seconds (default a minute), or keep_history(false)",
+            ));
+        }
         for s in sources {
             s.transport().validate(&self.conns.keys)?;
         }
@@ -418,6 +445,26 @@ impl Broker for RedisBroker {
     /// broker's clock.
     fn periodic_store(&self) -> Option<Arc<dyn ruststream_core::periodic::PeriodicStore>> {
         Some(Arc::new(crate::periodic::Store::new(self.conns.clone())))
+    }
+
+    /// The subscription's history in this broker's Redis (`crate::history`), unless turned off
+    /// ([`keep_history`](RedisBroker::keep_history)) or on the in-memory model.
+    fn history(
+        &self,
+        source: &RedisSource,
+    ) -> Option<Arc<dyn ruststream_core::history::HistorySink>> {
+        let every = self.conns.settings.history?;
+        if self.conns.memory.is_attached() {
+            return None;
+        }
+        let t = source.transport();
+        let queues = crate::partition::queues(t, &self.conns.keys);
+        Some(Arc::new(crate::history::Sink::new(
+            self.conns.clone(),
+            t.key(),
+            &queues,
+            every,
+        )))
     }
 
     async fn close(&self) {

@@ -15,6 +15,8 @@
 //! | `K.paused` | present while an operator has paused the subscription (`pause`/`resume`) |
 //! | `K.rate` | a rate limit's state (`.rate_limit(n, per)`): a string, expires when idle |
 //! | `K.rate.keys` | a per-key rate limit's state (`.rate_limit_by(..)`): a sorted set, key → its state |
+//! | `K.history.m:<hour>` | the subscription's history of one hour, by the minute (`crate::history`); expires 25 h after its last write |
+//! | `K.history.h:<day>` | the subscription's history of one day, by the hour; expires 31 days after its last write |
 //! | `K.unique:<id>` | marks `id` as published to `K` within its `.unique_for(..)` window (expires with it) |
 //! | `K.p1` … `K.p<n-1>` | a list with priority levels: level `i` (level 0 is `K` itself); also the name of the Pub/Sub channel that wakes its readers when the level gets an entry |
 //!
@@ -129,6 +131,18 @@ impl KeySpace {
     /// The key whose existence pauses every reader of the full key `full`.
     pub(crate) fn paused(&self, full: &str) -> String {
         self.derived(full, ".paused")
+    }
+
+    /// The history hash of the full key `full` holding hour `hour` (since the epoch) at minute
+    /// resolution (`crate::history`), in `full`'s slot.
+    pub(crate) fn history_minutes(&self, full: &str, hour: i64) -> String {
+        self.derived(full, &format!(".history.m:{hour}"))
+    }
+
+    /// The history hash of the full key `full` holding day `day` (since the epoch) at hour
+    /// resolution (`crate::history`), in `full`'s slot.
+    pub(crate) fn history_hours(&self, full: &str, day: i64) -> String {
+        self.derived(full, &format!(".history.h:{day}"))
     }
 
     /// The full dead-letter list of the user's key `key`, as `dead` says; `None` when off.
@@ -333,6 +347,11 @@ mod tests {
         assert_eq!(standalone.level("q", 2), "q.p2");
         assert_eq!(cluster.level("app:jobs", 1), "{app:jobs}.p1");
         assert_eq!(cluster.level("{t}", 3), "{t}.p3");
+        assert_eq!(
+            cluster.history_minutes("app:jobs", 7),
+            "{app:jobs}.history.m:7"
+        );
+        assert_eq!(standalone.history_hours("q", 3), "q.history.h:3");
     }
 
     #[test]

@@ -78,6 +78,7 @@ pub mod error;
 mod flow;
 pub mod frame;
 mod gauges;
+pub mod history;
 mod keys;
 pub mod list;
 mod lua;

@@ -42,6 +42,8 @@ pub(crate) struct Settings {
     pub(crate) flow_grace: std::time::Duration,
     /// How long a command may go without a reply (`RedisBroker::command_timeout`).
     pub(crate) command_timeout: Duration,
+    /// How often each subscription writes its history (`crate::history`); `None`: it keeps none.
+    pub(crate) history: Option<Duration>,
 }
 
 /// The URL schemes a broker connects with, for errors.
@@ -74,6 +76,7 @@ impl Settings {
             flow_grace: crate::options::DEFAULT_FLOW_REPAIR_GRACE,
             schedule: crate::options::Schedule::default(),
             command_timeout: crate::options::DEFAULT_COMMAND_TIMEOUT,
+            history: Some(crate::history::DEFAULT_HISTORY_EVERY),
         }
     }
 }

@@ -150,6 +150,14 @@ impl DeadLetter {
     }
 }
 
+/// The `LRANGE` bounds of a page of a list whose oldest entry is at its tail (`LPUSH`ed): the
+/// `limit` entries after the `offset` oldest.
+pub(super) fn oldest_page(offset: usize, limit: usize) -> (i64, i64) {
+    let offset = i64::try_from(offset).unwrap_or(i64::MAX / 2);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX / 2);
+    (-(offset + limit), -(offset + 1))
+}
+
 /// The payload as JSON, text, or a note of its size.
 pub(super) fn payload_view(payload: &[u8]) -> serde_json::Value {
     if let Ok(v) = serde_json::from_slice(payload) {
@@ -164,20 +172,29 @@ pub(super) fn payload_view(payload: &[u8]) -> serde_json::Value {
 impl Operator {
     /// The `limit` oldest dead letters of the subscription `name`, oldest first.
     pub async fn dead_letters(&self, name: &str, limit: usize) -> Result<Vec<DeadLetter>> {
+        self.dead_letters_from(name, 0, limit).await
+    }
+
+    /// The `limit` dead letters of the subscription `name` after the `offset` oldest, oldest
+    /// first (a page of them).
+    pub async fn dead_letters_from(
+        &self,
+        name: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>> {
         let dead = dead_key(self.queue(name)?)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
         let client = self.conns.pool()?.next().clone();
-        let values: Vec<Bytes> = client
-            .lrange(&dead, -i64::try_from(limit).unwrap_or(i64::MAX), -1)
-            .await
-            .map_err(core)?;
+        let (start, stop) = oldest_page(offset, limit);
+        let values: Vec<Bytes> = client.lrange(&dead, start, stop).await.map_err(core)?;
         Ok(values
             .iter()
             .rev()
             .enumerate()
-            .map(|(i, v)| DeadLetter::of(v, i + 1))
+            .map(|(i, v)| DeadLetter::of(v, offset + i + 1))
             .collect())
     }
 

@@ -103,15 +103,27 @@ pub struct DelayedEntry {
 impl Operator {
     /// The `limit` earliest delayed entries of the subscription `name`, earliest first.
     pub async fn delayed(&self, name: &str, limit: usize) -> Result<Vec<DelayedEntry>> {
+        self.delayed_from(name, 0, limit).await
+    }
+
+    /// The `limit` delayed entries of the subscription `name` after the `offset` earliest,
+    /// earliest first (a page of them).
+    pub async fn delayed_from(
+        &self,
+        name: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<DelayedEntry>> {
         let (set, payloads) = delayed_keys(self.queue(name)?)?;
         if limit == 0 {
             return Ok(Vec::new());
         }
         let client = self.conns.pool()?.next().clone();
         let now = super::inspect::server_ms(&client).await?;
-        let stop = i64::try_from(limit).unwrap_or(i64::MAX) - 1;
+        let start = i64::try_from(offset).unwrap_or(i64::MAX);
+        let stop = start.saturating_add(i64::try_from(limit).unwrap_or(i64::MAX) - 1);
         let scored: Vec<(String, f64)> = client
-            .zrange(&set, 0, stop, None, false, None, true)
+            .zrange(&set, start, stop, None, false, None, true)
             .await
             .map_err(core)?;
         if scored.is_empty() {

@@ -12,6 +12,7 @@
 //! | `dead.rs` | dead letters | `LRANGE`, `requeue.lua` (`LREM`/`LTRIM`, then `RPUSH`, `XADD` or `PUBLISH`), `purge.lua` (`LREM`, `LTRIM`, `DEL`) |
 //! | `periodic.rs` | periodic jobs every instance registered | `TIME`, `HGETALL` of the registry and of the last ticks |
 //! | `groups.rs` | a grouped list's largest groups; pausing one group | `groups.lua` (`LRANGE`, `LLEN`, `HLEN`, `HEXISTS`), `HSET`/`HDEL` + `PUBLISH` |
+//! | `jobs.rs` | every job of a list queue by state, paged; found by id or header | `LLEN`, `LRANGE` (levels, processing list, claims' batch lists), `ZRANGE .. WITHSCORES` of the recovery set, then `delayed.rs`, `dead.rs` |
 //! | `delayed.rs` | delayed entries | `ZRANGE .. WITHSCORES`, `HMGET`, `delayed.lua` (`ZADD XX CH` + `PUBLISH`, or `ZREM` + `HDEL`) |
 //!
 //! Pause and resume are `crate::pause`'s `SET`/`DEL` of `K.paused` with a `PUBLISH`.
@@ -22,6 +23,7 @@ pub(crate) mod dead;
 pub(crate) mod delayed;
 pub(crate) mod groups;
 pub(crate) mod inspect;
+mod jobs;
 mod periodic;
 
 use std::sync::Arc;
@@ -32,6 +34,7 @@ pub use self::dead::DeadLetter;
 pub use self::delayed::DelayedEntry;
 pub use self::groups::{GROUPS_READ, GROUPS_SHOWN, GroupLen, Groups};
 pub use self::inspect::{CLAIMS_READ, Consumer, GroupState, Inspection};
+pub use self::jobs::{JOBS_SCANNED, Job, JobPage, JobState};
 pub use self::periodic::PeriodicJob;
 use crate::conn::Connections;
 use crate::keys::SourceKeys;
@@ -81,7 +84,7 @@ where
 /// The operator's view of one broker's subscriptions.
 #[derive(Clone)]
 pub struct Operator {
-    conns: Arc<Connections>,
+    pub(crate) conns: Arc<Connections>,
     queues: Vec<SourceKeys>,
 }
 
@@ -129,7 +132,7 @@ impl Operator {
     }
 
     /// The subscription on `name`, or an error listing the app's subscriptions.
-    fn queue(&self, name: &str) -> Result<&SourceKeys> {
+    pub(crate) fn queue(&self, name: &str) -> Result<&SourceKeys> {
         self.find(name).ok_or_else(|| {
             let names: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
             Error::config(format!(

@@ -1,7 +1,21 @@
 //! The operator's web dashboard: what `inspect` shows, for every subscription of the app, with
-//! dead letters to browse, requeue and purge, delayed entries to promote and cancel, pause and
-//! resume buttons, a form that cancels one message of a list or stream by id, and, when served beside the running app (`run --dashboard ADDR`), live
-//! handled and failed rates. `dashboard [--addr ADDR]` serves it alone, for an operator.
+//! charts of each subscription's history (throughput, failures, handler time, depth over the last
+//! hour, day or 30 days, as every worker wrote it: `ruststream_redis::history`), every job of a
+//! list queue by state and a page per job (found by id or by a header), dead letters to
+//! requeue and purge, delayed entries to promote and cancel, pause and resume buttons, a form
+//! that cancels one message by id, the periodic jobs and fair groups, and, when served beside
+//! the running app (`run --dashboard ADDR`), live handled and failed rates. `dashboard [--addr
+//! ADDR]` serves it alone, for an operator.
+//!
+//! | file | what |
+//! |---|---|
+//! | `page.rs`, `style.css` | the layout, the overview, the forms every change is made by |
+//! | `chart.rs` | the history's charts, as inline SVG |
+//! | `subscription.rs` | one subscription's page |
+//! | `find.rs`, `jobs.rs` | the job lists, the search, one job's page |
+//! | `features.rs` | periodic jobs and fair groups |
+//! | `view.rs` | how payloads and headers show (escaped, cut to a size) |
+//! | `guard.rs`, `rates.rs` | who may use it; the live rates |
 //!
 //! Pages are rendered on the server (`page.rs`); every action is done through the app's own
 //! [`Operator`]s (the keys, prefix and hash tags the service uses).
@@ -25,9 +39,15 @@
 //! # }
 //! ```
 
+mod chart;
+mod features;
+mod find;
 mod guard;
+mod jobs;
 mod page;
 mod rates;
+mod subscription;
+mod view;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -39,11 +59,13 @@ use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use ruststream_redis::history::Point;
 use ruststream_redis::operate::{Operator, Select};
 
 use self::guard::Guard;
-use self::page::{BrokerView, Ctx, Detail};
+use self::page::{AppLabel, BrokerView, Ctx, Row};
 use self::rates::Rates;
+use self::subscription::Detail;
 use crate::{RunningApp, RustStream};
 
 /// Most dead letters or delayed entries a subscription's page lists.
@@ -54,6 +76,7 @@ pub struct Dashboard {
     listener: tokio::net::TcpListener,
     ops: Vec<Operator>,
     guard: Guard,
+    app: AppLabel,
 }
 
 /// What every handler shares.
@@ -63,6 +86,24 @@ struct Inner {
     ops: Vec<Operator>,
     guard: Guard,
     rates: Option<Rates>,
+    app: AppLabel,
+}
+
+impl Inner {
+    /// What every page of this request shares.
+    fn ctx<'a>(&'a self, done: Option<&'a str>) -> Ctx<'a> {
+        Ctx {
+            csrf: &self.guard.csrf,
+            done,
+            live: self.rates.is_some(),
+            app: &self.app,
+        }
+    }
+
+    /// A failed request's page.
+    fn failure(&self, status: StatusCode, message: &str) -> Response {
+        (status, Html(page::error(&self.app, message).into_string())).into_response()
+    }
 }
 
 impl std::fmt::Debug for Dashboard {
@@ -88,10 +129,15 @@ impl Dashboard {
                 "cannot serve the dashboard on {addr}: {e}; choose a free address"
             ))
         })?;
+        let info = crate::App::info(app);
         Ok(Self {
             listener,
             ops: crate::operate::operators(app),
             guard,
+            app: AppLabel {
+                title: info.title.clone(),
+                version: info.version.clone(),
+            },
         })
     }
 
@@ -137,12 +183,19 @@ impl Dashboard {
             ops: self.ops,
             guard: self.guard,
             rates,
+            app: self.app,
         });
         let router = Router::new()
             .route("/", get(overview))
             .route("/subscription", get(subscription))
             .route("/action", post(act))
+            .route("/jobs", get(find::list))
+            .route("/job", get(find::one))
+            .route("/search", get(find::search))
+            .route("/features", get(features::features))
             .route("/login", get(login_page).post(login))
+            .route("/favicon.svg", get(favicon))
+            .route("/favicon.ico", get(favicon))
             .layer(axum::middleware::from_fn_with_state(
                 shared.clone(),
                 guard::check,
@@ -174,36 +227,68 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-fn failure(status: StatusCode, message: &str) -> Response {
-    (status, Html(page::error(message).into_string())).into_response()
+/// The dashboard's icon.
+async fn favicon() -> Response {
+    ([(header::CONTENT_TYPE, "image/svg+xml")], page::FAVICON).into_response()
+}
+
+/// Milliseconds since the epoch on this machine's clock (the one the workers write history by).
+fn now_ms() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The history of the subscription `name` of `op` (a partition's is its queue's) over `span`.
+async fn history_of(
+    op: &Operator,
+    name: &str,
+    span: ruststream_redis::history::Span,
+) -> crate::Result<Vec<Point>> {
+    let name = op
+        .find(name)
+        .and_then(|k| k.partition_of.clone())
+        .unwrap_or_else(|| name.to_owned());
+    op.history(&name, span, now_ms()).await
 }
 
 async fn overview(State(s): State<Shared>, uri: Uri) -> Response {
     let query = fields(uri.query().unwrap_or("").as_bytes());
+    let span = chart::span_of(field(&query, "span"));
     let mut brokers = Vec::with_capacity(s.ops.len());
     for op in &s.ops {
         let inspections = match op.inspect(None).await {
             Ok(i) => i,
-            Err(e) => return failure(StatusCode::BAD_GATEWAY, &e.to_string()),
+            Err(e) => return s.failure(StatusCode::BAD_GATEWAY, &e.to_string()),
         };
-        let rows = inspections
-            .into_iter()
-            .map(|i| {
-                let rate = s.rates.as_ref().and_then(|r| r.of(&i.keys.name));
-                (i, rate)
-            })
-            .collect();
+        let mut rows = Vec::with_capacity(inspections.len());
+        let mut seen: Vec<String> = Vec::new();
+        for i in inspections {
+            let rate = s.rates.as_ref().and_then(|r| r.of(&i.keys.name));
+            let whose = i.keys.partition_of.clone().unwrap_or(i.keys.name.clone());
+            let history = if seen.contains(&whose) {
+                Vec::new()
+            } else {
+                seen.push(whose);
+                match history_of(op, &i.keys.name, span).await {
+                    Ok(h) => h,
+                    Err(e) => return s.failure(StatusCode::BAD_GATEWAY, &e.to_string()),
+                }
+            };
+            rows.push(Row {
+                inspection: i,
+                rate,
+                history,
+            });
+        }
         brokers.push(BrokerView {
             target: op.target(),
             rows,
         });
     }
-    let ctx = Ctx {
-        csrf: &s.guard.csrf,
-        done: field(&query, "done"),
-        live: s.rates.is_some(),
-    };
-    Html(page::overview(&ctx, &brokers).into_string()).into_response()
+    let ctx = s.ctx(field(&query, "done"));
+    Html(page::overview(&ctx, span, &brokers).into_string()).into_response()
 }
 
 /// The operator of broker `b` (an index in the page) if it has the subscription `name`.
@@ -222,8 +307,9 @@ fn find<'a>(
 async fn subscription(State(s): State<Shared>, uri: Uri) -> Response {
     let query = fields(uri.query().unwrap_or("").as_bytes());
     let Some((b, op, name)) = find(&s, field(&query, "b"), field(&query, "name")) else {
-        return failure(StatusCode::NOT_FOUND, "no such subscription");
+        return s.failure(StatusCode::NOT_FOUND, "no such subscription");
     };
+    let span = chart::span_of(field(&query, "span"));
     let loaded = async {
         let inspection = op.inspect(Some(&name)).await?.into_iter().next();
         let keys = op.find(&name);
@@ -235,26 +321,26 @@ async fn subscription(State(s): State<Shared>, uri: Uri) -> Response {
             Some(_) => op.delayed(&name, LIMIT).await?,
             None => Vec::new(),
         };
-        crate::Result::Ok((inspection, dead, delayed))
+        let history = history_of(op, &name, span).await?;
+        crate::Result::Ok((inspection, dead, delayed, history))
     };
-    let (inspection, dead, delayed) = match loaded.await {
-        Ok((Some(i), dead, delayed)) => (i, dead, delayed),
-        Ok((None, ..)) => return failure(StatusCode::NOT_FOUND, "no such subscription"),
-        Err(e) => return failure(StatusCode::BAD_GATEWAY, &crate::Error::to_string(&e)),
+    let (inspection, dead, delayed, history) = match loaded.await {
+        Ok((Some(i), dead, delayed, history)) => (i, dead, delayed, history),
+        Ok((None, ..)) => return s.failure(StatusCode::NOT_FOUND, "no such subscription"),
+        Err(e) => return s.failure(StatusCode::BAD_GATEWAY, &crate::Error::to_string(&e)),
     };
-    let ctx = Ctx {
-        csrf: &s.guard.csrf,
-        done: field(&query, "done"),
-        live: s.rates.is_some(),
-    };
+    let ctx = s.ctx(field(&query, "done"));
     let detail = Detail {
         b,
         inspection: &inspection,
         dead: &dead,
         delayed: &delayed,
         limit: LIMIT,
+        history: &history,
+        span,
+        live: field(&query, "live") == Some("1"),
     };
-    Html(page::subscription(&ctx, &detail).into_string()).into_response()
+    Html(subscription::subscription(&ctx, &detail).into_string()).into_response()
 }
 
 /// A change: `op` (requeue, purge, promote, cancel, pause, resume, cancel-message: one message
@@ -269,7 +355,7 @@ async fn act(State(s): State<Shared>, body: Bytes) -> Response {
         );
     }
     let Some((b, op, name)) = find(&s, field(&form, "b"), field(&form, "name")) else {
-        return failure(StatusCode::NOT_FOUND, "no such subscription");
+        return s.failure(StatusCode::NOT_FOUND, "no such subscription");
     };
     let select = match field(&form, "id") {
         Some(id) => Select::Id(id.to_owned()),
@@ -303,20 +389,24 @@ async fn act(State(s): State<Shared>, body: Bytes) -> Response {
                 .cancel_message(&name, id)
                 .await
                 .map(|outcome| format!("cancel `{id}`: {outcome}")),
-            None => return failure(StatusCode::BAD_REQUEST, "cancel-message needs an id"),
+            None => return s.failure(StatusCode::BAD_REQUEST, "cancel-message needs an id"),
         },
-        _ => return failure(StatusCode::BAD_REQUEST, "unknown action"),
+        _ => return s.failure(StatusCode::BAD_REQUEST, "unknown action"),
     };
     match done {
         Ok(done) => {
             tracing::info!(subscription = %name, action = verb, %done, "dashboard");
-            let back = page::subscription_href(b, &name);
+            // Back to the job's page the change came from, or to the subscription's; never
+            // anywhere else (a form's `back` is only ever a job page of this dashboard).
+            let back = field(&form, "back")
+                .filter(|b| b.starts_with("/job?"))
+                .map_or_else(|| page::subscription_href(b, &name), str::to_owned);
             let done = form_urlencoded::Serializer::new(String::new())
                 .append_pair("done", &format!("{name}: {done}"))
                 .finish();
             Redirect::to(&format!("{back}&{done}")).into_response()
         }
-        Err(e) => failure(StatusCode::BAD_GATEWAY, &e.to_string()),
+        Err(e) => s.failure(StatusCode::BAD_GATEWAY, &e.to_string()),
     }
 }
 
@@ -324,7 +414,7 @@ async fn login_page(State(s): State<Shared>) -> Response {
     if !s.guard.has_token() {
         return Redirect::to("/").into_response();
     }
-    Html(page::login(false).into_string()).into_response()
+    Html(page::login(&s.app, false).into_string()).into_response()
 }
 
 async fn login(State(s): State<Shared>, body: Bytes) -> Response {
@@ -332,7 +422,7 @@ async fn login(State(s): State<Shared>, body: Bytes) -> Response {
     if !field(&form, "token").is_some_and(|t| s.guard.token_matches(t)) {
         return (
             StatusCode::UNAUTHORIZED,
-            Html(page::login(true).into_string()),
+            Html(page::login(&s.app, true).into_string()),
         )
             .into_response();
     }

@@ -1,21 +1,22 @@
 //! The dashboard's HTML, rendered on the server with `maud` (every spliced value is escaped): the
-//! overview of every subscription, one subscription's page (its keys, consumers, dead letters and
-//! delayed entries), the login page and the error page. No script: the overview reloads itself
-//! with a `<meta http-equiv="refresh">`, and every change is a form POST carrying the CSRF token.
+//! layout every page shares (one stylesheet, `style.css`; the app's name and version; the job
+//! search), the overview of every subscription with its charts, one subscription's page (its
+//! charts, keys, consumers, dead letters and delayed entries), the login page and the error page.
+//! No script: the overview reloads itself with a `<meta http-equiv="refresh">`, and every change
+//! is a form POST carrying the CSRF token.
 
 use maud::{DOCTYPE, Markup, html};
-use ruststream_redis::operate::{DeadLetter, DelayedEntry, Inspection};
+use ruststream_redis::history::{Point, Span};
+use ruststream_redis::operate::Inspection;
 
+use super::chart;
 use super::rates::Rate;
 
 /// Seconds between reloads of the overview.
 pub(super) const REFRESH_SECS: u32 = 5;
 
-const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}\
-table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left;vertical-align:top}\
-th{background:#f3f3f3}td.n{text-align:right}pre{margin:0;max-width:40em;overflow:auto}\
-form.inline{display:inline}button{margin:0 .2em .2em 0}.paused{color:#b00;font-weight:bold}\
-.done{background:#e8f5e9;padding:.5em}.err{background:#fdecea;padding:.5em}h2 small{color:#666;font-weight:normal}";
+/// The one stylesheet, inlined in every page (the CSP allows inline styles, nothing fetched).
+const STYLE: &str = include_str!("style.css");
 
 /// What every page of a request shares.
 pub(super) struct Ctx<'a> {
@@ -25,37 +26,101 @@ pub(super) struct Ctx<'a> {
     pub(super) done: Option<&'a str>,
     /// Whether the rates are live (served beside the app).
     pub(super) live: bool,
+    /// The app's name and version.
+    pub(super) app: &'a AppLabel,
+}
+
+/// The app's name and version, shown on every page.
+#[derive(Debug, Clone, Default)]
+pub(super) struct AppLabel {
+    pub(super) title: String,
+    pub(super) version: String,
 }
 
 /// One broker's subscriptions, as the overview shows them.
 pub(super) struct BrokerView {
     pub(super) target: String,
-    pub(super) rows: Vec<(Inspection, Option<Rate>)>,
+    pub(super) rows: Vec<Row>,
 }
 
-fn layout(title: &str, refresh: bool, ctx: &Ctx<'_>, body: Markup) -> Markup {
+/// One subscription's row of the overview.
+pub(super) struct Row {
+    pub(super) inspection: Inspection,
+    pub(super) rate: Option<Rate>,
+    /// Its history over the chosen span (empty for a partition whose queue's row shows it).
+    pub(super) history: Vec<Point>,
+}
+
+pub(super) fn layout(title: &str, refresh: Option<u32>, ctx: &Ctx<'_>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
-                @if refresh { meta http-equiv="refresh" content=(REFRESH_SECS); }
-                title { (title) " · RustStream" }
-                style { (STYLE) }
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                @if let Some(secs) = refresh { meta http-equiv="refresh" content=(secs); }
+                title { (title) " · " (ctx.app.title) }
+                link rel="icon" type="image/svg+xml" href="/favicon.svg";
+                style { (maud::PreEscaped(STYLE)) }
             }
             body {
-                p { a href="/" { "All subscriptions" } }
-                h1 { (title) }
-                @if let Some(done) = ctx.done { p.done #done { (done) } }
-                (body)
+                header.top {
+                    a.brand href="/" { (ctx.app.title) small { "v" (ctx.app.version) " · RustStream" } }
+                    nav { a href="/" { "Overview" } a href="/jobs" { "Jobs" }  a href="/features" { "Periodic and groups" } }
+                    form #search method="get" action="/search" {
+                        input type="search" name="q" placeholder="message id, or header=value" aria-label="find a job";
+                        button type="submit" { "Find" }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    @if let Some(done) = ctx.done { p.done #done { (done) } }
+                    (body)
+                }
             }
         }
     }
 }
 
+/// The dashboard's icon: an orange rounded square with a white stream.
+pub(super) const FAVICON: &str = r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" rx="7" fill="#b7410e"/><path d="M6 11h14M6 16h20M6 21h11" stroke="#fff" stroke-width="3" stroke-linecap="round"/></svg>"##;
+
 /// A form of one hidden-field change: `op` on subscription `name` of broker `b`, entry `id`
-/// (`None`: every entry), coming back to `back`.
-fn action(ctx: &Ctx<'_>, b: usize, name: &str, op: &str, id: Option<&str>, label: &str) -> Markup {
+/// (`None`: every entry); the change leads back to the subscription's page.
+pub(super) fn action(
+    ctx: &Ctx<'_>,
+    b: usize,
+    name: &str,
+    op: &str,
+    id: Option<&str>,
+    label: &str,
+) -> Markup {
+    change_form(ctx, b, name, op, id, label, None)
+}
+
+/// [`action`] leading back to `back` (a job's page) instead.
+pub(super) fn action_back(
+    ctx: &Ctx<'_>,
+    b: usize,
+    name: &str,
+    op: &str,
+    id: Option<&str>,
+    label: &str,
+    back: &str,
+) -> Markup {
+    change_form(ctx, b, name, op, id, label, Some(back))
+}
+
+fn change_form(
+    ctx: &Ctx<'_>,
+    b: usize,
+    name: &str,
+    op: &str,
+    id: Option<&str>,
+    label: &str,
+    back: Option<&str>,
+) -> Markup {
+    let danger = matches!(op, "purge" | "cancel" | "cancel-message");
     html! {
         form.inline method="post" action="/action" data-op=(op) data-id=(id.unwrap_or("*")) {
             input type="hidden" name="csrf" value=(ctx.csrf);
@@ -63,7 +128,8 @@ fn action(ctx: &Ctx<'_>, b: usize, name: &str, op: &str, id: Option<&str>, label
             input type="hidden" name="name" value=(name);
             input type="hidden" name="op" value=(op);
             @if let Some(id) = id { input type="hidden" name="id" value=(id); }
-            button type="submit" { (label) }
+            @if let Some(back) = back { input type="hidden" name="back" value=(back); }
+            button.danger[danger] type="submit" { (label) }
         }
     }
 }
@@ -77,7 +143,7 @@ pub(super) fn subscription_href(b: usize, name: &str) -> String {
     format!("/subscription?{query}")
 }
 
-fn count(v: Option<u64>) -> String {
+pub(super) fn count(v: Option<u64>) -> String {
     v.map_or_else(|| "–".into(), |n| n.to_string())
 }
 
@@ -94,7 +160,7 @@ pub(super) fn ms(v: i64) -> String {
     format!("{}{n:.1} {unit}", if v < 0 { "-" } else { "" })
 }
 
-fn pause_buttons(ctx: &Ctx<'_>, b: usize, i: &Inspection) -> Markup {
+pub(super) fn pause_buttons(ctx: &Ctx<'_>, b: usize, i: &Inspection) -> Markup {
     html! {
         @match i.paused {
             Some(true) => (action(ctx, b, &i.keys.name, "resume", None, "Resume")),
@@ -104,7 +170,7 @@ fn pause_buttons(ctx: &Ctx<'_>, b: usize, i: &Inspection) -> Markup {
     }
 }
 
-fn state_cells(i: &Inspection) -> Markup {
+pub(super) fn state_cells(i: &Inspection) -> Markup {
     html! {
         td.n { (count(i.ready)) }
         td.n {
@@ -127,154 +193,93 @@ fn state_cells(i: &Inspection) -> Markup {
     }
 }
 
-/// The overview: every broker's subscriptions with their state, rates and pause buttons.
-pub(super) fn overview(ctx: &Ctx<'_>, brokers: &[BrokerView]) -> Markup {
+/// The links to the spans a page's charts can show, the current one marked; `base` is the
+/// page's own link with its query (`/?`, `/subscription?b=0&name=jobs&`).
+pub(super) fn span_tabs(base: &str, span: Span) -> Markup {
+    html! {
+        nav.tabs #spans {
+            @for s in [Span::Hour, Span::Day, Span::Month] {
+                @let (key, words) = chart::span_name(s);
+                a.on[s == span] href=(format!("{base}span={key}")) { (words) }
+            }
+        }
+    }
+}
+
+/// The four charts of a history: throughput, failures, handler time, depth.
+pub(super) fn charts(prefix: &str, span: Span, points: &[Point]) -> Markup {
+    html! {
+        div.charts {
+            (chart::chart(&format!("{prefix}throughput"), "Throughput", span, &chart::throughput(points)))
+            (chart::chart(&format!("{prefix}failures"), "Failures", span, &chart::failures(points)))
+            (chart::chart(&format!("{prefix}latency"), "Handler time", span, &chart::latency(points)))
+            (chart::chart(&format!("{prefix}depth"), "Queue depth", span, &chart::depth(points)))
+        }
+    }
+}
+
+/// The overview: the charts of every subscription's history added up, then every broker's
+/// subscriptions with their state, rates, a small chart and pause buttons.
+pub(super) fn overview(ctx: &Ctx<'_>, span: Span, brokers: &[BrokerView]) -> Markup {
+    let mut all: Vec<Point> = Vec::new();
+    for row in brokers.iter().flat_map(|b| &b.rows) {
+        add_points(&mut all, &row.history);
+    }
     let body = html! {
+        (span_tabs("/?", span))
+        (charts("all-", span, &all))
         @if !ctx.live {
-            p { small { "Live rates show when the dashboard is served beside the app (run --dashboard ADDR)." } }
+            p.muted { "Per-second rates show when the dashboard is served beside the app (run --dashboard ADDR); the charts show what every worker wrote." }
         }
         @for (b, broker) in brokers.iter().enumerate() {
             h2 { "Redis " small { (broker.target) } }
-            table #subscriptions {
+            div.scroll { table #subscriptions {
                 tr {
                     th { "subscription" } th { "transport" } th { "mode" } th { "ready" }
                     th { "in flight" } th { "delayed" } th { "dead" } th { "paused" }
-                    th { "group / subscribers" } th { "handled/s" } th { "failed/s" } th {}
+                    th { "group / subscribers" } th { "handled/s" } th { "failed/s" } th { "handled, " (chart::span_name(span).1) } th {}
                 }
-                @for (i, rate) in &broker.rows {
+                @for row in &broker.rows {
+                    @let i = &row.inspection;
                     tr data-name=(i.keys.name) {
                         td { a href=(subscription_href(b, &i.keys.name)) { (i.keys.name) } }
                         td { (i.keys.transport) } td { (i.keys.mode) }
                         (state_cells(i))
-                        td.n { @if let Some(r) = rate { (format!("{:.1}", r.handled)) } @else { "–" } }
-                        td.n { @if let Some(r) = rate { (format!("{:.1}", r.failed)) } @else { "–" } }
+                        td.n { @if let Some(r) = row.rate { (format!("{:.1}", r.handled)) } @else { "–" } }
+                        td.n { @if let Some(r) = row.rate { (format!("{:.1}", r.failed)) } @else { "–" } }
+                        td.spark { (chart::spark(&row.history)) }
                         td { (pause_buttons(ctx, b, i)) }
                     }
                 }
-            }
+            } }
         }
     };
-    layout("RustStream dashboard", true, ctx, body)
+    layout("Overview", Some(REFRESH_SECS), ctx, body)
 }
 
-/// What one subscription's page shows.
-pub(super) struct Detail<'a> {
-    pub(super) b: usize,
-    pub(super) inspection: &'a Inspection,
-    pub(super) dead: &'a [DeadLetter],
-    pub(super) delayed: &'a [DelayedEntry],
-    /// Most entries listed per table.
-    pub(super) limit: usize,
-}
-
-/// One subscription: its state and keys, the group's consumers, dead letters, delayed entries.
-pub(super) fn subscription(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
-    let i = d.inspection;
-    let k = &i.keys;
-    let keys = [
-        ("queue", Some(&k.queue)),
-        ("processing", k.processing.as_ref()),
-        ("recovery", k.recovery.as_ref()),
-        ("group", k.group.as_ref()),
-        ("delayed", k.delayed.as_ref()),
-        ("delayed payloads", k.delayed_payloads.as_ref()),
-        ("dead", k.dead.as_ref()),
-        ("paused", k.paused.as_ref()),
-    ];
-    let body = html! {
-        p { (k.transport) ", " (k.mode) " " (pause_buttons(ctx, d.b, i)) }
-        table #state {
-            tr { th { "ready" } th { "in flight" } th { "delayed" } th { "dead" } th { "paused" } th { "group / subscribers" } }
-            tr { (state_cells(i)) }
-        }
-        h2 { "Keys" }
-        table #keys { @for (what, key) in keys { @if let Some(key) = key { tr { th { (what) } td { code { (key) } } } } } }
-        @if let Some(g) = &i.group {
-            h2 { "Consumers " small { "last delivered " (g.last_delivered_id) } }
-            table #consumers {
-                tr { th { "consumer" } th { "pending" } th { "idle" } }
-                @for c in &g.consumers { tr { td { (c.name) } td.n { (c.pending) } td.n { (ms(c.idle_ms as i64)) } } }
-            }
-        }
-        @if k.dead.is_some() { (dead_letters(ctx, d)) }
-        @if k.delayed.is_some() { (delayed(ctx, d)) }
-        @if k.transport == "list" || k.transport == "stream" { (cancel_message(ctx, d.b, &k.name)) }
-    };
-    layout(&k.name, false, ctx, body)
-}
-
-fn headers(h: &ruststream_core::Headers) -> Markup {
-    html! { @for (k, v) in h { code { (k) "=" (v) } br; } }
-}
-
-fn pretty(v: &serde_json::Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-}
-
-fn dead_letters(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
-    let name = &d.inspection.keys.name;
-    html! {
-        h2 { "Dead letters " small { (count(d.inspection.dead)) " (the oldest " (d.limit) " shown)" } }
-        @if !d.dead.is_empty() {
-            p { (action(ctx, d.b, name, "requeue", None, "Requeue all")) (action(ctx, d.b, name, "purge", None, "Purge all")) }
-        }
-        table #dead {
-            tr { th { "id" } th { "attempt" } th { "reason" } th { "headers" } th { "payload" } th {} }
-            @for e in d.dead {
-                tr data-id=(e.id) {
-                    td { code { (e.id) } } td.n { (e.attempt) } td { (e.reason.as_deref().unwrap_or("–")) }
-                    td { (headers(&e.headers)) } td { pre { (pretty(&e.payload)) } small { (e.size) " bytes" } }
-                    td { (action(ctx, d.b, name, "requeue", Some(&e.id), "Requeue")) (action(ctx, d.b, name, "purge", Some(&e.id), "Purge")) }
-                }
-            }
-        }
+/// Adds `more` to `sum` point by point (same span, so the same times).
+fn add_points(sum: &mut Vec<Point>, more: &[Point]) {
+    if sum.is_empty() {
+        sum.extend_from_slice(more);
+        return;
     }
-}
-
-fn delayed(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
-    let name = &d.inspection.keys.name;
-    html! {
-        h2 { "Delayed " small { (count(d.inspection.delayed)) " (the earliest " (d.limit) " shown)" } }
-        @if !d.delayed.is_empty() {
-            p { (action(ctx, d.b, name, "promote", None, "Promote all")) (action(ctx, d.b, name, "cancel", None, "Cancel all")) }
-        }
-        table #delayed {
-            tr { th { "id" } th { "due in" } th { "attempt" } th { "headers" } th { "payload" } th {} }
-            @for e in d.delayed {
-                tr data-id=(e.id) {
-                    td { code { (e.id) } } td.n { (ms(e.due_in_ms)) } td.n { (e.attempt) }
-                    td { (headers(&e.headers)) } td { pre { (pretty(&e.payload)) } }
-                    td { (action(ctx, d.b, name, "promote", Some(&e.id), "Promote")) (action(ctx, d.b, name, "cancel", Some(&e.id), "Cancel")) }
-                }
+    for (s, m) in sum.iter_mut().zip(more) {
+        s.counts.add(&m.counts);
+        for (a, b) in [(&mut s.waiting, m.waiting), (&mut s.in_flight, m.in_flight)] {
+            if let Some(b) = b {
+                *a = Some(a.unwrap_or(0) + b);
             }
-        }
-    }
-}
-
-/// The form that cancels one message of a list or stream by id, wherever it is (`cancel SUB --id ID`).
-fn cancel_message(ctx: &Ctx<'_>, b: usize, name: &str) -> Markup {
-    html! {
-        h2 { "Cancel a message" }
-        form #cancel-message method="post" action="/action" data-op="cancel-message" {
-            input type="hidden" name="csrf" value=(ctx.csrf);
-            input type="hidden" name="b" value=(b);
-            input type="hidden" name="name" value=(name);
-            input type="hidden" name="op" value="cancel-message";
-            input type="text" name="id" placeholder="message id" required;
-            " "
-            button type="submit" { "Cancel it" }
-            " "
-            small { "delayed: removed; running: its handler is told, and dropped after its grace; queued: dropped when claimed" }
         }
     }
 }
 
 /// The login page of a dashboard with a token.
-pub(super) fn login(failed: bool) -> Markup {
+pub(super) fn login(app: &AppLabel, failed: bool) -> Markup {
     let ctx = Ctx {
         csrf: "",
         done: None,
         live: false,
+        app,
     };
     let body = html! {
         @if failed { p.err { "That is not the dashboard's token." } }
@@ -283,15 +288,16 @@ pub(super) fn login(failed: bool) -> Markup {
             " " button type="submit" { "Log in" }
         }
     };
-    layout("Log in", false, &ctx, body)
+    layout("Log in", None, &ctx, body)
 }
 
 /// A failed request's page.
-pub(super) fn error(message: &str) -> Markup {
+pub(super) fn error(app: &AppLabel, message: &str) -> Markup {
     let ctx = Ctx {
         csrf: "",
         done: None,
         live: false,
+        app,
     };
-    layout("Error", false, &ctx, html! { p.err #error { (message) } })
+    layout("Error", None, &ctx, html! { p.err #error { (message) } })
 }

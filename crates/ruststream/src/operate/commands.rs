@@ -1,5 +1,5 @@
 //! The operator's command line: each subcommand of `inspect`, `dead`, `delayed`, `pause`,
-//! `resume`, `cancel`, `flow` and `periodic`, and their arguments, as clap parses them. Sends
+//! `resume`, `cancel`, `flow`, `job` and `periodic`, and their arguments, as clap parses them. Sends
 //! nothing to Redis: `mod.rs` runs what is parsed here.
 
 use clap::{Args, Subcommand};
@@ -61,6 +61,9 @@ pub(crate) enum Operate {
     /// Flows: a flow's state and each child's.
     #[command(subcommand)]
     Flow(Flow),
+    /// Jobs of the app's list queues: one by id, or a state's list, a page at a time.
+    #[command(subcommand)]
+    Job(JobCommand),
     /// Periodic jobs every instance registered: schedule, zone, destination, last and next tick.
     Periodic {
         /// Print JSON.
@@ -81,6 +84,38 @@ pub(crate) enum Flow {
         /// is looked in.
         #[arg(long)]
         subscription: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `job ...`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobCommand {
+    /// Every job with this id (queued, running, delayed, retrying, dead), with its headers,
+    /// payload, reason, and the record its handler left (progress, result, error). Exit code
+    /// 3: none.
+    Show {
+        /// The message id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The jobs in one state: queued, running, delayed, retrying or dead.
+    List {
+        /// queued, running, delayed, retrying or dead.
+        state: String,
+        /// Only this subscription; without it, every list queue of the app.
+        #[arg(long)]
+        subscription: Option<String>,
+        /// Skip this many first.
+        #[arg(long, default_value_t = 0)]
+        offset: usize,
+        /// Most jobs shown per subscription.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
         /// Print JSON.
         #[arg(long)]
         json: bool,

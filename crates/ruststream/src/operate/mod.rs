@@ -1,15 +1,16 @@
 //! The operator's subcommands of [`run_main`](crate::run_main): `inspect`, `dead`, `delayed`,
-//! `pause`, `resume` and `cancel`, on the app's own subscriptions, and `periodic`, the periodic jobs
+//! `pause`, `resume`, `cancel` and `job`, on the app's own subscriptions, and `periodic`, the periodic jobs
 //! registered under the app's brokers' prefixes (see `ruststream_redis::operate`).
 //!
 //! Exit codes: 0 done; 1 Redis or the app failed; 2 a usage error (an unknown subscription, a
 //! purge without `--yes` when nobody can confirm); 3 nothing matched (`--id` names no entry).
 //!
 //! `commands.rs` holds the commands as parsed, `print.rs` how results are printed, `flow.rs`
-//! what `flow show` prints, `rates.rs` the rates `inspect --metrics-url` reads.
+//! what `flow show` prints, `job.rs` what `job show` and `job list` do, `rates.rs` the rates `inspect --metrics-url` reads.
 
 mod commands;
 mod flow;
+mod job;
 mod print;
 #[cfg(feature = "prometheus")]
 pub mod rates;
@@ -23,7 +24,7 @@ use ruststream_redis::{RedisBroker, RedisSource};
 #[cfg(not(feature = "prometheus"))]
 use std::collections::HashMap;
 
-pub(crate) use self::commands::{ChangeArgs, Dead, Delayed, Flow, Operate};
+pub(crate) use self::commands::{ChangeArgs, Dead, Delayed, Flow, JobCommand, Operate};
 use self::print::{Row, inspect_text, ms_text, periodic_text, pretty, print_out};
 use crate::{Error, Result, RustStream};
 
@@ -94,6 +95,9 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
     let ops = operators(&app);
     if let Operate::Periodic { json } = command {
         return periodic(&ops, json).await;
+    }
+    if let Operate::Job(command) = command {
+        return job::run(&ops, command).await;
     }
     let name = subscription_of(&command).map(str::to_owned);
     let targets: Vec<&Operator> = match &name {
@@ -231,6 +235,7 @@ pub(crate) async fn run(app: RustStream, command: Operate) -> Result<ExitCode> {
         Operate::Dead(d) => dead(targets[0], d).await,
         Operate::Delayed(d) => delayed(targets[0], d).await,
         Operate::Periodic { json } => periodic(&ops, json).await,
+        Operate::Job(command) => job::run(&ops, command).await,
     }
 }
 
@@ -254,7 +259,7 @@ fn subscription_of(command: &Operate) -> Option<&str> {
         Operate::Pause { subscription, .. }
         | Operate::Resume { subscription, .. }
         | Operate::Cancel { subscription, .. } => Some(subscription),
-        Operate::Periodic { .. } => None,
+        Operate::Periodic { .. } | Operate::Job(_) => None,
         Operate::Dead(Dead::List(a)) | Operate::Delayed(Delayed::List(a)) => Some(&a.subscription),
         Operate::Dead(Dead::Show(a)) => Some(&a.subscription),
         Operate::Dead(Dead::Requeue(a) | Dead::Purge(a))

@@ -270,11 +270,13 @@ impl Env {
         self.client.custom(fred::cmd!(name), args).await
     }
 
-    /// Every key under the prefix, without the prefix, sorted.
+    /// Every key under the prefix, without the prefix, sorted; without the subscriptions'
+    /// history (`K.history.*`, written when a subscription stops, and expiring on its own).
     pub async fn keys(&self) -> Vec<String> {
         self.keys_matching(&format!("{}*", self.prefix))
             .await
             .into_iter()
+            .filter(|k| !is_history(k))
             .map(|k| k[self.prefix.len()..].to_owned())
             .collect()
     }
@@ -343,4 +345,9 @@ fn new_broker(
             .expect("attach the model");
     }
     broker
+}
+
+/// Whether `key` is a subscription's history (`K.history.m:<hour>`, `K.history.h:<day>`).
+pub fn is_history(key: &str) -> bool {
+    key.contains(".history.m:") || key.contains(".history.h:")
 }

@@ -41,7 +41,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use env::{Env, Topology};
+pub use env::{Env, Topology, is_history};
 use ruststream::{App, RunningApp, RustStream};
 pub use seen::{Delivery, Seen, Stuck, Verdict, ack, hang, settle};
 

@@ -29,20 +29,20 @@ on!([standalone, cluster] multi_thread: the_operator_requeues_a_fixed_dead_lette
 on!([standalone, cluster] multi_thread: changes_need_the_csrf_token_and_the_same_origin);
 
 /// How long Chromium may take to start, or a page to show, on a loaded 2-core machine.
-const BROWSER_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const BROWSER_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-struct Order {
-    poison: bool,
+pub(crate) struct Order {
+    pub(crate) poison: bool,
 }
 
 outgoing!(Order);
 
 /// Drops poisoned orders (they dead-letter) while `broken`; records what it handles.
 #[derive(Clone, Default)]
-struct Orders {
-    broken: Arc<AtomicBool>,
-    handled: Arc<Mutex<Vec<(Order, u32)>>>,
+pub(crate) struct Orders {
+    pub(crate) broken: Arc<AtomicBool>,
+    pub(crate) handled: Arc<Mutex<Vec<(Order, u32)>>>,
 }
 
 impl Handle<Order> for Orders {
@@ -73,6 +73,15 @@ async fn start_with_dashboard(
     let app = env.app(move |b| {
         b.include(subscriber(RedisList::new("{orders}").reliable(), handler).build());
     });
+    serve_beside(env, app, token).await
+}
+
+/// Starts `app` with its dashboard beside it on a free loopback port.
+pub(crate) async fn serve_beside(
+    env: &Env,
+    app: RustStream,
+    token: Option<&str>,
+) -> (ruststream::RunningApp, SocketAddr) {
     let loopback = "127.0.0.1:0".parse().expect("an address");
     let dashboard = Dashboard::bind(&app, loopback, token.map(str::to_owned))
         .await
@@ -305,7 +314,7 @@ async fn changes_need_the_csrf_token_and_the_same_origin(env: &Env) {
 
 /// One HTTP/1.1 request on its own connection (`Host` is the address unless given); the whole
 /// response, header names in lower case as hyper sends them.
-async fn http(
+pub(crate) async fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -349,35 +358,35 @@ async fn delay_an_order(publisher: &Publisher, id: &str) {
         .expect("publish a delayed order");
 }
 
-async fn goto(browser: &Client, url: &str) {
+pub(crate) async fn goto(browser: &Client, url: &str) {
     bounded("a page load", BROWSER_WAIT, browser.goto(url))
         .await
         .expect("the page loads");
 }
 
 /// The element `css`, once it shows.
-async fn element(browser: &Client, css: &str) -> fantoccini::elements::Element {
+pub(crate) async fn element(browser: &Client, css: &str) -> fantoccini::elements::Element {
     bounded(
         css,
         BROWSER_WAIT,
         browser.wait().for_element(Locator::Css(css)),
     )
     .await
-    .expect("the element shows")
+    .unwrap_or_else(|e| panic!("the element {css} shows: {e:?}"))
 }
 
 /// Clicks the element `css` (waiting for it to show).
-async fn click(browser: &Client, css: &str) {
+pub(crate) async fn click(browser: &Client, css: &str) {
     element(browser, css).await.click().await.expect("click");
 }
 
 /// The text of the element `css` (waiting for it to show).
-async fn text_of(browser: &Client, css: &str) -> String {
+pub(crate) async fn text_of(browser: &Client, css: &str) -> String {
     element(browser, css).await.text().await.expect("its text")
 }
 
 /// Waits until the page says the last change did `what`.
-async fn wait_for_done(browser: &Client, what: &str) {
+pub(crate) async fn wait_for_done(browser: &Client, what: &str) {
     wait_until(
         &format!("the page says `{what}`"),
         BROWSER_WAIT,
@@ -390,7 +399,7 @@ async fn wait_for_done(browser: &Client, what: &str) {
 }
 
 /// A chromedriver on a free loopback port, killed on drop.
-struct Chromedriver {
+pub(crate) struct Chromedriver {
     child: Child,
     port: u16,
 }
@@ -398,7 +407,7 @@ struct Chromedriver {
 impl Chromedriver {
     /// Starts chromedriver; `None`, loudly, when Chromium is not installed (under `CI`, where
     /// scripts/test installs it, a missing Chromium fails the test instead).
-    fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         let chromium = std::path::Path::new("/usr/bin/chromium");
         let driver = std::path::Path::new("/usr/bin/chromedriver");
         if !chromium.exists() || !driver.exists() {
@@ -427,7 +436,7 @@ impl Chromedriver {
     }
 
     /// A headless Chromium session, once chromedriver answers.
-    async fn browser(&self) -> Client {
+    pub(crate) async fn browser(&self) -> Client {
         let url = format!("http://127.0.0.1:{}", self.port);
         let mut caps = serde_json::Map::new();
         caps.insert(

@@ -28,6 +28,7 @@ mod cap;
 mod combinations;
 mod conformance;
 mod dashboard;
+mod dashboard_pages;
 mod deadline;
 mod delayed;
 mod dispatch;

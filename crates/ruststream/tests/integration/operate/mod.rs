@@ -3,7 +3,9 @@
 //! the CLI and the dashboard share) and through its command words (`run_args`, what `run_main`
 //! runs), on the stand's standalone server and cluster.
 
+mod history;
 mod inspect;
+mod jobs;
 mod pause;
 
 use std::future::Future;

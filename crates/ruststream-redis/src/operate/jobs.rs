@@ -1,0 +1,371 @@
+//! Every job of a list queue, by state, a page at a time, and found by id or by a header:
+//! queued (`LRANGE` of the levels), running (a reliable list's processing list; with recovery,
+//! the recovery set's claims, `ZRANGE .. WITHSCORES`, and their batch lists, `LRANGE`, for the
+//! worker and how long), delayed and retrying (the delayed set, `delayed.rs`), dead
+//! (`dead.rs`). Every read is bounded by its page, or by [`JOBS_SCANNED`] for a search.
+
+use bytes::Bytes;
+use fred::prelude::*;
+use ruststream_core::{Headers, Result};
+use serde::Serialize;
+
+use super::Operator;
+use super::dead::{oldest_page, payload_view};
+use crate::error::core;
+use crate::frame::{Frame, REASON_HEADER};
+use crate::keys::SourceKeys;
+
+/// Most entries a search reads in each state of each subscription.
+pub const JOBS_SCANNED: usize = 1000;
+
+/// Where a job is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting in the queue.
+    Queued,
+    /// Claimed by a worker, not settled yet.
+    Running,
+    /// Published with a delay, waiting for its time.
+    Delayed,
+    /// Failed, waiting for its next attempt (a delayed entry past its first attempt).
+    Retrying,
+    /// In the dead-letter list.
+    Dead,
+}
+
+impl JobState {
+    /// Every state, in a job's order.
+    pub const ALL: [JobState; 5] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Delayed,
+        JobState::Retrying,
+        JobState::Dead,
+    ];
+
+    /// Its name: `queued`, `running`, `delayed`, `retrying`, `dead`.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Delayed => "delayed",
+            JobState::Retrying => "retrying",
+            JobState::Dead => "dead",
+        }
+    }
+
+    /// The state named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// One job as an operator sees it.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct Job {
+    /// The subscription whose queue holds it.
+    pub subscription: String,
+    /// Where it is.
+    pub state: JobState,
+    /// The message id (`#N` for a dead letter without one: the N-th oldest).
+    pub id: String,
+    /// The delivery it is on (or will be).
+    pub attempt: u32,
+    /// Its headers (a dead letter's without its reason).
+    pub headers: Headers,
+    /// The payload: JSON when it parses as JSON, else its text, else a note of its size.
+    pub payload: serde_json::Value,
+    /// The stored payload's size in bytes.
+    pub size: usize,
+    /// Why it was dead-lettered.
+    pub reason: Option<String>,
+    /// Delayed or retrying: in how many ms it is due (negative: overdue).
+    pub due_in_ms: Option<i64>,
+    /// Running, with recovery: the reader that claimed it.
+    pub worker: Option<String>,
+    /// Running, with recovery: how long ago it was claimed, in ms.
+    pub running_ms: Option<u64>,
+}
+
+impl Job {
+    /// The job stored as `raw` (a frame: `crate::frame`) in `state` of `subscription`.
+    pub fn of_frame(subscription: &str, state: JobState, raw: &Bytes) -> Self {
+        let frame = Frame::decode(raw.clone());
+        let mut headers = frame.headers;
+        let reason = headers.remove(REASON_HEADER);
+        Job {
+            subscription: subscription.to_owned(),
+            state,
+            id: frame.id,
+            attempt: frame.attempt,
+            headers,
+            payload: payload_view(&frame.payload),
+            size: frame.payload.len(),
+            reason: reason.filter(|_| state == JobState::Dead),
+            due_in_ms: None,
+            worker: None,
+            running_ms: None,
+        }
+    }
+}
+
+/// A page of jobs and how many there are in that state.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The page's jobs, oldest (or earliest due) first.
+    pub jobs: Vec<Job>,
+    /// How many jobs are in that state (delayed and retrying: both together).
+    pub total: u64,
+}
+
+impl Operator {
+    /// The `limit` jobs in `state` of the list queue `name` after the `offset` first.
+    pub async fn jobs(
+        &self,
+        name: &str,
+        state: JobState,
+        offset: usize,
+        limit: usize,
+    ) -> Result<JobPage> {
+        let q = self.queue(name)?.clone();
+        let client = self.conns.pool()?.next().clone();
+        match state {
+            JobState::Queued => queued(&client, &q, offset, limit).await,
+            JobState::Running => running(&client, &q, offset, limit).await,
+            JobState::Delayed | JobState::Retrying => {
+                let Some(set) = &q.delayed else {
+                    return Ok(JobPage {
+                        jobs: Vec::new(),
+                        total: 0,
+                    });
+                };
+                let total: u64 = client.zcard(set).await.map_err(core)?;
+                let entries = self.delayed_from(name, offset, limit).await?;
+                let jobs = entries
+                    .into_iter()
+                    .map(|e| Job {
+                        subscription: q.name.clone(),
+                        state: if e.attempt > 1 {
+                            JobState::Retrying
+                        } else {
+                            JobState::Delayed
+                        },
+                        size: e.payload.to_string().len(),
+                        id: e.id,
+                        attempt: e.attempt,
+                        headers: e.headers,
+                        payload: e.payload,
+                        reason: None,
+                        due_in_ms: Some(e.due_in_ms),
+                        worker: None,
+                        running_ms: None,
+                    })
+                    .filter(|j| j.state == state)
+                    .collect();
+                Ok(JobPage { jobs, total })
+            }
+            JobState::Dead => {
+                let Some(dead) = &q.dead else {
+                    return Ok(JobPage {
+                        jobs: Vec::new(),
+                        total: 0,
+                    });
+                };
+                let total: u64 = client.llen(dead).await.map_err(core)?;
+                let jobs = self
+                    .dead_letters_from(name, offset, limit)
+                    .await?
+                    .into_iter()
+                    .map(|d| Job {
+                        subscription: q.name.clone(),
+                        state: JobState::Dead,
+                        id: d.id,
+                        attempt: d.attempt,
+                        headers: d.headers,
+                        payload: d.payload,
+                        size: d.size,
+                        reason: d.reason,
+                        due_in_ms: None,
+                        worker: None,
+                        running_ms: None,
+                    })
+                    .collect();
+                Ok(JobPage { jobs, total })
+            }
+        }
+    }
+
+    /// The progress, result or error the job `id`'s handler recorded (`Context::progress`,
+    /// `Context::set_result`), while its record lives (`RedisBroker::result_ttl`): one `HMGET`.
+    pub async fn job_record(&self, id: &str) -> Result<Option<ruststream_core::JobRecord>> {
+        use ruststream_core::JobStore;
+        let jobs = crate::publish::RedisPublisher {
+            conns: self.conns.clone(),
+            routes: self.conns.routes.clone(),
+        };
+        jobs.read_job(id).await
+    }
+
+    /// Every job with message id `id` in the app's list queues (each state's first
+    /// [`JOBS_SCANNED`] entries; a delayed entry by its id at once).
+    pub async fn find_job(&self, id: &str) -> Result<Vec<Job>> {
+        self.search(|j| j.id == id).await
+    }
+
+    /// Every job whose header `name` is `value` among each state's first [`JOBS_SCANNED`]
+    /// entries of the app's list queues.
+    pub async fn find_by_header(&self, name: &str, value: &str) -> Result<Vec<Job>> {
+        self.search(|j| j.headers.get(name).is_some_and(|v| v == value))
+            .await
+    }
+
+    async fn search(&self, matches: impl Fn(&Job) -> bool) -> Result<Vec<Job>> {
+        let mut found = Vec::new();
+        for q in self
+            .subscriptions()
+            .iter()
+            .filter(|q| q.transport == "list")
+        {
+            for state in [
+                JobState::Running,
+                JobState::Queued,
+                JobState::Delayed,
+                JobState::Dead,
+            ] {
+                let mut page = self.jobs(&q.name, state, 0, JOBS_SCANNED).await?;
+                if state == JobState::Delayed {
+                    let retrying = self
+                        .jobs(&q.name, JobState::Retrying, 0, JOBS_SCANNED)
+                        .await?;
+                    page.jobs.extend(retrying.jobs);
+                }
+                found.extend(page.jobs.into_iter().filter(|j| matches(j)));
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A page of the entries waiting on the queue's levels (highest level first, oldest first).
+async fn queued(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -> Result<JobPage> {
+    let mut levels: Vec<&String> = q.levels.iter().rev().collect();
+    levels.push(&q.queue);
+    let mut total = 0;
+    let mut jobs = Vec::new();
+    let mut skip = offset;
+    for level in levels {
+        let len: u64 = client.llen(level).await.map_err(core)?;
+        total += len;
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        let want = limit.saturating_sub(jobs.len());
+        if want == 0 {
+            continue;
+        }
+        let (start, stop) = oldest_page(skip, want);
+        skip = 0;
+        let values: Vec<Bytes> = client.lrange(level, start, stop).await.map_err(core)?;
+        jobs.extend(
+            values
+                .iter()
+                .rev()
+                .map(|v| Job::of_frame(&q.name, JobState::Queued, v)),
+        );
+    }
+    Ok(JobPage { jobs, total })
+}
+
+/// A page of the claimed entries (the processing list, oldest first); with recovery, each is
+/// matched to its claim's batch (a batch list keeps its values until its claim is swept, settled
+/// ones too, so only what the processing list holds counts) for its worker and age.
+async fn running(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -> Result<JobPage> {
+    let Some(processing) = &q.processing else {
+        return Ok(JobPage {
+            jobs: Vec::new(),
+            total: 0,
+        });
+    };
+    let total: u64 = client.llen(processing).await.map_err(core)?;
+    let (start, stop) = oldest_page(offset, limit);
+    let values: Vec<Bytes> = client.lrange(processing, start, stop).await.map_err(core)?;
+    let mut jobs: Vec<(Bytes, Job)> = values
+        .iter()
+        .rev()
+        .map(|v| (v.clone(), Job::of_frame(&q.name, JobState::Running, v)))
+        .collect();
+    let Some(recovery) = &q.recovery else {
+        return Ok(JobPage {
+            jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+            total,
+        });
+    };
+    let now = super::inspect::server_ms(client).await?;
+    let most = i64::try_from(super::CLAIMS_READ).unwrap_or(i64::MAX) - 1;
+    let claims: Vec<(String, f64)> = client
+        .zrange(recovery, 0, most, None, false, None, true)
+        .await
+        .map_err(core)?;
+    for (member, _renewed) in claims {
+        if jobs.iter().all(|(_, j)| j.worker.is_some()) {
+            break;
+        }
+        let batch = format!("{recovery}:{member}");
+        let held: Vec<Bytes> = client
+            .lrange(&batch, 0, i64::try_from(JOBS_SCANNED).unwrap_or(i64::MAX))
+            .await
+            .map_err(core)?;
+        let (worker, claimed_at) = claim_of(&member);
+        for (raw, job) in jobs.iter_mut().filter(|(_, j)| j.worker.is_none()) {
+            if held.contains(raw) {
+                job.worker = Some(worker.clone());
+                job.running_ms = claimed_at.map(|at| now.saturating_sub(at).max(0).unsigned_abs());
+            }
+        }
+    }
+    Ok(JobPage {
+        jobs: jobs.into_iter().map(|(_, j)| j).collect(),
+        total,
+    })
+}
+
+/// The reader and the claim time (ms since the epoch) of a recovery-set member
+/// `<reader id>:<seq>.<seconds>.<microseconds>` (see `oldest_claim.lua`).
+fn claim_of(member: &str) -> (String, Option<i64>) {
+    let Some((reader, rest)) = member.split_once(':') else {
+        return (member.to_owned(), None);
+    };
+    let mut parts = rest.split(':').next().unwrap_or("").split('.');
+    let (_, s, us) = (parts.next(), parts.next(), parts.next());
+    let at = match (
+        s.and_then(|s| s.parse::<i64>().ok()),
+        us.and_then(|u| u.parse::<i64>().ok()),
+    ) {
+        (Some(s), Some(us)) => Some(s * 1000 + us / 1000),
+        _ => None,
+    };
+    (reader.to_owned(), at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_names_its_reader_and_time() {
+        assert_eq!(
+            claim_of("host-1-abc:17.1796639820.250000"),
+            ("host-1-abc".to_owned(), Some(1_796_639_820_250))
+        );
+        assert_eq!(claim_of("odd"), ("odd".to_owned(), None));
+        assert_eq!(JobState::parse("retrying"), Some(JobState::Retrying));
+        assert_eq!(JobState::parse("nope"), None);
+        assert_eq!(oldest_page(0, 10), (-10, -1));
+        assert_eq!(oldest_page(10, 10), (-20, -11));
+    }
+}
