@@ -25,6 +25,7 @@
 //!   whatever is still unfinished, or whose settle still fails when the timeout is over, is left
 //!   to the broker's recovery (see `settle`). Nothing is lost, and the stop is bounded.
 
+mod again;
 mod batcher;
 mod claim_loop;
 mod flows;
@@ -45,6 +46,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use self::again::{retry, snooze};
 use self::meters::Meters;
 use self::settle::{Giving, settle_loop};
 use crate::cancel::{Signals, Watch};
@@ -459,51 +461,6 @@ async fn forward_signals(
             break;
         };
         signals.signal(id);
-    }
-}
-
-/// A retry, or the dead-letter list once the attempts are used up.
-fn retry(info: &DeliveryInfo, delay: Option<Duration>, opts: &SubscribeOptions) -> Settlement {
-    again(info, delay, false, opts)
-}
-
-/// A snooze: back after `delay` with the attempt unchanged, or the dead-letter list once the
-/// message was snoozed `max_snoozes` times.
-fn snooze(info: &DeliveryInfo, delay: Duration, opts: &SubscribeOptions) -> Settlement {
-    again(info, Some(delay), true, opts)
-}
-
-/// Another delivery (a retry, or a snooze), or the dead-letter list once the limit it counts
-/// against (`max_attempts`, `max_snoozes`) is reached. A retry without a delay of its own waits
-/// the subscription's backoff.
-fn again(
-    info: &DeliveryInfo,
-    delay: Option<Duration>,
-    snooze: bool,
-    opts: &SubscribeOptions,
-) -> Settlement {
-    let (used, most, reason) = if snooze {
-        (info.snoozes, opts.max_snoozes, "snoozed-too-often")
-    } else {
-        (info.attempt, opts.max_attempts, "max-attempts")
-    };
-    if used >= most {
-        tracing::warn!(
-            message_id = %info.message_id,
-            attempts = info.attempt,
-            snoozes = info.snoozes,
-            source = %info.source,
-            reason,
-            "no attempts left: to the dead-letter list"
-        );
-        return Settlement::Dead {
-            reason: reason.into(),
-        };
-    }
-    let delay = delay.unwrap_or_else(|| opts.retry.delay(info.attempt));
-    Settlement::Retry {
-        delay: (!delay.is_zero()).then_some(delay),
-        snooze,
     }
 }
 
