@@ -55,6 +55,14 @@ async fn an_older_server_is_refused_at_startup_in_words() {
     }
     assert!(started.elapsed() < Duration::from_secs(5));
 
+    // `check` (the CLI's subcommand) says the same.
+    let e = app(RedisBroker::standalone(&url), "{old}", &Seen::acking())
+        .check()
+        .await
+        .expect_err("`check` refuses Redis 6.2");
+    assert_eq!(e.kind(), ruststream::ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("runs Redis 6.2.14"), "{e}");
+
     // A publisher outside an app (and so the CLI, which connects the same way) is refused too,
     // and nothing was written.
     let broker = RedisBroker::standalone(&url);
