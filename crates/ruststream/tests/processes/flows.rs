@@ -1,8 +1,10 @@
 //! Flows across worker processes: three worker processes handle the children
 //! and parents of many flows; one is SIGKILLed while children run, a new one takes its place,
-//! and every parent still runs exactly once, after all its children, reading every child acked.
-//! The killed worker's claims come back after `min_idle`; a child it had reported but not
-//! settled runs again, and its second report changes nothing.
+//! and every parent is still enqueued exactly once, after all its children, reading every child
+//! acked. The killed worker's claims come back after `min_idle`; a child it had reported but not
+//! settled runs again, and its second report changes nothing. A parent the killed worker held
+//! comes back the same way, at attempt 2: at-least-once delivery, not a second enqueue. So the
+//! test counts each parent's first attempts, which a second enqueue would make two.
 //!
 //! And a publisher process SIGKILLed while it publishes flows of many children: every flow it
 //! started (its record written) is finished by the workers' repair after the grace, its parent
@@ -67,7 +69,7 @@ fn list(key: &str) -> RedisList {
 }
 
 /// Records its runs in Redis: a child `HINCRBY <prefix>{fparts}.runs <id> 1` and sets `n` as
-/// its result; a parent `HINCRBY <prefix>{freports}.runs <id> 1` and `HSET
+/// its result; a parent `HINCRBY <prefix>{freports}.runs <id> 1` at its first attempt and `HSET
 /// <prefix>{freports}.sum <id> <sum of its children's results>`.
 #[derive(Clone)]
 struct Recorder {
@@ -118,6 +120,10 @@ impl Handle<Report> for Reports {
             .hset(format!("{}{REPORTS}.sum", self.0.prefix), (id, sum))
             .await
             .map_err(|_| HandlerOutcome::retry())?;
+        if ctx.attempt() > 1 {
+            // Its worker died before settling it: a redelivery, not a second enqueue.
+            return Ok(());
+        }
         let _: i64 = self
             .0
             .client
@@ -282,7 +288,7 @@ async fn a_worker_killed_mid_flow_leaves_every_parent_run_once(env: &Env) {
         assert_eq!(
             parents.get(&id),
             Some(&1),
-            "parent {id} ran once: {parents:?}"
+            "parent {id} was enqueued once (one first attempt): {parents:?}"
         );
         assert_eq!(
             sums.get(&id),
@@ -381,7 +387,7 @@ async fn a_publisher_killed_mid_flow_leaves_every_started_flow_finished_once(env
         assert_eq!(
             parents.get(id),
             Some(&1),
-            "parent {id} ran once: {parents:?}"
+            "parent {id} was enqueued once (one first attempt): {parents:?}"
         );
         assert_eq!(
             sums.get(id),
