@@ -189,12 +189,18 @@ pub(crate) fn asleep(
     }
 }
 
-/// The name of the step record of a handled delivery, when it has one: what its settle removes.
+/// The name of the step record of a handled delivery, when it may have one: what its settle
+/// removes. It may when this run used a step, and when an earlier delivery may have written one:
+/// a redelivery (attempt past 1: a retry, a recovery, a requeue) or a message back from a sleep.
+/// Such a run need not reach a step (it fails before its first, or it is past its last attempt
+/// and dead-lettered without a handler), and its record must still go. A first delivery that
+/// used no step has none, so its settle sends nothing more.
 pub(crate) fn record_of(
     publisher: &crate::Publisher,
     info: &crate::DeliveryInfo,
 ) -> Option<String> {
-    if !info.steps.used() {
+    let earlier = info.steps.redelivers && (info.attempt > 1 || info.snoozes > 0);
+    if !info.steps.used() && !earlier {
         return None;
     }
     let store = publisher.step_store().ok()?;

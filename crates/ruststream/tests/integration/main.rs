@@ -69,6 +69,7 @@ mod servers;
 mod sharded;
 mod snooze;
 mod steps;
+mod steps_records;
 mod streams;
 mod testapp;
 mod topologies;

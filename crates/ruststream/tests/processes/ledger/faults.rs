@@ -69,10 +69,13 @@ pub(super) fn fault_plan(rng: &mut fastrand::Rng, n: u32) -> Vec<Fault> {
 fn needle(transport: Transport, fault: Fault, rng: &mut fastrand::Rng) -> Vec<u8> {
     let bulk = |s: &str| format!("${}\r\n{s}", s.len());
     let text = match (transport, fault) {
-        (Transport::List | Transport::Levels | Transport::Batch, Fault::CutSettle) => {
+        (
+            Transport::List | Transport::Levels | Transport::Batch | Transport::Steps,
+            Fault::CutSettle,
+        ) => {
             format!("{QUEUE}.processing\r\n{}", bulk(&key(".dead")))
         }
-        (Transport::List | Transport::Levels | Transport::Batch, _) => {
+        (Transport::List | Transport::Levels | Transport::Batch | Transport::Steps, _) => {
             format!("{QUEUE}.processing\r\n{}", bulk(&key(".claims")))
         }
         (Transport::Stream, Fault::CutSettle) if rng.bool() => "\r\nXACK\r\n".to_owned(),
@@ -259,7 +262,7 @@ impl Run {
     /// handler, so not in any ledger); stream, its consumer's pending entries.
     async fn held_by(&self, pid: u32, ledger: &Path) -> usize {
         match self.transport {
-            Transport::List | Transport::Levels | Transport::Batch => {
+            Transport::List | Transport::Levels | Transport::Batch | Transport::Steps => {
                 let started: HashSet<(u32, u32)> = read_ledger(ledger)
                     .into_iter()
                     .filter(|(kind, _, _)| *kind == b'S')
@@ -303,7 +306,9 @@ pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// group has not read. `None`: unknown (the server may be down).
 async fn queued(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
-        Transport::List | Transport::Batch => q(r.llen::<i64, _>(key(""))).await.map(|n| n > 0),
+        Transport::List | Transport::Batch | Transport::Steps => {
+            q(r.llen::<i64, _>(key(""))).await.map(|n| n > 0)
+        }
         Transport::Levels => {
             let mut n = 0;
             for level in ["", ".p1", ".p2"] {

@@ -2,8 +2,10 @@
 //! at the end. One test per transport: `ledger_reliable_list` and `ledger_stream`;
 //! `ledger_priorities_rate_limit`, the reliable list with three priority levels (each chunk
 //! published onto one, in turn) behind a rate limit of 1,000 a second (the claim's gates over its
-//! levels); and `ledger_batch_handler`, the reliable list read by a batch handler ([`BATCH`] a
-//! batch, each item settled as its own pick says; see `worker.rs`'s `Recorder`, `HandleBatch`).
+//! levels); `ledger_batch_handler`, the reliable list read by a batch handler ([`BATCH`] a
+//! batch, each item settled as its own pick says; see `worker.rs`'s `Recorder`, `HandleBatch`);
+//! and `ledger_steps`, the reliable list read by a handler of [`STEPS`] durable steps, its pick
+//! done before one of them (`worker.rs`'s `Stepper`).
 //!
 //! - **Server.** A redis-server of the test's own ([`OwnRedis`]: `--appendonly yes --appendfsync
 //!   always`, so a restart keeps everything acknowledged), no key prefix.
@@ -39,7 +41,12 @@
 //!   workers and of the server (the cuts and the OOM episode must duplicate nothing, see below);
 //!   nothing is left: the queue, processing list, recovery set, delayed set and payloads are gone
 //!   (for the stream, which keeps its entries, the group has nothing pending and nothing unread),
-//!   and no key but the dead-letter list (and the stream) exists. It prints one line of counts.
+//!   and no key but the dead-letter list (and the stream) exists: for the steps run, no step
+//!   record either. It prints one line of counts.
+//! - **Steps** (`ledger_steps`): each step's effect is an `E <n> <step>` line in the ledger.
+//!   Every acked job ran each of its steps; a step ran again only where a kill fell between its
+//!   effect and its record, its record failed to write (the handler writes `W`), or the restart
+//!   swept a live worker's claim (see `check_steps`).
 //!
 //! "In flight at a fault" is measured, not assumed: for a killed worker, the entries it held
 //! (list: the processing list's entries whose `(id, attempt)` the victim started, plus any past
@@ -54,7 +61,7 @@
 //! outage and were swept from their live workers, are where duplicates come from.
 //!
 //! Size: `RUSTSTREAM_LEDGER_N` messages, 2,000 by default (about 15 s a test; on CI's 2 cores
-//! they run two at a time, the four in about 35 s); the full run is
+//! they run two at a time, the five in about 45 s); the full run is
 //! `RUSTSTREAM_LEDGER_N=20000` (about 105 s a test, with more kills and cuts). The seed is
 //! printed; `RUSTSTREAM_LEDGER_SEED=<seed>` replays its outcomes and fault plan (timing still
 //! varies). The workers' logs and ledgers are removed after a passing run unless
@@ -92,7 +99,7 @@ use ruststream::redis::frame::Frame;
 
 use self::faults::{Fault, Live, Run, fault_plan, watchdog};
 use self::server::{dead_letters, drained, group_state, inspector, key, progress, publish_all, q};
-use self::worker::{acks, job_of};
+use self::worker::{acks, job_of, step_effects};
 
 /// The queue (list or stream).
 const QUEUE: &str = "{ledger}";
@@ -116,6 +123,8 @@ const CHUNK: u32 = 20;
 const DEFAULT_N: u32 = 2000;
 /// Items a batch of the `Batch` transport (whose handlers take three batches at once).
 const BATCH: usize = 10;
+/// Durable steps of the `Steps` transport's handler.
+const STEPS: u32 = 5;
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -131,6 +140,8 @@ enum Transport {
     Levels,
     /// The reliable list read by a batch handler.
     Batch,
+    /// The reliable list read by a handler of five durable steps.
+    Steps,
 }
 
 impl Transport {
@@ -140,6 +151,7 @@ impl Transport {
             Self::Stream => "stream",
             Self::Levels => "levels",
             Self::Batch => "batch",
+            Self::Steps => "steps",
         }
     }
 
@@ -149,6 +161,7 @@ impl Transport {
             "stream" => Self::Stream,
             "levels" => Self::Levels,
             "batch" => Self::Batch,
+            "steps" => Self::Steps,
             other => panic!("unknown transport {other:?}"),
         }
     }
@@ -172,6 +185,11 @@ async fn ledger_priorities_rate_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ledger_batch_handler() {
     ledger_run(Transport::Batch).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ledger_steps() {
+    ledger_run(Transport::Steps).await;
 }
 
 /// The levels of the `Levels` queue.
@@ -427,11 +445,47 @@ async fn ledger_run(transport: Transport) {
         stray_keys.is_empty(),
         "ledger {name}: keys left behind: {stray_keys:?}"
     );
+    if transport == Transport::Steps {
+        check_steps(&run, &acked, sum(&[Fault::Kill]), sum(&[Fault::Restart]));
+    }
     let _ = r.quit().await;
     drop(run);
     if std::env::var_os("RUSTSTREAM_LEDGER_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The steps' account: every acked job ran each of its steps; a step ran again only where the
+/// promise allows it: its worker was killed between its effect and its record (at most one step
+/// of each message the victims held), its record failed to write (counted by the handler), or
+/// the restart swept a live worker's claim past `min_idle`, which runs the rest of that message's
+/// steps on two workers at once (at most every step of each message claimed at the restart).
+fn check_steps(run: &Run, acked: &HashMap<u32, u32>, killed: usize, restarted: usize) {
+    let effects = step_effects(&run.ledgers);
+    let incomplete: Vec<u32> = acked
+        .keys()
+        .filter(|n| (0..STEPS).any(|k| !effects.runs.contains_key(&(**n, k))))
+        .copied()
+        .collect();
+    let again: u32 = effects.runs.values().map(|c| c - 1).sum();
+    let allowed = killed + restarted * STEPS as usize + effects.unrecorded as usize;
+    println!(
+        "LEDGER steps: {} step runs, {again} again (allowed {allowed}: {killed} held at the kills, {restarted} at the restart, {} records that failed to write), {} acked jobs missing a step, {} replays of another step's result",
+        effects.runs.values().sum::<u32>(),
+        effects.unrecorded,
+        incomplete.len(),
+        effects.mixed_up
+    );
+    assert!(
+        incomplete.is_empty(),
+        "acked jobs missing a step's effect: {:?}",
+        &incomplete[..incomplete.len().min(20)]
+    );
+    assert_eq!(effects.mixed_up, 0, "steps replayed another step's result");
+    assert!(
+        again as usize <= allowed,
+        "{again} steps ran again, more than the {allowed} the kills, the restart and the failed records allow"
+    );
 }
 
 /// How often the workers' logs say what matters here (recoveries, failures, reconnections).

@@ -84,7 +84,7 @@ fn fields(v: Value) -> HashMap<String, Value> {
 /// Every claimed entry: the processing list's values, or the group's pending entry ids.
 pub(super) async fn claimed(r: &Client, transport: Transport) -> Option<HashSet<Bytes>> {
     match transport {
-        Transport::List | Transport::Levels | Transport::Batch => {
+        Transport::List | Transport::Levels | Transport::Batch | Transport::Steps => {
             let values: Vec<Bytes> = q(r.lrange(key(".processing"), 0, -1)).await?;
             Some(values.into_iter().collect())
         }
@@ -123,7 +123,7 @@ pub(super) async fn pending(r: &Client, consumer: Option<&str>) -> Option<Vec<(B
 /// payloads are gone (stream: nothing pending, nothing unread, no delayed set). `None`: unknown.
 pub(super) async fn drained(r: &Client, transport: Transport) -> Option<bool> {
     match transport {
-        Transport::List | Transport::Levels | Transport::Batch => {
+        Transport::List | Transport::Levels | Transport::Batch | Transport::Steps => {
             let keys = [
                 "",
                 ".p1",

@@ -4,10 +4,12 @@
 use crate::harness;
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::fs::File;
 use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use harness::process::{WorkerProcess, serve_until_sigterm, test_name};
@@ -16,7 +18,7 @@ use ruststream::redis::frame::Frame;
 use ruststream::{BatchContext, BatchOutcome, HandleBatch};
 
 use super::{
-    BATCH, CONCURRENCY, GROUP, Job, LEVELS, MAX_ATTEMPTS, MIN_IDLE, QUEUE, SLOW, Transport,
+    BATCH, CONCURRENCY, GROUP, Job, LEVELS, MAX_ATTEMPTS, MIN_IDLE, QUEUE, SLOW, STEPS, Transport,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -55,6 +57,14 @@ fn pick(seed: u64, n: u32, attempt: u32) -> (Pick, Duration) {
         _ => Pick::Ack,
     };
     (pick, work)
+}
+
+/// Where the steps handler of job `n` on `attempt` does its pick: before step `k` (`0..STEPS`),
+/// or after the last step (`STEPS`). Fixed by the seed.
+fn pick_at(seed: u64, n: u32, attempt: u32) -> u32 {
+    let mut rng =
+        fastrand::Rng::with_seed(mix(!seed ^ mix((u64::from(attempt) << 32) | u64::from(n))));
+    rng.u32(..=STEPS)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -109,6 +119,7 @@ fn ledger_worker_process() {
             .block(block);
         let sub = match transport {
             Transport::List => subscriber(list, handler).build::<Job>(),
+            Transport::Steps => subscriber(list, Stepper(handler)).build::<Job>(),
             // Room for three batches at once: a batch takes as long as its slowest item (one
             // in ten holds its batch for SLOW), so with one it would fall behind the publisher.
             Transport::Batch => subscriber(list.concurrency(3 * BATCH), handler)
@@ -173,17 +184,81 @@ impl Handle<Job> for Recorder {
         self.record('S', n, attempt);
         async move {
             tokio::time::sleep(work).await;
-            match pick {
-                Pick::Ack => {}
-                Pick::Slow => tokio::time::sleep(SLOW).await,
-                Pick::Retry => return Err(HandlerOutcome::retry()),
-                Pick::RetryAfter(d) => return Err(HandlerOutcome::retry_after(d)),
-                Pick::Drop => return Err(HandlerOutcome::drop()),
-                Pick::Panic => panic!("ledger: job {n} panics on attempt {attempt}"),
-            }
+            act(pick, n, attempt).await?;
             self.record('A', n, attempt);
             Ok(())
         }
+    }
+}
+
+/// Does what `pick` says: returns for an ack (after [`SLOW`] for a slow one), fails or panics
+/// for the others.
+async fn act(pick: Pick, n: u32, attempt: u32) -> Result<(), HandlerOutcome> {
+    match pick {
+        Pick::Ack => Ok(()),
+        Pick::Slow => {
+            tokio::time::sleep(SLOW).await;
+            Ok(())
+        }
+        Pick::Retry => Err(HandlerOutcome::retry()),
+        Pick::RetryAfter(d) => Err(HandlerOutcome::retry_after(d)),
+        Pick::Drop => Err(HandlerOutcome::drop()),
+        Pick::Panic => panic!("ledger: job {n} panics on attempt {attempt}"),
+    }
+}
+
+/// The steps handler: [`STEPS`] durable steps, the pick done before one of them (or after the
+/// last, [`pick_at`]). A step's effect is an `E <n> <step>` line in the ledger, written only by
+/// a run of its closure; a step whose closure ran but whose record failed to write also writes
+/// `W <n> <step>` (it will run again, as the promise allows), and a step that returned another
+/// step's result `M <n> <step>`.
+struct Stepper(Recorder);
+
+impl Stepper {
+    async fn step(&self, ctx: &Context<'_>, n: u32, k: u32) -> Result<(), HandlerOutcome> {
+        let ran = AtomicBool::new(false);
+        let name = format!("step-{k}");
+        let done = ctx
+            .step(&name, || async {
+                ran.store(true, Ordering::Relaxed);
+                self.0.record('E', n, k);
+                Ok::<_, Infallible>(k)
+            })
+            .await;
+        match done {
+            Ok(recorded) => {
+                if recorded != k {
+                    self.0.record('M', n, k);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if ran.load(Ordering::Relaxed) {
+                    self.0.record('W', n, k);
+                }
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl Handle<Job> for Stepper {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let (n, attempt) = (job.n, ctx.attempt());
+        let (pick, work) = pick(self.0.seed, n, attempt);
+        let at = pick_at(self.0.seed, n, attempt);
+        self.0.record('S', n, attempt);
+        tokio::time::sleep(work).await;
+        for k in 0..=STEPS {
+            if k == at {
+                act(pick, n, attempt).await?;
+            }
+            if k < STEPS {
+                self.step(ctx, n, k).await?;
+            }
+        }
+        self.0.record('A', n, attempt);
+        Ok(())
     }
 }
 
@@ -266,7 +341,8 @@ impl Worker {
 // ---------------------------------------------------------------------------------------------
 // The ledger.
 
-/// The complete lines of a worker's ledger: `(kind, n, attempt)`.
+/// The complete lines of a worker's ledger: `(kind, n, attempt)` (`(kind, n, step)` for the
+/// steps' `E` and `W` lines).
 pub(super) fn read_ledger(path: &Path) -> Vec<(u8, u32, u32)> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let complete = text.rfind('\n').map_or("", |end| &text[..end]);
@@ -278,6 +354,32 @@ pub(super) fn read_ledger(path: &Path) -> Vec<(u8, u32, u32)> {
             Some((kind, f.next()?.parse().ok()?, f.next()?.parse().ok()?))
         })
         .collect()
+}
+
+/// What the steps handlers wrote, over all the ledgers.
+#[derive(Debug, Default)]
+pub(super) struct StepEffects {
+    /// How many times each step's effect ran (`E` lines), by `(n, step)`.
+    pub(super) runs: HashMap<(u32, u32), u32>,
+    /// Steps whose effect ran and whose record failed to write (`W` lines).
+    pub(super) unrecorded: u32,
+    /// Steps that returned another step's result (`M` lines).
+    pub(super) mixed_up: u32,
+}
+
+pub(super) fn step_effects(ledgers: &[PathBuf]) -> StepEffects {
+    let mut effects = StepEffects::default();
+    for path in ledgers {
+        for (kind, n, k) in read_ledger(path) {
+            match kind {
+                b'E' => *effects.runs.entry((n, k)).or_default() += 1,
+                b'W' => effects.unrecorded += 1,
+                b'M' => effects.mixed_up += 1,
+                _ => {}
+            }
+        }
+    }
+    effects
 }
 
 /// How many acks each id got, over all the ledgers.
