@@ -178,9 +178,10 @@ impl Context<'_> {
         let store = self.store()?;
         // Marked before the write: a write whose reply is lost may still have landed.
         self.info.steps.mark();
-        let written = store
-            .write_step(self.source(), self.message_id(), name, write)
-            .await?;
+        let written = super::patience::write_patiently(name, || {
+            store.write_step(self.source(), self.message_id(), name, write.clone())
+        })
+        .await?;
         if let Some((record, _)) = self.replay().record.as_mut() {
             record.steps.insert(name.to_owned(), written.clone());
         }

@@ -220,3 +220,4 @@ pub(crate) struct Replay {
 }
 
 mod context;
+mod patience;
