@@ -45,8 +45,27 @@ impl Context<'_> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        let done = self.run_step(name, run).await;
+        let outcome = match &done {
+            Ok((_, true)) => "replayed",
+            Ok((_, false)) => "run",
+            Err(_) => "failed",
+        };
+        super::meters::step(self.source(), outcome);
+        done.map(|(value, _)| value)
+    }
+
+    /// [`step`](Self::step)'s work: its value, and whether it was replayed from its record.
+    async fn run_step<T, E, F, Fut>(&self, name: &str, run: F) -> Result<(T, bool), StepError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
-            return crate::job::decode_as(&json, "step record").map_err(StepError::Record);
+            return crate::job::decode_as(&json, "step record")
+                .map(|value| (value, true))
+                .map_err(StepError::Record);
         }
         let value = run().await.map_err(StepError::Failed)?;
         let json = crate::job::encode(&value).map_err(StepError::Record)?;
@@ -59,7 +78,7 @@ impl Context<'_> {
         self.write_step(name, StepWrite::Result(json))
             .await
             .map_err(StepError::Record)?;
-        Ok(value)
+        Ok((value, false))
     }
 
     /// A key stable across every delivery of this message for its step `name`
@@ -84,6 +103,7 @@ impl Context<'_> {
                 .await
                 .map_err(StepError::Record)?;
             self.info.steps.sleep(duration);
+            super::meters::sleep(self.source());
             return Err(StepError::Sleeping(duration));
         };
         let until: u64 = crate::job::decode_as(&json, "sleep record").map_err(StepError::Record)?;

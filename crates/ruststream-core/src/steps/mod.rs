@@ -220,4 +220,5 @@ pub(crate) struct Replay {
 }
 
 mod context;
+mod meters;
 mod patience;

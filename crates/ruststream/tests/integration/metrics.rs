@@ -17,7 +17,7 @@ use ruststream::prelude::*;
 
 // Standalone only: the labels name the subscription, not its prefixed key, so two topologies in
 // one process would count into the same series (and the proxy is for one server).
-on!([standalone] handled_dead_lettered_and_lateness_are_recorded, the_metrics_server_serves_metrics_health_and_readiness);
+on!([standalone] handled_dead_lettered_and_lateness_are_recorded, the_metrics_server_serves_metrics_health_and_readiness, steps_and_sleeps_are_counted);
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -129,6 +129,74 @@ async fn handled_dead_lettered_and_lateness_are_recorded(env: &Env) {
     assert_eq!(
         sample(&text, "ruststream_in_flight", &[sub]),
         Some(0.0),
+        "{text}"
+    );
+}
+
+/// Two steps, the second failing at the first run, then a short durable sleep.
+struct TwoSteps;
+
+impl Handle<Job> for TwoSteps {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let first = ctx.attempt() == 1;
+        ctx.step("charge", || async { Ok::<_, String>(1) }).await?;
+        ctx.step("reserve", || async {
+            if first {
+                Err("the stock service is down".to_owned())
+            } else {
+                Ok(2)
+            }
+        })
+        .await?;
+        ctx.sleep(Duration::from_millis(50)).await?;
+        Ok(())
+    }
+}
+
+/// A step run, replayed and failed, and a sleep, each counted under the queue's name.
+async fn steps_and_sleeps_are_counted(env: &Env) {
+    let prometheus = prometheus();
+    let list = RedisList::new("{msteps}")
+        .reliable()
+        .retry(Backoff::fixed(Duration::from_millis(20)));
+    let app = RustStream::new(AppInfo::new("metrics", "0")).with_broker(env.broker(), |b| {
+        b.include(subscriber(list, TwoSteps).build());
+    });
+    let running = start(app).await;
+    env.broker()
+        .publisher()
+        .message(&Job { n: 1 })
+        .to("{msteps}")
+        .publish()
+        .await
+        .unwrap();
+    let sub = "subscription=\"{msteps}\"";
+    wait_until("the job acked", Duration::from_secs(10), async || {
+        sample(
+            &prometheus.render(),
+            "ruststream_handled_total",
+            &[sub, "outcome=\"ack\""],
+        ) == Some(1.0)
+    })
+    .await;
+    stop(running).await;
+    let text = prometheus.render();
+    let queue = "queue=\"{msteps}\"".to_owned();
+    let steps = |outcome: &str| {
+        sample(
+            &text,
+            "ruststream_steps_total",
+            &[&queue, &format!("outcome=\"{outcome}\"")],
+        )
+    };
+    // Run 1: charge run, reserve failed. Run 2: charge replayed, reserve run, the sleep begun.
+    // Run 3: charge and reserve replayed, the sleep over.
+    assert_eq!(steps("run"), Some(2.0), "{text}");
+    assert_eq!(steps("replayed"), Some(3.0), "{text}");
+    assert_eq!(steps("failed"), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, "ruststream_sleeps_total", &[&queue]),
+        Some(1.0),
         "{text}"
     );
 }
