@@ -20,8 +20,7 @@ use crate::error::core;
 use crate::lua::{self, Call};
 use crate::publish::RedisPublisher;
 
-static JOB: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("job.lua"), &[lua::GUARD]));
+static JOB: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("job.lua")));
 
 /// Which field of a job's record a write sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
