@@ -375,10 +375,7 @@ pub(crate) async fn child_done(
     let result = match outcome {
         ChildOutcome::Acked => pool
             .next()
-            .hget::<Option<Bytes>, _, _>(
-                crate::results::job_key(conns.keys.prefix(), child),
-                "result",
-            )
+            .hget::<Option<Bytes>, _, _>(crate::keys::job_key(conns.keys.prefix(), child), "result")
             .await
             .map_err(core)?,
         _ => None,

@@ -21,7 +21,7 @@ use ruststream_core::steps::{MAX_STEPS, STEPS_TTL};
 use ruststream_core::{Result, StepRecord, StepStore, StepWrite};
 
 use crate::lua::{self, Call};
-use crate::publish::RedisPublisher;
+use crate::publisher::RedisPublisher;
 
 static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua")));
 
