@@ -13,7 +13,7 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use ruststream_core::{ErrorKind, Result};
 
-use crate::error::core;
+use crate::error::{core, is_noscript};
 use crate::reply::{Reply, frame_error};
 
 mod compose;
@@ -108,8 +108,8 @@ pub(crate) async fn evalsha_frame_with(
     argv.extend(keys.into_iter().map(Value::from));
     argv.extend(args);
     let reply = match custom_raw(client, options, cmd.clone(), argv.clone()).await {
-        Ok(f) if frame_error(&f).is_some_and(|e| e.starts_with("NOSCRIPT")) => None,
-        Err(e) if e.details().starts_with("NOSCRIPT") => None,
+        Ok(f) if frame_error(&f).is_some_and(|e| is_noscript(&e)) => None,
+        Err(e) if is_noscript(e.details()) => None,
         other => Some(other),
     };
     let reply = match reply {
