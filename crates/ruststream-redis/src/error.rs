@@ -2,8 +2,8 @@
 //! [`ErrorKind`] once, here: by fred's error kind and by the code word that starts a Redis error
 //! reply (`OOM`, `WRONGTYPE`, `NOGROUP`, ...; RustStream's scripts answer with codes of their own,
 //! `RSARGS` and `RSBADENTRY`). Nothing else reads an error's text: where fred gives a reply no
-//! kind of its own (`NOSCRIPT`, [`is_noscript`]; a reply read on the pub/sub sessions' own
-//! connections, which fred does not read, [`reply_error`]), the code is read here too.
+//! kind of its own (`NOSCRIPT`, `is_noscript`; a reply read on the pub/sub sessions' own
+//! connections, which fred does not read, `reply_error`), the code is read here too.
 
 use ruststream_core::{Error as CoreError, ErrorKind};
 
