@@ -1,3 +1,4 @@
+-- needs: guard.lua frame.lua stream/bound.lua
 -- BACK: the one way onto a queue for the scripts that put entries there: a retry
 -- (list/settle.lua, stream/settle.lua), the recovery sweep (list/claim.lua), the delayed mover
 -- (delayed/move_due.lua), the operator's requeue (operate/requeue.lua) and a unique publish
@@ -5,8 +6,7 @@
 -- frame onto the level its `rs.priority` header names; a level above 0 that was empty announces
 -- its first entry with a PUBLISH on its own name, since readers wait on level 0), a list's ttl,
 -- a stream's fields (one XADD each, from the frame) and bound, a channel. A partition is a queue
--- of its own: the caller names the partition's keys. Prepended after guard.lua, frame.lua and
--- stream/bound.lua.
+-- of its own: the caller names the partition's keys.
 --
 -- In a caller's ARGV a destination is `kind, number of its keys, spec`, and its keys follow one
 -- another in KEYS (the Rust side builds both: `crate::back::Dest`):

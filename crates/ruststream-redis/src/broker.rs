@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conn::{Connections, Settings, Topology};
 use crate::policy::PublishPolicy;
-use crate::publish::RedisPublisher;
+use crate::publisher::RedisPublisher;
 use crate::transport::{RedisReceiver, RedisSource};
 use crate::{RedisChannel, RedisList, RedisStream};
 

@@ -1,7 +1,9 @@
 //! Redis errors, converted into the core's error with credentials removed, and sorted into an
 //! [`ErrorKind`] once, here: by fred's error kind and by the code word that starts a Redis error
 //! reply (`OOM`, `WRONGTYPE`, `NOGROUP`, ...; RustStream's scripts answer with codes of their own,
-//! `RSARGS` and `RSBADENTRY`). Nothing else reads an error's text.
+//! `RSARGS` and `RSBADENTRY`). Nothing else reads an error's text: where fred gives a reply no
+//! kind of its own (`NOSCRIPT`, `is_noscript`; a reply read on the pub/sub sessions' own
+//! connections, which fred does not read, `reply_error`), the code is read here too.
 
 use ruststream_core::{Error as CoreError, ErrorKind};
 
@@ -22,6 +24,28 @@ pub fn kind_of(e: &fred::error::Error) -> ErrorKind {
             .or_else(|| script_refused(e.details()).then_some(ErrorKind::Unsupported))
             .unwrap_or(ErrorKind::Other),
     }
+}
+
+/// Whether `reply` is `NOSCRIPT`: the server does not hold the script (load it, then run it
+/// again). fred gives this reply no kind of its own (`Unknown`; its own reload reads the word
+/// too), so it is read here.
+pub(crate) fn is_noscript(reply: &str) -> bool {
+    reply.split_ascii_whitespace().next() == Some("NOSCRIPT")
+}
+
+/// A Redis error reply read on one of RustStream's own connections (the pub/sub sessions'
+/// wire, which fred does not read), as a fred error of the kind fred gives the same reply on
+/// its own: `Cluster` for a redirection (`MOVED`, `ASK`: [`fred::error::Error::is_moved`]
+/// then holds), `Auth` for a refused login or command (`NOAUTH`, `WRONGPASS`, `NOPERM`), else
+/// `Unknown`, which [`kind_of`] sorts by the reply's code.
+pub(crate) fn reply_error(reply: &str) -> fred::error::Error {
+    use fred::error::ErrorKind as Fred;
+    let kind = match reply.split_ascii_whitespace().next() {
+        Some("MOVED" | "ASK") => Fred::Cluster,
+        _ if code_kind(reply) == Some(ErrorKind::Auth) => Fred::Auth,
+        _ => Fred::Unknown,
+    };
+    fred::error::Error::new(kind, reply.to_owned())
 }
 
 /// Whether an `ERR` reply says the server will not load or run a script as written: it cannot
@@ -191,7 +215,27 @@ mod tests {
     use fred::error::{Error as Fred, ErrorKind as FredKind};
     use ruststream_core::ErrorKind;
 
-    use super::{core, io_words, kind_of, redact};
+    use super::{core, io_words, is_noscript, kind_of, redact, reply_error};
+
+    #[test]
+    fn replies_fred_gives_no_kind_are_sorted_here() {
+        assert!(is_noscript("NOSCRIPT No matching script. Please use EVAL."));
+        assert!(!is_noscript("ERR NOSCRIPT is not a code here"));
+        let moved = reply_error("MOVED 3999 127.0.0.1:6381");
+        assert!(moved.is_moved());
+        assert_eq!(*moved.kind(), FredKind::Cluster);
+        for refused in [
+            "NOAUTH Authentication required.",
+            "NOPERM this user has no permissions to access one of the channels",
+            "WRONGPASS invalid username-password pair",
+        ] {
+            assert_eq!(*reply_error(refused).kind(), FredKind::Auth, "{refused}");
+            assert_eq!(kind_of(&reply_error(refused)), ErrorKind::Auth, "{refused}");
+        }
+        let other = reply_error("ERR unknown command 'SSUBSCRIBE'");
+        assert_eq!(*other.kind(), FredKind::Unknown);
+        assert!(!other.is_moved());
+    }
 
     #[test]
     fn errors_are_sorted_by_fred_kind_and_reply_code() {

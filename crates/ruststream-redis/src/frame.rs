@@ -27,9 +27,6 @@ pub const REASON_HEADER: &str = "reason";
 /// name); the handler sees it as `ctx.snoozes()`, not among the headers.
 pub const SNOOZES_HEADER: &str = "rs.snoozes";
 
-/// The frame as the scripts read it (`bump`, `frame_fields`), prepended to those that need it.
-pub(crate) const LUA: &str = include_str!("frame.lua");
-
 /// A new message id: a UUIDv7, so ids sort by creation time.
 pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()

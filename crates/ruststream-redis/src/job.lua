@@ -1,4 +1,5 @@
 #!lua
+-- needs: guard.lua
 -- JOB: one write to a job's record, a hash {progress, result | error, state}, and its expiry,
 -- atomically.
 --

@@ -319,6 +319,11 @@ fn suggested_tag(key: &str) -> String {
     }
 }
 
+/// The full key of job `id`'s record (`crate::results`).
+pub(crate) fn job_key(prefix: &str, id: &str) -> String {
+    format!("{prefix}ruststream:job:{{{id}}}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

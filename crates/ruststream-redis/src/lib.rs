@@ -93,6 +93,7 @@ mod pause;
 mod periodic;
 mod policy;
 mod publish;
+mod publisher;
 pub mod pubsub;
 mod rejoin;
 mod reply;

@@ -1,8 +1,7 @@
-//! Composing the scripts from their `.lua` files: a script's own file, with the shared Lua it
-//! uses (`guard.lua`, `frame.lua`, `stream/bound.lua`, `back.lua`, the claim's parts in `claim/`,
-//! `delayed/schedule_retry.lua`) put after
-//! its first line when that line is a `#!lua` shebang (Redis reads a script's flags from its
-//! first line only), and [`Call`], the one shape of every script's typed call.
+//! Composing the scripts from their `.lua` files: a script's own file, with the shared parts it
+//! needs (its `-- needs:` header line, read and ordered by [`compose`]) put after its first line
+//! when that line is a `#!lua` shebang (Redis reads a script's flags from its first line only),
+//! and [`Call`], the one shape of every script's typed call.
 //!
 //! Commands: `EVALSHA` of a call's script (`SCRIPT LOAD` on `NOSCRIPT`), through [`Call::call`]
 //! or, for the calls whose replies are read as frames, [`call_frame`].
@@ -14,8 +13,10 @@ use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand};
 use ruststream_core::{ErrorKind, Result};
 
-use crate::error::core;
+use crate::error::{core, is_noscript};
 use crate::reply::{Reply, frame_error};
+
+mod compose;
 
 /// One call of a script. Each script has one type implementing this: it builds the script's
 /// KEYS and ARGV and reads its reply, so the script's header and that type are the only two
@@ -107,8 +108,8 @@ pub(crate) async fn evalsha_frame_with(
     argv.extend(keys.into_iter().map(Value::from));
     argv.extend(args);
     let reply = match custom_raw(client, options, cmd.clone(), argv.clone()).await {
-        Ok(f) if frame_error(&f).is_some_and(|e| e.starts_with("NOSCRIPT")) => None,
-        Err(e) if e.details().starts_with("NOSCRIPT") => None,
+        Ok(f) if frame_error(&f).is_some_and(|e| is_noscript(&e)) => None,
+        Err(e) if is_noscript(e.details()) => None,
         other => Some(other),
     };
     let reply = match reply {
@@ -163,10 +164,12 @@ pub(crate) fn name_of(script: &Script) -> String {
 /// How [`script`] starts the line that names a script.
 const NAME_LINE: &str = "-- script: ";
 
-/// The name a script's file gives itself on its first comment line: `CLAIM` of
-/// `-- CLAIM: claims ...`.
+/// The name a script's file gives itself on its first comment line (its `-- needs:` line left
+/// out): `CLAIM` of `-- CLAIM: claims ...`.
 fn own_name(body: &str) -> Option<&str> {
-    let first = body.lines().find(|l| l.starts_with("--"))?;
+    let first = body
+        .lines()
+        .find(|l| l.starts_with("--") && compose::needs_of(l).next().is_none())?;
     let (name, _) = first.trim_start_matches("--").trim().split_once(':')?;
     name.bytes()
         .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
@@ -208,41 +211,52 @@ pub(crate) fn reply_u64(v: &Value) -> u64 {
     }
 }
 
-/// Checks made before a script's first write (`wrong_types`, `MAX_UNPACK`).
-pub(crate) const GUARD: &str = include_str!("guard.lua");
+/// The script of `main`: the parts its header names (and theirs, [`compose`]) put in front of
+/// its body (after its shebang, if any), and a line naming it (`-- script: CLAIM`) first after
+/// the shebang, for errors to name it. A header that names a missing part or a cycle (which the
+/// unit tests refuse) gives a script that answers every call with an error saying so.
+pub(crate) fn script(main: &str) -> Script {
+    script_of(main, compose::PARTS)
+}
 
-/// The Lua that trims a stream to its publish policy's bound after a script re-adds to it
-/// (`bound_error(spec)`, `bound(key, spec)`).
-pub(crate) const BOUND: &str = include_str!("stream/bound.lua");
-
-/// The one way onto a queue (`list_dest`, `dest_of`, `dest_checks`, `dest_item`, `level_of`,
-/// `put_back`; see `crate::back::Dest`); needs `frame.lua` and [`BOUND`] before it.
-pub(crate) const BACK: &str = include_str!("back.lua");
-
-/// A script of `main` with `libs` put in front of its body (after its shebang, if any), and
-/// a line naming it (`-- script: CLAIM`) first after the shebang, for errors to name it.
-pub(crate) fn script(main: &str, libs: &[&str]) -> Script {
+/// [`script`] with the parts of `table`.
+fn script_of(main: &str, table: &[compose::Part]) -> Script {
     let (shebang, body) = match main.split_once('\n') {
         Some((first, rest)) if first.starts_with("#!") => (first, rest),
         _ => ("", main),
     };
-    let mut text =
-        String::with_capacity(main.len() + libs.iter().map(|l| l.len()).sum::<usize>() + 8);
+    let mut text = String::new();
+    let name = own_name(body);
+    let parts = match compose::parts_of(main, table) {
+        Ok(parts) => parts,
+        Err(e) => return refused(name, &e),
+    };
+    text.reserve(main.len() + parts.iter().map(|l| l.len() + 1).sum::<usize>() + 32);
     if !shebang.is_empty() {
         text.push_str(shebang);
         text.push('\n');
     }
-    if let Some(name) = own_name(body) {
+    if let Some(name) = name {
         text.push_str(NAME_LINE);
         text.push_str(name);
         text.push('\n');
     }
-    for lib in libs {
-        text.push_str(lib);
+    for part in parts {
+        text.push_str(part);
         text.push('\n');
     }
     text.push_str(body);
     Script::from_lua(text)
+}
+
+/// A script named `name` that answers every call with `e`.
+fn refused(name: Option<&str>, e: &compose::PartError) -> Script {
+    let message =
+        format!("ERR RustStream could not compose this script: {e}").replace(['\\', '\''], " ");
+    Script::from_lua(format!(
+        "{NAME_LINE}{}\nreturn redis.error_reply('{message}')\n",
+        name.unwrap_or("a script")
+    ))
 }
 
 #[cfg(test)]
@@ -251,22 +265,40 @@ mod tests {
 
     #[test]
     fn the_shebang_stays_first() {
-        let s = script("#!lua flags=allow-oom\nreturn 1\n", &["local a = 1"]);
+        let table: &[compose::Part] = &[("a.lua", "local a = 1"), ("guard.lua", "-- GUARD: x")];
+        let s = script_of("#!lua flags=allow-oom\n-- needs: a.lua\nreturn 1\n", table);
         assert_eq!(
             s.lua().map(|l| l.to_string()).as_deref(),
-            Some("#!lua flags=allow-oom\nlocal a = 1\nreturn 1\n")
+            Some("#!lua flags=allow-oom\nlocal a = 1\n-- needs: a.lua\nreturn 1\n")
         );
-        let named = script("#!lua\n-- CLAIM_2: claims\nreturn 1\n", &["-- GUARD: x"]);
+        let named = script_of(
+            "#!lua\n-- needs: guard.lua\n-- CLAIM_2: claims\nreturn 1\n",
+            table,
+        );
         assert_eq!(
             named.lua().map(|l| l.to_string()).as_deref(),
-            Some("#!lua\n-- script: CLAIM_2\n-- GUARD: x\n-- CLAIM_2: claims\nreturn 1\n")
+            Some(
+                "#!lua\n-- script: CLAIM_2\n-- GUARD: x\n-- needs: guard.lua\n-- CLAIM_2: claims\nreturn 1\n"
+            )
         );
         assert_eq!(name_of(&named), "CLAIM_2");
         assert_eq!(name_of(&s), "a script");
-        let plain = script("return 1", &["local a = 1"]);
+        let plain = script_of("-- needs: a.lua\nreturn 1", table);
         assert_eq!(
             plain.lua().map(|l| l.to_string()).as_deref(),
-            Some("local a = 1\nreturn 1")
+            Some("local a = 1\n-- needs: a.lua\nreturn 1")
         );
+    }
+
+    #[test]
+    fn a_script_that_does_not_compose_answers_with_an_error() {
+        let s = script_of("-- JOB: j\n-- needs: gone.lua\nreturn 1", &[]);
+        assert_eq!(
+            s.lua().map(|l| l.to_string()).as_deref(),
+            Some(
+                "-- script: JOB\nreturn redis.error_reply('ERR RustStream could not compose this script: the script needs the Lua part gone.lua, which is not in lua::compose::PARTS')\n"
+            )
+        );
+        assert_eq!(name_of(&s), "JOB");
     }
 }

@@ -21,11 +21,9 @@
 //! (a stream is `XADD`ed to, a channel `PUBLISH`ed on, a sharded channel `SPUBLISH`ed on), what
 //! `RedisBroker::route` set, else a list.
 
-use std::sync::Arc;
-
 use fred::prelude::*;
-use futures::future::{BoxFuture, try_join_all};
-use ruststream_core::{Error, OutMessage, PublishBackend, Result};
+use futures::future::try_join_all;
+use ruststream_core::{Error, OutMessage, Result};
 
 use crate::back::Dest;
 use crate::conn::Connections;
@@ -35,77 +33,6 @@ use crate::lua::Call;
 use crate::policy::{PublishPolicy, Routes};
 use crate::unique::{self, PublishUnique};
 use crate::{delayed, list, pubsub, stream};
-
-/// The publish backend of a [`RedisBroker`](crate::RedisBroker).
-pub(crate) struct RedisPublisher {
-    pub(crate) conns: Arc<Connections>,
-    pub(crate) routes: Arc<Routes>,
-}
-
-impl PublishBackend for RedisPublisher {
-    fn publish(&self, messages: Vec<OutMessage>) -> BoxFuture<'_, Result<usize>> {
-        Box::pin(async move {
-            // A publisher taken from a broker that no app started connects on first use.
-            self.conns.connect().await?;
-            publish(&self.conns, &self.routes, messages, None).await
-        })
-    }
-
-    /// Job records are hashes with a ttl (`crate::results`).
-    fn jobs(&self) -> Option<&dyn ruststream_core::JobStore> {
-        Some(self)
-    }
-
-    /// Step records are hashes beside their queue, with a ttl (`crate::steps`).
-    fn steps(&self) -> Option<&dyn ruststream_core::StepStore> {
-        Some(self)
-    }
-
-    /// `cancel.lua` on each partition of the list (`crate::cancel`).
-    fn cancel<'a>(
-        &'a self,
-        destination: &'a str,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<ruststream_core::CancelOutcome>> {
-        Box::pin(async move {
-            self.conns.connect().await?;
-            crate::cancel::cancel(&self.conns, destination, id).await
-        })
-    }
-
-    /// The record, then the children (`crate::flow`).
-    fn publish_flow(&self, flow: ruststream_core::flow::OutFlow) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move {
-            self.conns.connect().await?;
-            crate::flow::publish_flow(&self.conns, &self.routes, flow, Default::default(), false)
-                .await
-        })
-    }
-
-    /// `flow/done.lua` (`crate::flow`).
-    fn flow_child<'a>(
-        &'a self,
-        headers: &'a ruststream_core::Headers,
-        child_id: &'a str,
-        outcome: ruststream_core::ChildOutcome,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            self.conns.connect().await?;
-            crate::flow::child_done(&self.conns, headers, child_id, outcome).await
-        })
-    }
-
-    /// One `HGETALL` of the record.
-    fn read_flow<'a>(
-        &'a self,
-        record: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ruststream_core::FlowState>>> {
-        Box::pin(async move {
-            self.conns.connect().await?;
-            crate::flow::read(self.conns.pool()?.next(), record).await
-        })
-    }
-}
 
 /// Messages for one key with one policy.
 struct Group {

@@ -18,10 +18,9 @@ use ruststream_core::{Error, JobRecord, JobStore, JobWrite, Result};
 
 use crate::error::core;
 use crate::lua::{self, Call};
-use crate::publish::RedisPublisher;
+use crate::publisher::RedisPublisher;
 
-static JOB: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("job.lua"), &[lua::GUARD]));
+static JOB: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("job.lua")));
 
 /// Which field of a job's record a write sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,11 +76,6 @@ impl Call for WriteJob<'_> {
     }
 }
 
-/// The full key of job `id`'s record.
-pub(crate) fn job_key(prefix: &str, id: &str) -> String {
-    format!("{prefix}ruststream:job:{{{id}}}")
-}
-
 /// Refuses a ttl that would drop a record at once.
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < Duration::from_millis(1) {
@@ -109,7 +103,7 @@ impl JobStore for RedisPublisher {
             };
             let pool = self.conns.pool()?;
             let write = WriteJob {
-                key: &job_key(self.conns.keys.prefix(), id),
+                key: &crate::keys::job_key(self.conns.keys.prefix(), id),
                 kind,
                 value: &value,
                 ttl: self.conns.settings.result_ttl,
@@ -126,7 +120,7 @@ impl JobStore for RedisPublisher {
             let fields: Vec<Option<Bytes>> = pool
                 .next()
                 .hmget(
-                    job_key(self.conns.keys.prefix(), id),
+                    crate::keys::job_key(self.conns.keys.prefix(), id),
                     vec!["progress", "result", "error"],
                 )
                 .await
@@ -152,7 +146,10 @@ mod tests {
 
     #[test]
     fn the_id_is_the_hash_tag() {
-        assert_eq!(job_key("app:", "0192-ab"), "app:ruststream:job:{0192-ab}");
+        assert_eq!(
+            crate::keys::job_key("app:", "0192-ab"),
+            "app:ruststream:job:{0192-ab}"
+        );
         assert!(validate_ttl(Duration::ZERO).is_err());
         assert!(validate_ttl(Duration::from_millis(1)).is_ok());
     }

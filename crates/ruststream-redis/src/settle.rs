@@ -1,6 +1,6 @@
 //! What a settle does with one entry, as the settle scripts take it (`list/settle.lua`,
-//! `stream/settle.lua`): [`Op`], written once for both, the Lua parts both are built with, and
-//! their reply ([`Settled`]). Sends no command.
+//! `stream/settle.lua`): [`Op`], written once for both, and their reply ([`Settled`]). Sends no
+//! command.
 
 use std::time::Duration;
 
@@ -9,19 +9,6 @@ use fred::prelude::*;
 
 use crate::dead::DeadBound;
 use crate::lua;
-
-/// The Lua both settle scripts are prepended with: the guard, the delayed retry's part, the
-/// way back to the queue with what it needs, the dead-letter list's bound, and the test of a
-/// cancelled message (`cancel/settled.lua`).
-pub(crate) const PARTS: [&str; 7] = [
-    lua::GUARD,
-    crate::delayed::SCHEDULE_RETRY,
-    crate::frame::LUA,
-    include_str!("cancel/settled.lua"),
-    lua::BOUND,
-    lua::BACK,
-    crate::dead::LUA,
-];
 
 /// What a settle script did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

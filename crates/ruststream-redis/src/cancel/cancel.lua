@@ -1,7 +1,7 @@
 #!lua
+-- needs: guard.lua frame.lua cancel/record.lua
 -- CANCEL: cancels message ARGV[1] of one list queue (one partition) wherever it is, once (see
--- crate::cancel). Called through `crate::cancel::CancelList`. Prepended with guard.lua,
--- frame.lua and cancel/record.lua.
+-- crate::cancel). Called through `crate::cancel::CancelList`.
 --
 -- KEYS: the cancel record (K.cancels, a hash id → what the cancel did), the delayed set, the
 --       delayed payload hash, the queue's levels (lowest first, ARGV[5] of them), then the

@@ -49,15 +49,7 @@ pub(crate) const MOST: usize = 10_000;
 /// How long a queue's cancel record lives after its last cancel.
 pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 
-static CANCEL: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("cancel.lua"),
-        &[lua::GUARD, crate::frame::LUA, RECORD],
-    )
-});
-
-/// The writes both cancel scripts end with (`record.lua`).
-const RECORD: &str = include_str!("record.lua");
+static CANCEL: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("cancel.lua")));
 
 /// The keys a cancel of one list queue (or partition) touches.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,5 @@
--- CANCELLED: a part of both settle scripts (`crate::settle::PARTS`); needs frame.lua before it.
+-- needs: frame.lua
+-- CANCELLED: a part of both settle scripts.
 -- `cancelled_in(record)` gives the test of whether a frame is of a message the cancel record
 -- `record` (`K.cancels`, a hash keyed by message id: `crate::cancel`) holds. The record is looked
 -- up once, at the first test (`EXISTS`); when it does not exist (no cancel pending: the common

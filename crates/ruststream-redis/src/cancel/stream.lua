@@ -1,7 +1,8 @@
 #!lua
+-- needs: guard.lua cancel/record.lua
 -- CANCEL_STREAM: cancels message ARGV[1] of one stream (one partition) wherever it is, for every
 -- consumer group reading it, once (see crate::cancel). Called through
--- `crate::cancel::CancelStream`. Prepended with guard.lua and cancel/record.lua.
+-- `crate::cancel::CancelStream`.
 --
 -- KEYS: the cancel record (K.cancels, a hash id → what the cancel did), the delayed set, the
 --       delayed payload hash, the stream.

@@ -18,8 +18,7 @@ use crate::lua::{self, Call};
 /// call, rare: bounded so a group with a huge PEL costs a bounded scan).
 pub(crate) const MOST_PENDING: usize = 10_000;
 
-static CANCEL_STREAM: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("stream.lua"), &[lua::GUARD, super::RECORD]));
+static CANCEL_STREAM: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("stream.lua")));
 
 /// The keys a cancel of one stream (or partition) touches, all in the stream's slot.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,9 @@
+-- needs: claim/gates.lua frame.lua
 -- CANCELS: the gate of cancelled messages (see crate::cancel): an entry a cancel recorded in the
 -- queue's cancel record (K.cancels, by its frame's id) is taken but not delivered: the claim
 -- drops it, so it is settled as cancelled (removed, to no dead-letter list) before anyone
 -- handles it. One EXISTS per claim; only while the record exists, one HEXISTS per entry taken.
--- A raw value (not a frame) has no id to cancel by. Prepended after claim/gates.lua and
--- frame.lua. Keys: the cancel record. Args: none.
+-- A raw value (not a frame) has no id to cancel by. Keys: the cancel record. Args: none.
 GATES.cancels = function(keys)
   return {
     checks = {{keys[1], 'hash'}},

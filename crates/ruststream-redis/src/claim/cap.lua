@@ -1,3 +1,4 @@
+-- needs: claim/gates.lua
 -- CAP: the gate of a subscription's `.max_in_flight(n)` (see claim/cap.rs): at most `n` messages
 -- of the queue are being handled at once, across every worker of every instance. It counts what
 -- is in flight where the queue records it already, so it adds no key, and whatever ends a
@@ -6,7 +7,7 @@
 -- entries (the `XPENDING key group` summary). A claim takes at most `n` minus that. With
 -- recovery, list/claim.lua sweeps stale claims back before it asks the gates, so a dead
 -- worker's claims free the cap in the run that sweeps them.
--- Prepended after claim/gates.lua. Keys: the processing list, or the stream. Args: n, the ms
+-- Keys: the processing list, or the stream. Args: n, the ms
 -- after which a reader held back asks again (nothing announces a settle), the measure ('list'
 -- or 'group'), the group (measure 'group').
 GATES.cap = function(keys, args)

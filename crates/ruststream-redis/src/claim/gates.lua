@@ -1,7 +1,7 @@
--- GATES: what holds a claim back, read from the script's arguments. Prepended (after guard.lua)
--- to the scripts that take entries (list/claim.lua, stream/read.lua), before the gates' own
--- parts (one per gate, as claim/mod.rs's GATE_PARTS lists them: claim/paused.lua, limit.lua,
--- claim/cap.lua), which register themselves in `GATES`.
+-- GATES: what holds a claim back, read from the script's arguments. A part
+-- of the scripts that take entries (list/claim.lua, stream/read.lua), which also need the
+-- gates' own parts (one per gate: claim/paused.lua, claim/limit.lua, claim/cap.lua,
+-- claim/cancels.lua), each needing this one and registering itself in `GATES`.
 --
 -- A gate is one Lua part plus its option. Its part adds `GATES.<name> = function(keys, args)`,
 -- returning a table with:

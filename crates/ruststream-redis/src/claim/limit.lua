@@ -1,7 +1,8 @@
+-- needs: claim/gates.lua frame.lua
 -- RATE LIMIT: the limiter of a subscription's `.rate_limit(n, per)`, shared by every worker of
--- every instance, on the server's clock (TIME). A gate of the claim (`GATES.rate`): prepended
--- (after guard.lua, frame.lua and claim/gates.lua) to the scripts that take entries
--- (list/claim.lua, stream/read.lua), and to limit/reserve.lua and limit/refund.lua, which a
+-- every instance, on the server's clock (TIME). A gate of the claim (`GATES.rate`): a part
+-- of the scripts that take entries (list/claim.lua, stream/read.lua), and of claim/reserve.lua
+-- and claim/refund.lua, which a
 -- partitioned queue's readers call on the limiter's own slot.
 --
 -- A GCRA (generic cell rate algorithm): one number per limit, its theoretical arrival time `tat`

@@ -26,9 +26,6 @@ use tokio_util::sync::CancellationToken;
 use super::Gate;
 use crate::keys::KeySpace;
 
-/// The Lua of the limiter and its claim gate (`rate_spec`, `GATES.rate`, `rate_reserve`, ...).
-pub(crate) const LUA: &str = include_str!("limit.lua");
-
 /// The limit's gate in `GATES` (`limit.lua`).
 const GATE: &str = "rate";
 

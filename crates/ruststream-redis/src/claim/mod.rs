@@ -8,9 +8,9 @@
 //! (`stream/read.lua`), each building its script's KEYS and ARGV and parsing its reply, and
 //! [`Gate`], one gate's keys and arguments as its option builds them.
 //!
-//! A new gate is a Lua part that registers `GATES.<name>` (see `gates.lua`'s header), added to
-//! [`GATE_PARTS`], a constructor of [`Gate`] next to its option, and its place in [`gates`]: no
-//! claim script and no path that puts an entry back changes. The concurrency cap (`cap.rs`,
+//! A new gate is a Lua part that registers `GATES.<name>` (see `gates.lua`'s header), named on
+//! the `-- needs:` lines of the claim scripts, a constructor of [`Gate`] next to its option, and
+//! its place in [`gates`]: no claim script's body and no path that puts an entry back changes. The concurrency cap (`cap.rs`,
 //! `cap.lua`) was added so.
 //!
 //! Both calls read their replies from the RESP frames fred received (`crate::reply::Reply`), in
@@ -41,53 +41,12 @@ pub(crate) mod native;
 mod reserve;
 pub(crate) use reserve::{Refund, Reserve};
 
-/// The gates' registry and pipeline (`gates_of`, `gates_admit`, ...).
-const GATES: &str = include_str!("gates.lua");
-
-/// Each gate's part, registering its `GATES.<name>`, in the claim scripts after [`GATES`].
-const GATE_PARTS: [&str; 4] = [
-    include_str!("paused.lua"),
-    limit::LUA,
-    include_str!("cap.lua"),
-    include_str!("cancels.lua"),
-];
-
-/// A claim script of `main`: `before`, the gates, then `after` put in front of its body.
-fn with_gates(main: &str, before: &[&str], after: &[&str]) -> Script {
-    let mut libs = before.to_vec();
-    libs.push(GATES);
-    libs.extend(GATE_PARTS);
-    libs.extend(after);
-    lua::script(main, &libs)
-}
-
 /// The name of the pause gate, as a claim's reply names the gate that let nothing through.
 pub(crate) const PAUSED: &str = "paused";
 
-static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    with_gates(
-        include_str!("../list/claim.lua"),
-        &[
-            lua::GUARD,
-            crate::frame::LUA,
-            lua::BOUND,
-            lua::BACK,
-            crate::list::MARKS,
-        ],
-        &[
-            include_str!("../list/take.lua"),
-            include_str!("../list/groups.lua"),
-        ],
-    )
-});
+static CLAIM: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("../list/claim.lua")));
 
-static READ: LazyLock<Script> = LazyLock::new(|| {
-    with_gates(
-        include_str!("../stream/read.lua"),
-        &[lua::GUARD, crate::frame::LUA],
-        &[],
-    )
-});
+static READ: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("../stream/read.lua")));
 
 /// The gates of a reader's claims: the pause (if the source can be paused) first, so a paused
 /// claim charges no limit, then the concurrency cap, then the rate limit (charged only for what

@@ -1,6 +1,7 @@
+-- needs: claim/gates.lua
 -- PAUSED: the gate of an operator's pause (`K.paused`, see pause.rs). While the key exists it
 -- lets nothing through, so once `pause` has returned no claim in any instance takes an entry.
--- Prepended after claim/gates.lua. Keys: the pause key. Args: none.
+-- Keys: the pause key. Args: none.
 GATES.paused = function(keys)
   return {
     admit = function(n)

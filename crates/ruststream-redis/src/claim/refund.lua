@@ -1,7 +1,8 @@
 #!lua flags=allow-oom
+-- needs: guard.lua claim/limit.lua
 -- REFUND: gives back ARGV[1] passes claim/reserve.lua took that the claim did not use (limit.lua's
 -- rate_refund). Runs under maxmemory (allow-oom): it shrinks or deletes one small key.
--- Prepended with guard.lua, frame.lua, claim/gates.lua and limit.lua. Called through
+-- Called through
 -- `crate::claim::Refund`.
 --
 -- KEYS: the limiter's key.

@@ -16,20 +16,8 @@ use fred::types::scripts::Script;
 use crate::claim::limit::Limiter;
 use crate::lua::{self, Call};
 
-fn script(main: &str) -> Script {
-    lua::script(
-        main,
-        &[
-            lua::GUARD,
-            crate::frame::LUA,
-            super::GATES,
-            crate::claim::limit::LUA,
-        ],
-    )
-}
-
-static RESERVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("reserve.lua")));
-static REFUND: LazyLock<Script> = LazyLock::new(|| script(include_str!("refund.lua")));
+static RESERVE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("reserve.lua")));
+static REFUND: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("refund.lua")));
 
 /// One call of `reserve.lua`: up to `want` passes of `limiter`.
 #[derive(Debug, Clone)]

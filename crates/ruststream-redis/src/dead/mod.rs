@@ -1,7 +1,7 @@
 //! Dead letters as the library writes them: each with a `reason` header and a `dead-at` header
 //! (the server's ms since the epoch, set by the script that pushes it), every dead-letter list
-//! trimmed to its [`DeadBound`] by that same script (`trim.lua`, prepended to every script that
-//! pushes one), the trims counted in `ruststream_dead_letters_trimmed_total{queue}`
+//! trimmed to its [`DeadBound`] by that same script (`trim.lua`, a part every script that pushes
+//! one needs), the trims counted in `ruststream_dead_letters_trimmed_total{queue}`
 //! ([`Trims`]), and the settle of transports that have nothing to acknowledge (`push`). Sends
 //! no command itself.
 
@@ -15,10 +15,6 @@ use ruststream_core::{Error, Result, Settlement};
 use crate::transport::Token;
 
 pub(crate) use push::PushDeadLetters;
-
-/// The Lua every script that pushes dead letters is prepended with, after `frame.lua`
-/// (`dead_bound`, `dead_now`, `dead_letter`, `dead_trim`).
-pub(crate) const LUA: &str = include_str!("trim.lua");
 
 /// The header a dead letter's time of death is stored under (ms since the epoch, on the
 /// server's clock).

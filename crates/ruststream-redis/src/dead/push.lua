@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
+-- needs: guard.lua dead/trim.lua
 -- PUSH_DEAD: pushes dead letters of a subscription that has nothing to acknowledge (a simple
 -- list, Pub/Sub) and trims the list to its bound. Runs under maxmemory (allow-oom): the entries
--- it stores were taken from Redis already, and it trims. Prepended with guard.lua, frame.lua
--- and dead/trim.lua. Called through `crate::dead::push::PushDead`.
+-- it stores were taken from Redis already, and it trims. Called through
+-- `crate::dead::push::PushDead`.
 --
 -- KEYS: dead-letter list.
 -- ARGV: the list's bound (dead/trim.lua), then the dead letters, oldest first.

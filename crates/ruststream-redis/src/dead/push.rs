@@ -15,12 +15,7 @@ use super::{DeadBound, Trims, discarded, logged};
 use crate::lua::{self, Call};
 use crate::transport::{Settle, Token};
 
-static PUSH: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("push.lua"),
-        &[lua::GUARD, crate::frame::LUA, super::LUA],
-    )
-});
+static PUSH: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("push.lua")));
 
 /// One call of `push.lua`: pushes dead letters onto `dead` and trims it to `bound`.
 #[derive(Debug, Clone, PartialEq)]

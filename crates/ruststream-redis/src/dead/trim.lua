@@ -1,10 +1,11 @@
+-- needs: frame.lua
 -- A dead-letter list's bound, the part of every script that pushes dead letters (list/settle.lua,
 -- stream/settle.lua, delayed/move_due.lua, dead/push.lua): each dead letter gets a `dead-at`
 -- header (the server's ms since the epoch), and after the pushes the list is trimmed to its
 -- most entries (exactly: LTRIM of the oldest, at its tail) and then the oldest are popped while
 -- they died longer ago than the most age (at most DEAD_AGE_STEP a call, so one call's cost stays
 -- bounded; the count bound holds whatever the ages). A tail without a `dead-at` (a value pushed
--- by another tool) stops the age trim until the count trims it. Needs frame.lua before it.
+-- by another tool) stops the age trim until the count trims it.
 -- A bound is `<max_len>:<max_age_ms>`, both at least 1 (`crate::dead::DeadBound`).
 
 -- Most dead letters one call pops for their age.

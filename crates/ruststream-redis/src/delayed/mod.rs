@@ -55,34 +55,15 @@ use crate::options::{Schedule, SourceOptions};
 /// next due entry").
 const MIN_WAIT: Duration = Duration::from_millis(1);
 
-/// The Lua of the settle scripts that schedules a retry (`schedule_retry(zset, hash, arg, frame)`).
-pub(crate) const SCHEDULE_RETRY: &str = include_str!("schedule_retry.lua");
-
 /// The argument `schedule_retry` takes for a retry of message `id` due `after` from the server's
 /// now: `delay_ms:id`.
 pub(crate) fn retry_arg(after: Duration, id: &str) -> Value {
     Value::from(format!("{}:{id}", after.as_millis()))
 }
 
-static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("move_due.lua"),
-        &[
-            lua::GUARD,
-            crate::frame::LUA,
-            lua::BOUND,
-            lua::BACK,
-            crate::dead::LUA,
-        ],
-    )
-});
+static MOVE_DUE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("move_due.lua")));
 
-static SCHEDULE: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("schedule.lua"),
-        &[lua::GUARD, crate::unique::LUA],
-    )
-});
+static SCHEDULE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("schedule.lua")));
 
 /// When the next due entry of a delayed set may be, shared by a subscription's reader (which
 /// waits for it) and its settler (which schedules retries into it).

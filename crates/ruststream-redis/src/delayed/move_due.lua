@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
+-- needs: guard.lua back.lua dead/trim.lua
 -- MOVE_DUE: moves due entries of a delayed set to their destination, earliest due first in line.
--- Runs under maxmemory (allow-oom): it moves entries, freeing as much as it adds. Prepended with
--- guard.lua, frame.lua, stream/bound.lua, back.lua and dead/trim.lua. Called through
+-- Runs under maxmemory (allow-oom): it moves entries, freeing as much as it adds. Called through
 -- `crate::delayed::MoveDue`.
 --
 -- KEYS: delayed set, delayed payload hash, dead-letter list (the destination's first key stands

@@ -1,7 +1,8 @@
 #!lua
+-- needs: guard.lua unique/claim.lua
 -- SCHEDULE: schedules entries in a delayed set; an id already waiting keeps its first schedule,
 -- and an entry published with a unique window (`.unique_for(..)`) is scheduled only when no
--- other publish holds its id's window (unique/claim.lua, prepended with guard.lua). Called
+-- other publish holds its id's window (unique/claim.lua). Called
 -- through `crate::delayed::ScheduleLater`.
 --
 -- KEYS: delayed set, delayed payload hash, then one unique key per entry with a window, in order.

@@ -1,11 +1,11 @@
 #!lua flags=allow-oom
+-- needs: guard.lua back.lua
 -- FLOW_DONE: records how one child of a flow ended, and enqueues the parent when that ends the
 -- flow. Called through `crate::flow::ChildDone` by the dispatch loop before the child is
 -- settled: a crash between the two runs the child again, and this script run again (or sent
 -- again after a lost reply) changes nothing, since only a child not over yet ('u' or 'p') is
 -- recorded, and only the run that records the flow's end enqueues the parent. Runs under
--- maxmemory (allow-oom): it belongs to a settle. Prepended with guard.lua, frame.lua,
--- stream/bound.lua and back.lua.
+-- maxmemory (allow-oom): it belongs to a settle.
 --
 -- KEYS: the record, then the parent's destination's keys (back.lua).
 -- ARGV: the child's id, its outcome ('a' acked, 'x' dead, 'd' dropped), its result or dead

@@ -59,12 +59,9 @@ pub(crate) const TO_HEADER: &str = "rs.flow.to";
 /// Most children one flow has.
 pub(crate) const MOST_CHILDREN: usize = 1000;
 
-static START: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("start.lua"), &[lua::GUARD]));
-static SENT: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("sent.lua"), &[lua::GUARD]));
-static DONE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("done.lua"), &crate::settle::PARTS));
+static START: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("start.lua")));
+static SENT: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("sent.lua")));
+static DONE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("done.lua")));
 
 /// One call of `flow/start.lua`: writes a flow's record unless it exists.
 #[derive(Debug, Clone, PartialEq)]
@@ -378,10 +375,7 @@ pub(crate) async fn child_done(
     let result = match outcome {
         ChildOutcome::Acked => pool
             .next()
-            .hget::<Option<Bytes>, _, _>(
-                crate::results::job_key(conns.keys.prefix(), child),
-                "result",
-            )
+            .hget::<Option<Bytes>, _, _>(crate::keys::job_key(conns.keys.prefix(), child), "result")
             .await
             .map_err(core)?,
         _ => None,

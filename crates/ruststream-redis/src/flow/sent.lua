@@ -1,9 +1,10 @@
 #!lua
+-- needs: guard.lua
 -- FLOW_SENT: marks children of a flow published ('u' -> 'p'), after their publish returned.
 -- Called through `crate::flow::MarkSent`. A child over already (it ran before the mark) keeps
 -- its outcome; a record gone (expired) is not made again. Once no child of the record is 'u',
 -- the flow is published whole: its plan is deleted and it leaves the publishing set, so no
--- reader repairs it. Prepended with guard.lua.
+-- reader repairs it.
 --
 -- KEYS: the record, the parent queue's publishing set (see `flow/start.lua`).
 -- ARGV: the children's ids.

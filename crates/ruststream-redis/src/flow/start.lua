@@ -1,9 +1,10 @@
 #!lua
+-- needs: guard.lua
 -- FLOW_START: writes a flow's record, once, and says which children are still to be published.
 -- Called through `crate::flow::StartFlow`, before any child is published; a publish of the same
 -- flow sent again (a lost reply, a crash halfway, a reader's repair) finds the record and
 -- publishes only the children not yet marked sent (`flow/sent.lua`). Refused under maxmemory
--- (no allow-oom flag): it only adds. Prepended with guard.lua.
+-- (no allow-oom flag): it only adds.
 --
 -- KEYS: the record (a hash in the parent queue's slot), the parent queue's publishing set (a
 --       sorted set in the same slot: record key -> ms it was started or taken for repair).

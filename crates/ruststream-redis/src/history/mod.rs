@@ -50,7 +50,7 @@ const MINUTE_MS: i64 = 60_000;
 const HOUR_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 86_400_000;
 
-static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua"), &[]));
+static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua")));
 
 /// The key the history of the subscription with `queues` (its own keys, or its partitions') is
 /// named after: the queue's full name, or with partitions, the full name of the user's `key`.

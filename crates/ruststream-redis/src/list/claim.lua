@@ -1,11 +1,12 @@
 #!lua flags=allow-oom
+-- needs: guard.lua frame.lua back.lua list/marks.lua claim/gates.lua claim/paused.lua
+-- needs: claim/limit.lua claim/cap.lua claim/cancels.lua list/take.lua list/groups.lua
 -- CLAIM: the one claim of a list queue, simple or reliable, built from parts: where entries come
 -- from (list/take.lua: the queue's priority levels, highest first; a partition is a queue of its
 -- own), the gates that hold the claim back (claim/gates.lua: paused, rate limit, ...), and what
 -- it records (nothing for a simple list; the processing list; with recovery, the recovery set).
 -- Runs under maxmemory (allow-oom): it moves entries, so a full Redis can still drain its
--- queues. Prepended with guard.lua, frame.lua, stream/bound.lua, back.lua, list/marks.lua,
--- claim/gates.lua, the gates' parts (claim/paused.lua, limit.lua) and list/take.lua. Called
+-- queues. Called
 -- through `crate::claim::Claim`.
 --
 -- A grouped list's source part (list/groups.lua, registered as a gate) takes in place of the

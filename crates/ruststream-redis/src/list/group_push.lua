@@ -1,8 +1,9 @@
 #!lua
+-- needs: guard.lua back.lua
 -- GROUP_PUSH: a publish onto a grouped list (list/groups.rs): each frame onto its group's
 -- sub-queue (its `rs.group` header; '' without), a group that was empty joining the ring and
 -- announced on the ring's name (back.lua's groups destination, the one way onto a queue).
--- Prepended with guard.lua, frame.lua, stream/bound.lua and back.lua. Called through
+-- Called through
 -- `crate::list::groups::GroupPush`.
 -- KEYS: the queue (its inbox), its ring. ARGV: the sub-queues' ttl in ms (0: none), the frames.
 -- Returns how many were pushed. Refused under maxmemory (no allow-oom flag), like every publish.

@@ -1,3 +1,4 @@
+-- needs: back.lua claim/gates.lua
 -- GROUPS: the source part of a grouped list's claim (list/groups.rs): in place of the levels'
 -- take (list/take.lua), round robin over the non-empty groups. A group's entries wait in its
 -- sub-queue `<ring>:<group>`; the ring (a list) holds the name of each non-empty group once, and
@@ -22,7 +23,6 @@
 -- sweep, a timeout's settle) frees its group's place without knowing of it, as the whole-queue
 -- cap (claim/cap.lua) counts the processing list's length. A claim held back by it reports the
 -- held entries with the cap's wait (CAP_RECHECK).
--- Prepended after back.lua, claim/gates.lua and list/take.lua.
 -- Keys: the queue (the inbox), the ring, the paused groups' hash, and with a per-group cap the
 -- processing list. Args: the per-group cap, or none.
 

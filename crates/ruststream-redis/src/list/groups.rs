@@ -39,12 +39,7 @@ pub const MAX_GROUP_LEN: usize = 256;
 /// The name of the groups part in a claim's gates (`GATES.groups`).
 const GATE: &str = "groups";
 
-static GROUP_PUSH: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("group_push.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
-    )
-});
+static GROUP_PUSH: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("group_push.lua")));
 
 /// The ring of the full queue key `queue`: the list of its non-empty groups.
 pub(crate) fn ring(space: &KeySpace, queue: &str) -> String {

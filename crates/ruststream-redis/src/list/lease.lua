@@ -1,4 +1,5 @@
 #!lua flags=allow-oom
+-- needs: guard.lua list/marks.lua
 -- LEASE: keeps a live worker's claims alive: moves each batch member's score in the recovery set
 -- to now, so only a dead worker's claims are ever idle longer than min_idle. A member no longer
 -- in the set (settled, or swept by another worker) is not added back (ZADD XX). With a ttl, the
@@ -7,8 +8,7 @@
 -- or not: a dead worker's member waits in the set for
 -- a sweep, which runs only when a claim does, and a worker whose handlers hold every permit
 -- claims nothing while its leases keep the set alive; its batch list must not expire before it.
--- Runs under maxmemory (allow-oom): it adds nothing. Prepended with guard.lua and
--- list/marks.lua.
+-- Runs under maxmemory (allow-oom): it adds nothing.
 --
 -- KEYS: recovery set. ARGV: recovery-set ttl ms (0 = none), then the members.
 -- Returns how many scores moved.

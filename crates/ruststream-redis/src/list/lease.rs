@@ -29,8 +29,7 @@ use ruststream_core::Result;
 use crate::lua::{self, Call};
 use crate::rejoin::Rejoin;
 
-static LEASE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("lease.lua"), &[lua::GUARD, super::MARKS]));
+static LEASE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("lease.lua")));
 
 /// Most members one `lease.lua` call carries.
 const LEASE_BATCH: usize = 2048;

@@ -2,8 +2,8 @@
 -- `<set>:<member>:s`, one byte an entry of the batch list `<set>:<member>`, '1' once the entry
 -- was settled or swept (any other byte, or past the end: not yet). Read and written whole, one
 -- GET and one SET a batch touched: a batch is at most one claim's size, and the string goes in
--- and out of Lua with one string.byte and one string.char. Prepended after guard.lua (to
--- list/claim.lua, list/settle.lua, list/lease.lua); its bytes_of serves the settle's arguments
+-- and out of Lua with one string.byte and one string.char. A part of list/claim.lua,
+-- list/settle.lua and list/lease.lua; its bytes_of serves the settle's arguments
 -- too, its batch_keys names a batch's keys for all three.
 
 -- The names of batch `member`'s list and marks in the recovery set `set`.

@@ -34,9 +34,5 @@ pub use self::source::{Mode, RedisList};
 pub use crate::policy::ListPublish as Publish;
 pub use crate::policy::MAX_PRIORITIES;
 
-/// A claimed batch's settle marks (`marks_read`, `marks_write`): the claim's sweep and the
-/// settle read and write them; needs `guard.lua` before it.
-pub(crate) const MARKS: &str = include_str!("marks.lua");
-
 #[cfg(test)]
 mod tests;

@@ -13,8 +13,7 @@ use crate::error::core;
 use crate::lua::{self, Call};
 use crate::policy::ListPublish;
 
-static PUSH_TTL: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("push_ttl.lua"), &[lua::GUARD]));
+static PUSH_TTL: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("push_ttl.lua")));
 
 /// One call of `push_ttl.lua`: pushes values onto a list and sets its ttl, atomically.
 #[derive(Debug, Clone, PartialEq)]

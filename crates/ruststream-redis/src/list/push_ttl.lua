@@ -1,4 +1,5 @@
 #!lua
+-- needs: guard.lua
 -- PUSH_TTL: LPUSH values, then PEXPIRE the list, atomically.
 --
 -- KEYS: list. ARGV: ttl ms, then the values. Returns the list's length.

@@ -1,8 +1,9 @@
 #!lua flags=allow-oom
+-- needs: guard.lua delayed/schedule_retry.lua cancel/settled.lua back.lua dead/trim.lua
+-- needs: list/marks.lua
 -- SETTLE_LIST: settles a batch of claimed list entries. Runs under maxmemory (allow-oom): it
--- removes as much as it adds, and acks free memory. Prepended with guard.lua,
--- delayed/schedule_retry.lua, frame.lua, stream/bound.lua, back.lua, dead/trim.lua and
--- list/marks.lua. Called through `crate::list::settle::SettleList`.
+-- removes as much as it adds, and acks free memory. Called through
+-- `crate::list::settle::SettleList`.
 --
 -- KEYS: processing, dead-letter list, delayed set, delayed payload hash, the recovery set (with
 --       recovery) or the settle-token set (without), the cancel record (K.cancels), then the
@@ -27,7 +28,8 @@
 --       entries, in the order of `ops`: one argument a message for an ack, and the ops and
 --       runs read with one string.byte each, not one an entry.
 -- The claim is still this worker's only while its batch's member is in the set (a sweep may
--- have handed the entry to another worker) and its index is not marked in the batch's marks `<set>:<member>:s` (list/marks.lua;
+-- have handed the entry to another worker) and its index is not marked in the batch's marks
+-- `<set>:<member>:s` (list/marks.lua;
 -- a settle sent twice finds it marked). All of it is read first, one ZSCORE, LLEN, PTTL and GET
 -- a batch (a key of another type fails the call before its first write); then each owned entry
 -- is removed from the processing list, and only when that finds it do the follow-up writes

@@ -27,11 +27,7 @@ use crate::lua::{self, Call};
 use crate::settle::{Op, Settled};
 use crate::transport::{InBatch, Settle, Token};
 
-static SETTLE: LazyLock<Script> = LazyLock::new(|| {
-    let mut parts = crate::settle::PARTS.to_vec();
-    parts.push(super::MARKS);
-    lua::script(include_str!("settle.lua"), &parts)
-});
+static SETTLE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("settle.lua")));
 
 /// The keys a list's settle writes besides its queue.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 -- queue's levels, highest level first (a queue without levels is one level), and removes them.
 -- With an entry filter (claim/gates.lua's gates_filter: a per-key rate limit), each entry is
 -- looked at oldest first and one the filter refuses stays where it is, so each key's own order
--- holds. Prepended after guard.lua and claim/gates.lua.
+-- holds.
 
 -- Most entries a filtered take looks at per level: refused entries stay in place, and this
 -- bounds how far past them a claim looks.

@@ -19,15 +19,9 @@ use crate::frame::{Frame, REASON_HEADER};
 use crate::keys::SourceKeys;
 use crate::lua::{self, Call};
 
-static REQUEUE: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("requeue.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK],
-    )
-});
+static REQUEUE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("requeue.lua")));
 
-static PURGE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("purge.lua"), &[lua::GUARD]));
+static PURGE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("purge.lua")));
 
 /// Which dead letters one requeue or purge call takes.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- DELAYED: an operator's change to a delayed set. Prepended with guard.lua. Runs under
+-- needs: guard.lua
+-- DELAYED: an operator's change to a delayed set. Runs under
 -- maxmemory (it moves or frees).
 --
 -- KEYS: delayed set, delayed payload hash.

@@ -15,8 +15,7 @@ use crate::frame::Frame;
 use crate::keys::SourceKeys;
 use crate::lua::{self, Call};
 
-static CHANGE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("delayed.lua"), &[lua::GUARD]));
+static CHANGE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("delayed.lua")));
 
 /// What an operator's change does to delayed entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,8 +21,7 @@ pub const GROUPS_READ: usize = 10_000;
 /// How many of the largest groups `inspect` lists.
 pub const GROUPS_SHOWN: usize = 10;
 
-static GROUPS_TOP: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("groups.lua"), &[]));
+static GROUPS_TOP: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("groups.lua")));
 
 /// One group as `inspect` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -23,7 +23,7 @@ use crate::lua::{self, Call};
 pub const CLAIMS_READ: usize = 10_000;
 
 static OLDEST_CLAIM: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("oldest_claim.lua"), &[]));
+    LazyLock::new(|| lua::script(include_str!("oldest_claim.lua")));
 
 /// One call of `oldest_claim.lua`: when the oldest of the first `most` claims in a recovery set
 /// was made.

@@ -202,7 +202,7 @@ impl Operator {
     /// `Context::set_result`), while its record lives (`RedisBroker::result_ttl`): one `HMGET`.
     pub async fn job_record(&self, id: &str) -> Result<Option<ruststream_core::JobRecord>> {
         use ruststream_core::JobStore;
-        let jobs = crate::publish::RedisPublisher {
+        let jobs = crate::publisher::RedisPublisher {
             conns: self.conns.clone(),
             routes: self.conns.routes.clone(),
         };

@@ -222,7 +222,7 @@ impl Operator {
                 .collect();
             crate::cancel::on_each(&pool, calls).await?
         };
-        let jobs = crate::publish::RedisPublisher {
+        let jobs = crate::publisher::RedisPublisher {
             conns: self.conns.clone(),
             routes: self.conns.routes.clone(),
         };

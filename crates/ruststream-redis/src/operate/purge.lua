@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- PURGE: deletes dead letters. Prepended with guard.lua. Runs under maxmemory (it frees).
+-- needs: guard.lua
+-- PURGE: deletes dead letters. Runs under maxmemory (it frees).
 --
 -- KEYS: dead-letter list.
 -- ARGV: `oldest` and a count (-1: all), or `values` and the exact values to delete (LREM each).

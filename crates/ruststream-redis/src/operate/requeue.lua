@@ -1,9 +1,10 @@
 #!lua
+-- needs: guard.lua frame.lua back.lua
 -- REQUEUE: moves dead letters back to their queue, each with its attempt count reset to 1, its
 -- `reason` header appended to a `dead-history` header and its `dead-at` dropped; a flow's parent
 -- dead-lettered for a failed child (`crate::flow`) loses its `rs.flow.failed` header, so it runs
--- once requeued, and reads the dead child in its children. Prepended with
--- guard.lua, frame.lua, stream/bound.lua and back.lua. Called through `crate::operate::dead::Requeue`.
+-- once requeued, and reads the dead child in its children. Called through
+-- `crate::operate::dead::Requeue`.
 --
 -- KEYS: dead-letter list, then the destination's keys (back.lua: a list's levels, each dead
 --       letter going back onto its own; a stream; a sharded channel).

@@ -1,7 +1,7 @@
+-- needs: guard.lua periodic/forget.lua
 -- FIRED: records that a periodic job's tick was published, keeping the later of the stored tick
 -- and this one, so a late instance or a resent call never moves it back; marks the job seen
--- (forgetting the jobs not seen for their bound: forget.lua). Prepended with guard.lua and
--- periodic/forget.lua.
+-- (forgetting the jobs not seen for their bound: forget.lua).
 --
 -- KEYS: the registry hash, the last-tick hash (name -> epoch ms), the seen hash (name ->
 --       keep-until epoch ms).

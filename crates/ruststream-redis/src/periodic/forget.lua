@@ -3,7 +3,6 @@
 -- registers the job or fires one of its ticks; a job whose time passed (its code was removed,
 -- or no instance ran it for that long) is forgotten from the registry, the last-tick and the
 -- seen hashes. A registry field without a seen one (written by an older version) is given one.
--- Prepended after guard.lua.
 
 -- The server's now, in ms since the epoch.
 local function periodic_now()

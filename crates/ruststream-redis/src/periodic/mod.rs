@@ -32,18 +32,8 @@ use crate::conn::Connections;
 use crate::keys::KeySpace;
 use crate::lua::{self, Call};
 
-static REGISTER: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("register.lua"),
-        &[lua::GUARD, include_str!("forget.lua")],
-    )
-});
-static FIRED: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("fired.lua"),
-        &[lua::GUARD, include_str!("forget.lua")],
-    )
-});
+static REGISTER: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("register.lua")));
+static FIRED: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("fired.lua")));
 
 /// The least time a job is kept after an instance last registered it or fired one of its
 /// ticks: a week, so a job an operator removed is gone from the listing a week later, and one

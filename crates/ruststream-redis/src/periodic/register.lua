@@ -1,6 +1,7 @@
+-- needs: guard.lua periodic/forget.lua
 -- REGISTER: writes a periodic job's definition into the registry, marks it seen (forgetting the
--- jobs not seen for their bound: forget.lua) and reads its last fired tick. Prepended with
--- guard.lua and periodic/forget.lua. No allow-oom flag: it adds, so Redis refuses it whole under
+-- jobs not seen for their bound: forget.lua) and reads its last fired tick. No allow-oom flag:
+-- it adds, so Redis refuses it whole under
 -- maxmemory (the app's start then fails and says so).
 --
 -- KEYS: the registry hash (name -> definition JSON), the last-tick hash (name -> epoch ms), the

@@ -237,17 +237,13 @@ impl State {
         wire.send(&[command, self.spec.channel.as_bytes()]).await?;
         loop {
             match wire.reply(self.spec.idle).await? {
-                Frame::Error(e) if e.starts_with("MOVED ") => {
-                    self.owner = moved_to(&e);
-                    return Ok(None);
-                }
                 Frame::Error(e) => {
-                    let kind = if e.starts_with("NOAUTH") || e.starts_with("NOPERM") {
-                        ErrorKind::Auth
-                    } else {
-                        ErrorKind::Unknown
-                    };
-                    return Err(Error::new(kind, e.to_string()));
+                    let e = crate::error::reply_error(&e);
+                    if e.is_moved() {
+                        self.owner = moved_to(e.details());
+                        return Ok(None);
+                    }
+                    return Err(e);
                 }
                 Frame::Array(items) if word(items.first()) == Some(confirmed) => {
                     return Ok(Some(wire));

@@ -21,13 +21,11 @@ use ruststream_core::steps::{MAX_STEPS, STEPS_TTL};
 use ruststream_core::{Result, StepRecord, StepStore, StepWrite};
 
 use crate::lua::{self, Call};
-use crate::publish::RedisPublisher;
+use crate::publisher::RedisPublisher;
 
-static WRITE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("write.lua"), &[lua::GUARD]));
+static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua")));
 
-static READ: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("read.lua"), &[lua::GUARD]));
+static READ: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("read.lua")));
 
 /// One call of `steps/write.lua`: records one step (or sleep) of one message.
 #[derive(Debug, Clone, PartialEq)]

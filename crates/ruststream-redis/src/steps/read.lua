@@ -1,4 +1,5 @@
 #!lua
+-- needs: guard.lua
 -- STEP_READ: a message's step record and the server's time, in one call: what a handler reads
 -- at its first step. Called through `crate::steps::ReadSteps`.
 --

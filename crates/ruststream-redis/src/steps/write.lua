@@ -1,4 +1,5 @@
 #!lua
+-- needs: guard.lua
 -- STEP_WRITE: records one step of a message in its step record, a hash (step name -> value),
 -- and sets the record's expiry, atomically. Called through `crate::steps::WriteStep`.
 --

@@ -16,7 +16,7 @@ use crate::lua::{self, Call};
 pub(crate) const FORGET_BATCH: usize = 16;
 
 static FORGET: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("forget_consumers.lua"), &[lua::GUARD]));
+    LazyLock::new(|| lua::script(include_str!("forget_consumers.lua")));
 
 /// How long a consumer with no pending entry may be idle before it is forgotten: twice the
 /// longer of `min_idle` and the blocking read's wait, so a live consumer (which reads again at

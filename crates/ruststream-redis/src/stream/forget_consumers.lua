@@ -1,3 +1,4 @@
+-- needs: guard.lua
 -- FORGET_CONSUMERS: removes a group's consumers that hold no pending entry and have been idle
 -- longer than a bound: each instance reads under a name of its own (`<host>-<pid>-<random>`),
 -- so the names of instances that are gone would pile up in XINFO CONSUMERS. One with pending

@@ -1,4 +1,6 @@
 #!lua flags=allow-oom
+-- needs: guard.lua frame.lua claim/gates.lua claim/paused.lua claim/limit.lua
+-- needs: claim/cap.lua claim/cancels.lua
 -- READ: a stream's claim, `XREADGROUP GROUP g c COUNT n STREAMS key >` behind the claim's gates
 -- (claim/gates.lua: paused, a rate limit): reads as many new entries as the gates let through
 -- and charges them for those it got, in one run, so no permit is taken and given back. Never
@@ -7,8 +9,7 @@
 -- not apply: a group reads a stream in order. Runs under maxmemory (allow-oom): it adds only the
 -- limiter's one small key. Cancels (see crate::cancel): an entry read whose `rs.id` is in the
 -- stream's cancel record (KEYS[2]) is acked at once and not returned (one EXISTS per read; one
--- HEXISTS per entry only while the record exists). Prepended with guard.lua, frame.lua, claim/gates.lua and the gates'
--- parts (claim/paused.lua, limit.lua). Called through `crate::claim::StreamRead`.
+-- HEXISTS per entry only while the record exists). Called through `crate::claim::StreamRead`.
 --
 -- KEYS: stream, its cancel record (K.cancels), then each gate's keys.
 -- ARGV: group, consumer, most entries to read, then the gates (claim/gates.lua).

@@ -318,7 +318,7 @@ fn counted(reply: Reply, entries: &[(Bytes, u64)]) -> Vec<Claimed> {
         .collect()
 }
 
-static SWEEP: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("sweep.lua"), &[]));
+static SWEEP: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("sweep.lua")));
 
 /// One sweep's claim (`sweep.lua`): `XCLAIM key group consumer min_idle id..` of the stale
 /// `entries` (`(id, deliveries so far)`), unless the server's time is past `by`.

@@ -1,8 +1,8 @@
 #!lua flags=allow-oom
+-- needs: guard.lua delayed/schedule_retry.lua cancel/settled.lua back.lua dead/trim.lua
 -- SETTLE_STREAM: settles a batch of stream entries of one consumer group. Runs under maxmemory
 -- (allow-oom). Every argument, and the type of each key the call writes, is checked before the
--- first write. Prepended with guard.lua, delayed/schedule_retry.lua, frame.lua, stream/bound.lua,
--- back.lua and dead/trim.lua. Called through `crate::stream::settle::SettleStream`.
+-- first write. Called through `crate::stream::settle::SettleStream`.
 --
 -- KEYS: dead-letter list, delayed set, delayed payload hash, the stream's cancel record
 --       (K.cancels), then the destination's key (back.lua: the stream itself).

@@ -28,8 +28,7 @@ use crate::transport::{Settle, Token};
 /// `unpack`, which Lua bounds (see `guard.lua`'s `MAX_UNPACK`; `back.lua` refuses more).
 const MAX_XADD_FIELDS: usize = 7800;
 
-static SETTLE: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("settle.lua"), &crate::settle::PARTS));
+static SETTLE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("settle.lua")));
 
 /// One call of `stream/settle.lua`: settles entries of one consumer group (not plain acks:
 /// those are one `XACK`).

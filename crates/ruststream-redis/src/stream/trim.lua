@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
+-- needs: guard.lua
 -- TRIM_ACKED: trims a stream to what its consumer groups still need, never an entry pending or
--- unread in any group. Runs under maxmemory (allow-oom): it only frees memory. Prepended with
--- guard.lua.
+-- unread in any group. Runs under maxmemory (allow-oom): it only frees memory.
 --
 -- KEYS: the stream.
 -- ARGV: none.

@@ -17,8 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lua::{self, Call};
 
-static TRIM_ACKED: LazyLock<Script> =
-    LazyLock::new(|| lua::script(include_str!("trim.lua"), &[lua::GUARD]));
+static TRIM_ACKED: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("trim.lua")));
 
 /// One call of `stream/trim.lua`: trims a stream to what its consumer groups still need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 -- Unique publishes (`.unique_for(window)`): a key per destination and message id marks the id
--- as published within its window. Prepended to the scripts that publish (publish_unique.lua,
--- schedule.lua), after guard.lua.
+-- as published within its window. A part of the scripts that publish (unique/publish.lua,
+-- delayed/schedule.lua).
 
 -- What the publish `token` may do with the id whose unique key is `k`, for `window` ms:
 -- 'new' when no publish of the id holds the window (the key now holds `token` and expires after

@@ -23,15 +23,7 @@ use crate::back::Dest;
 use crate::keys::KeySpace;
 use crate::lua::{self, Call};
 
-/// The Lua of the unique check (`unique_claim`), prepended to the scripts that publish.
-pub(crate) const LUA: &str = include_str!("claim.lua");
-
-static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
-    lua::script(
-        include_str!("publish.lua"),
-        &[lua::GUARD, crate::frame::LUA, lua::BOUND, lua::BACK, LUA],
-    )
-});
+static PUBLISH: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("publish.lua")));
 
 /// The key that marks `id` as published to the full key `full` within a window.
 pub(crate) fn key(keys: &KeySpace, full: &str, id: &str) -> String {

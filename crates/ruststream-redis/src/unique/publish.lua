@@ -1,7 +1,7 @@
 #!lua
+-- needs: guard.lua back.lua unique/claim.lua
 -- PUBLISH_UNIQUE: puts onto a list or a stream the messages whose id no other publish holds a
--- window for (unique_claim), each marking its id for its own window. Prepended with guard.lua,
--- frame.lua, stream/bound.lua, back.lua and unique/claim.lua. Called through
+-- window for (unique_claim), each marking its id for its own window. Called through
 -- `crate::unique::PublishUnique`.
 --
 -- KEYS: the destination's keys (back.lua: a list's levels up to the messages' own, or a
