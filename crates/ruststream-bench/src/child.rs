@@ -96,6 +96,26 @@ impl Handle<Msg> for Record {
     }
 }
 
+/// The `steps` scenario's handler: three durable steps (each records a number), then records the
+/// id.
+struct RecordSteps(Arc<Tracker>);
+
+impl Handle<Msg> for RecordSteps {
+    async fn handle(
+        &self,
+        msg: &Msg,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        for (i, name) in ["charge", "reserve", "email"].into_iter().enumerate() {
+            ctx.step(name, || async move { Ok::<_, std::convert::Infallible>(i) })
+                .await?;
+        }
+        self.0.record(msg);
+        Ok(())
+    }
+}
+
 /// The batch handler: records every id of the batch, nothing else.
 struct RecordBatch(Arc<Tracker>);
 
@@ -227,6 +247,11 @@ fn subscription(
                     .timeout(DEADLINE),
             ),
             handler,
+        )
+        .build::<Msg>(),
+        Scenario::Steps => subscriber(
+            list(RedisList::new(key).reliable().no_recovery()),
+            RecordSteps(handler.0),
         )
         .build::<Msg>(),
         // A reliable list without crash recovery (recovery is the `recovery` scenario).

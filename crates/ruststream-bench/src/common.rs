@@ -84,10 +84,12 @@ pub enum Scenario {
     Cap,
     /// `Reliable` with a deadline on every handler call that never passes: the deadline's cost.
     Deadline,
+    /// `Reliable` read by a handler of three durable steps: what recording steps costs.
+    Steps,
 }
 
 impl Scenario {
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::PublishBatch,
         Self::PublishSingle,
         Self::Simple,
@@ -103,6 +105,7 @@ impl Scenario {
         Self::Priorities,
         Self::Cap,
         Self::Deadline,
+        Self::Steps,
     ];
 
     pub fn name(self) -> &'static str {
@@ -122,6 +125,7 @@ impl Scenario {
             Self::Priorities => "priorities",
             Self::Cap => "cap",
             Self::Deadline => "deadline",
+            Self::Steps => "steps",
         }
     }
 

@@ -61,7 +61,7 @@ pub const KEY: &str = "q";
 struct Cli {
     /// all, publish (both forms), publish-batch, publish-single, simple, reliable, recovery,
     /// batch, stream, delayed, pubsub, latency, rate-limit, rate-limit-key, priorities, cap, deadline,
-    /// durable, fair.
+    /// steps, durable, fair.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Messages per scenario.
@@ -332,6 +332,7 @@ async fn scenario(
         | Scenario::Priorities
         | Scenario::Cap
         | Scenario::Deadline
+        | Scenario::Steps
         | Scenario::Recovery
         | Scenario::Batch
         | Scenario::Stream
@@ -415,6 +416,7 @@ async fn queue(
             | Scenario::RateLimitKey
             | Scenario::Cap
             | Scenario::Deadline
+            | Scenario::Steps
             | Scenario::Priorities => raw::reliable(&ctx.raw, &raw_key, n, b, false).await?,
             Scenario::Recovery => raw::reliable(&ctx.raw, &raw_key, n, b, true).await?,
             _ => raw::stream(&ctx.raw, &raw_key, n, b).await?,

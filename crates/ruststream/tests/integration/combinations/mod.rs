@@ -10,7 +10,9 @@
 //!   calls hang until it), snoozes and fair groups runs on one queue,
 //!   asserting every message handled exactly once and nothing left queued or claimed (with the
 //!   cap, also that no more than it ran at once); the pairs not supported are refused at
-//!   startup, saying why.
+//!   startup, saying why. With durable steps (two steps a job, a durable sleep between them for
+//!   every fourth), each step's effect also ran once and no step record is left; a batch handler
+//!   has no steps, so that pair does not exist.
 //! - The stream matrix: every pair of the features a [`RedisStream`] has (rate limit,
 //!   partitions, pause, batch handler, delays, recovery after a killed claim) on one stream
 //!   read by a group, asserting every message handled exactly once and nothing left pending,
@@ -66,6 +68,8 @@ struct Tally {
     hang: bool,
     /// [`Snooze`]: every third job snoozes once.
     snooze: bool,
+    /// [`Steps`]: each job's step effects, by `(job, step)`.
+    steps: Option<Arc<Mutex<BTreeMap<(u32, u8), u32>>>>,
 }
 
 impl Tally {
@@ -79,6 +83,7 @@ impl Tally {
             },
             hang: pair.contains(&Deadline),
             snooze: pair.contains(&Snooze),
+            steps: pair.contains(&Steps).then(Arc::default),
             ..Self::default()
         }
     }
@@ -114,6 +119,36 @@ impl Tally {
             .collect()
     }
 
+    /// The step effects that did not run exactly once, of `0..n`'s two steps.
+    fn steps_not_once(&self, n: u32) -> Vec<((u32, u8), u32)> {
+        let Some(steps) = &self.steps else {
+            return Vec::new();
+        };
+        let steps = steps.lock().expect("lock");
+        (0..n)
+            .flat_map(|i| [(i, 0), (i, 1)])
+            .map(|k| (k, steps.get(&k).copied().unwrap_or(0)))
+            .filter(|(_, c)| *c != 1)
+            .collect()
+    }
+
+    /// With [`Steps`]: job `n`'s two steps, a durable sleep between them for every fourth job.
+    async fn run_steps(&self, n: u32, ctx: &Context<'_>) -> Result<(), HandlerOutcome> {
+        let Some(steps) = &self.steps else {
+            return Ok(());
+        };
+        let effect = |step: u8| async move {
+            *steps.lock().expect("lock").entry((n, step)).or_default() += 1;
+            Ok::<_, String>(step)
+        };
+        ctx.step("first", || effect(0)).await?;
+        if n % 4 == 3 {
+            ctx.sleep(STEP_SLEEP).await?;
+        }
+        ctx.step("second", || effect(1)).await?;
+        Ok(())
+    }
+
     /// Counts `n` jobs running for `linger`.
     async fn run(&self, n: usize) {
         let now = self.running.fetch_add(n, Ordering::SeqCst) + n;
@@ -133,6 +168,7 @@ impl Handle<Job> for Tally {
         if self.snoozes(m.n, ctx.snoozes()) {
             return Err(HandlerOutcome::snooze(SNOOZE));
         }
+        self.run_steps(m.n, ctx).await?;
         self.run(1).await;
         self.add(m.n);
         Ok(())
@@ -201,13 +237,15 @@ enum Feature {
     Snooze,
     /// `.groups()`, the jobs spread over three groups.
     Groups,
+    /// Durable steps in the handler (see [`Tally::run_steps`]).
+    Steps,
 }
 
 use Feature::*;
 
-const FEATURES: [Feature; 12] = [
+const FEATURES: [Feature; 13] = [
     Priorities, Rate, KeyRate, Partitions, Pause, Batch, Delays, Recovery, Cap, Deadline, Snooze,
-    Groups,
+    Groups, Steps,
 ];
 
 /// The deadline of [`Deadline`].
@@ -215,6 +253,9 @@ const TIMEOUT: Duration = Duration::from_millis(150);
 
 /// A snooze of [`Snooze`].
 const SNOOZE: Duration = Duration::from_millis(100);
+
+/// The durable sleep of [`Steps`].
+const STEP_SLEEP: Duration = Duration::from_millis(100);
 
 /// The cap of [`Cap`]: the 4 claims [`Recovery`]'s dying app holds fill it.
 const CAP: u32 = 4;
@@ -233,6 +274,7 @@ fn refusal(pair: [Feature; 2]) -> Option<&'static str> {
         [Priorities, Groups] | [Groups, Priorities] => {
             Some("fair groups and priority levels do not combine")
         }
+        [Batch, Steps] | [Steps, Batch] => Some("a batch handler has no steps"),
         _ => None,
     }
 }
@@ -242,8 +284,9 @@ async fn every_supported_pair_of_features_loses_and_duplicates_nothing(env: &Env
         for &b in &FEATURES[i + 1..] {
             let pair = [a, b];
             match refusal(pair) {
-                // One option holds the queue's limit: there is no pair to build.
-                Some("one rate limit a queue") => {}
+                // One option holds the queue's limit, and a batch handler's context has no
+                // steps: there is no pair to build.
+                Some("one rate limit a queue" | "a batch handler has no steps") => {}
                 Some(says) => {
                     let source = source(&format!("combo{i}"), &pair);
                     let app = env.app(move |m| {
@@ -279,7 +322,7 @@ fn source(name: &str, pair: &[Feature]) -> RedisList {
             Cap => list.max_in_flight(CAP),
             Deadline => list.timeout(TIMEOUT),
             Groups => list.groups(),
-            Pause | Batch | Delays | Recovery | Snooze => list,
+            Pause | Batch | Delays | Recovery | Snooze | Steps => list,
         };
     }
     list
@@ -344,6 +387,20 @@ async fn run_pair(env: &Env, name: &str, pair: &[Feature]) {
         [],
         "{pair:?}: jobs handled other than once"
     );
+    assert_eq!(
+        tally.steps_not_once(N),
+        [],
+        "{pair:?}: step effects run other than once"
+    );
+    if pair.contains(&Steps) {
+        let records: Vec<String> = env
+            .keys()
+            .await
+            .into_iter()
+            .filter(|k| k.contains(".steps:"))
+            .collect();
+        assert_eq!(records, Vec::<String>::new(), "{pair:?}: step records left");
+    }
     if pair.contains(&Cap) {
         let peak = tally.peak.load(Ordering::SeqCst);
         assert!(
