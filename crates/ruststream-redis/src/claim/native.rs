@@ -4,7 +4,13 @@
 //! with a `WATCH` of their keys: the pause key `K.paused` and the cancel record `K.cancels`.
 //!
 //! Each read is one round trip on the reader's own connection: `MULTI`, `EXISTS` of the keys,
-//! the read, `EXEC`, then `WATCH` of the keys and `EXISTS` of them, for the next read. The next
+//! the read, `EXEC`, then `WATCH` of the keys and `EXISTS` of them, for the next read. fred
+//! writes a command to the socket at once when nothing else waits in its queue, and always
+//! after a command of its own kind, `MULTI` and `EXEC` here: so the round trip goes as two
+//! pipelines queued together, the last `EXISTS` alone in the second, and fred writes it in
+//! three writes (`MULTI`; the `EXISTS`, the read and `EXEC`; `WATCH` and `EXISTS`), not one
+//! per command. Splitting it there loses nothing: a reconnect between the two pipelines is one
+//! between two round trips, which the `EXISTS` inside the `MULTI` covers (below). The next
 //! read is sent natively only when that `EXISTS` found neither key, and its `EXEC` fails (takes
 //! nothing) when either key was written since that `WATCH`: a `pause` that returned before the
 //! read reached Redis, or a cancel's record. A failed `EXEC` reads again. While either key
@@ -23,12 +29,12 @@
 //! script, which reports it as it always has. Not for the in-memory model (`crate::memory`),
 //! which has no transactions: its readers use the script.
 //!
-//! Commands: `MULTI`, `EXISTS`, the caller's read, `EXEC`, `WATCH`.
+//! Commands: `MULTI`, `EXISTS`, the [`Read`], `EXEC`, `WATCH`.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use fred::clients::Pipeline;
+use fred::clients::{Pipeline, WithOptions};
 use fred::prelude::*;
 use fred::types::{ClusterHash, CustomCommand};
 use ruststream_core::Result;
@@ -54,6 +60,57 @@ pub(crate) enum Native {
     /// A key is set (or the read got an error reply): claim through the script.
     Script,
 }
+
+/// A native read: the commands inside the `MULTI`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Read<'a> {
+    /// `RPOP key count`.
+    Pop { key: &'a str, count: usize },
+    /// `XREADGROUP GROUP group consumer COUNT count STREAMS key >`, then `XREVRANGE key + -
+    /// COUNT 1`.
+    Group {
+        key: &'a str,
+        group: &'a str,
+        consumer: &'a str,
+        count: usize,
+    },
+}
+
+impl Read<'_> {
+    /// How many commands it is.
+    fn len(&self) -> usize {
+        match self {
+            Read::Pop { .. } => 1,
+            Read::Group { .. } => 2,
+        }
+    }
+
+    /// Queues its commands on `p`, as fred's own commands: unlike a custom command, one of
+    /// them is written without a flush of the socket while more waits in fred's queue.
+    async fn queue(&self, p: &Pipe) -> std::result::Result<(), fred::error::Error> {
+        match *self {
+            Read::Pop { key, count } => p.rpop(key, Some(count)).await,
+            Read::Group {
+                key,
+                group,
+                consumer,
+                count,
+            } => {
+                let count = u64::try_from(count).unwrap_or(u64::MAX);
+                let () = p
+                    .xreadgroup(group, consumer, Some(count), None, false, key, ">")
+                    .await?;
+                p.xrevrange(key, "+", "-", Some(1)).await
+            }
+        }
+    }
+}
+
+/// A reply of a pipeline.
+type Replied = std::result::Result<Value, fred::error::Error>;
+
+/// A pipeline of a reader's client, its commands sent once (`crate::lua::once`).
+type Pipe = Pipeline<WithOptions<Client>>;
 
 /// One reader's watch of its pause key and cancel record.
 pub(crate) struct Watched {
@@ -99,28 +156,21 @@ impl Watched {
         CustomCommand::new_static(name, self.hash.clone(), false)
     }
 
-    fn keys(&self) -> Vec<Value> {
-        self.keys.iter().map(|k| Value::from(k.as_str())).collect()
-    }
-
-    /// Runs the commands of `read` (name, arguments) natively when neither key is set (see the
+    /// Runs `read` natively when neither key is set (see the
     /// module docs).
     ///
     /// # Errors
     /// The connection's errors (the read may then have run: a simple list's at most once).
-    pub(crate) async fn read(
-        &self,
-        client: &Client,
-        read: &[(&'static str, Vec<Value>)],
-    ) -> Result<Native> {
+    pub(crate) async fn read(&self, client: &Client, read: Read<'_>) -> Result<Native> {
         let state = self.state();
         if !state.armed {
             if state.recheck.is_some_and(|at| Instant::now() < at) {
                 return Ok(Native::Script);
             }
             let p = self.pipeline(client);
-            self.watch(&p).await?;
-            let set = exists(p.try_all::<Value>().await.pop())?;
+            self.queue_watch(&p).await;
+            let (_, set) = self.then_exists(client, &p).await;
+            let set = set?;
             self.set(set == 0);
             if set > 0 {
                 return Ok(Native::Script);
@@ -142,24 +192,18 @@ impl Watched {
 
     /// One round trip: the read in its `MULTI`, then the `WATCH` for the next. `None` when the
     /// `EXEC` failed (a key was written since the last `WATCH`).
-    async fn once(
-        &self,
-        client: &Client,
-        read: &[(&'static str, Vec<Value>)],
-    ) -> Result<Option<Native>> {
+    async fn once(&self, client: &Client, read: Read<'_>) -> Result<Option<Native>> {
         let p = self.pipeline(client);
         let queue = async {
             let () = p.custom(self.cmd("MULTI"), Vec::<Value>::new()).await?;
-            let () = p.custom(self.cmd("EXISTS"), self.keys()).await?;
-            for (name, args) in read {
-                let () = p.custom(self.cmd(name), args.clone()).await?;
-            }
+            let () = p.exists(self.keys.clone()).await?;
+            read.queue(&p).await?;
             p.custom::<(), Value>(self.cmd("EXEC"), Vec::new()).await
         };
         queue.await.map_err(core)?;
-        self.watch(&p).await?;
-        let mut replies = p.try_all::<Value>().await;
-        let after = exists(replies.pop())?;
+        self.queue_watch(&p).await;
+        let (mut replies, after) = self.then_exists(client, &p).await;
+        let after = after?;
         self.set(after == 0);
         let exec = replies
             .len()
@@ -186,26 +230,36 @@ impl Watched {
         }))
     }
 
-    fn pipeline(&self, client: &Client) -> Pipeline<fred::clients::WithOptions<Client>> {
+    fn pipeline(&self, client: &Client) -> Pipe {
         Pipeline::from(client.with_options(&crate::lua::once()))
     }
 
-    /// Queues `WATCH` and `EXISTS` of the keys on `p`.
-    async fn watch(&self, p: &Pipeline<fred::clients::WithOptions<Client>>) -> Result<()> {
-        let () = p
-            .custom(self.cmd("WATCH"), self.keys())
-            .await
-            .map_err(core)?;
-        let () = p
-            .custom(self.cmd("EXISTS"), self.keys())
-            .await
-            .map_err(core)?;
-        Ok(())
+    /// Queues `WATCH` of the keys on `p`, as fred's own command (a custom one would flush).
+    /// fred answers its `WATCH` in a pipeline with an error at once (it expects `OK` and gets
+    /// its queued placeholder) after queueing it: the `WATCH` is sent with the pipeline all the
+    /// same, and its reply is not read (a failed `WATCH` shows as the reconnect case, which the
+    /// `EXISTS` inside the next `MULTI` covers).
+    async fn queue_watch(&self, p: &Pipe) {
+        let _queued = p.watch(self.keys.clone()).await;
+    }
+
+    /// Sends `p` and, queued right behind it as a pipeline of its own, `EXISTS` of the keys:
+    /// `p`'s replies and the count. While the `EXISTS` waits in fred's queue, fred writes
+    /// `p`'s own commands without flushing the socket after each.
+    async fn then_exists(&self, client: &Client, p: &Pipe) -> (Vec<Replied>, Result<i64>) {
+        let last = self.pipeline(client);
+        let queued = last.exists::<(), _>(self.keys.clone()).await;
+        let (replies, mut after) = tokio::join!(p.try_all::<Value>(), last.try_all::<Value>());
+        let count = match queued {
+            Ok(()) => exists(after.pop()),
+            Err(e) => Err(core(e)),
+        };
+        (replies, count)
     }
 }
 
 /// The count of an `EXISTS` reply.
-fn exists(reply: Option<std::result::Result<Value, fred::error::Error>>) -> Result<i64> {
+fn exists(reply: Option<Replied>) -> Result<i64> {
     match reply {
         Some(Ok(v)) => Ok(v.as_i64().unwrap_or(1)),
         Some(Err(e)) => Err(core(e)),

@@ -40,12 +40,12 @@ use super::levels::Wakes;
 use super::source::{ListKeys, Mode, RedisList};
 use crate::back::Dest;
 use crate::claim::limit::Limiter;
-use crate::claim::native::{Native, Watched};
+use crate::claim::native::{Native, Read, Watched};
 use crate::claim::{self, Claim, Claimed, Record};
 use crate::conn::{Connections, ReadConn};
 use crate::dead::PushDeadLetters;
 use crate::delayed::{Mover, interrupted, read_wait};
-use crate::lua::{self, Call};
+use crate::lua::Call;
 use crate::memory::BlockingRead;
 use crate::pause::{Gate, Hold};
 use crate::reply::value_bytes;
@@ -238,8 +238,11 @@ impl Reader {
     async fn pop(&self, max: usize) -> Result<Claimed> {
         if let Some(w) = &self.native {
             let queue = &self.levels[0];
-            let pop = [("RPOP", vec![queue.as_str().into(), lua::int(max)])];
-            match w.read(self.conn.client(), &pop).await? {
+            let pop = Read::Pop {
+                key: queue,
+                count: max,
+            };
+            match w.read(self.conn.client(), pop).await? {
                 Native::Read(mut r) => {
                     return Ok(Claimed {
                         values: popped(r.pop()),

@@ -11,7 +11,7 @@ use ruststream_core::Result;
 use super::recover::Group;
 use crate::claim::StreamClaimed;
 use crate::claim::limit::Held;
-use crate::claim::native::{Native, Watched};
+use crate::claim::native::{Native, Read, Watched};
 use crate::conn::ReadConn;
 use crate::reply::{Reply, value_bytes, value_frame};
 
@@ -23,26 +23,13 @@ pub(super) async fn read(
     g: &Group,
     max: usize,
 ) -> Result<Option<(StreamClaimed, bool)>> {
-    let key: Value = g.key.as_str().into();
-    let group = vec![
-        "GROUP".into(),
-        g.group.as_str().into(),
-        g.consumer.as_str().into(),
-        "COUNT".into(),
-        crate::lua::int(max),
-        "STREAMS".into(),
-        key.clone(),
-        ">".into(),
-    ];
-    let top = vec![
-        key,
-        "+".into(),
-        "-".into(),
-        "COUNT".into(),
-        Value::Integer(1),
-    ];
-    let read = [("XREADGROUP", group), ("XREVRANGE", top)];
-    let (mut replies, unsure) = match w.read(conn.client(), &read).await? {
+    let read = Read::Group {
+        key: &g.key,
+        group: &g.group,
+        consumer: &g.consumer,
+        count: max,
+    };
+    let (mut replies, unsure) = match w.read(conn.client(), read).await? {
         Native::Read(r) => (r, false),
         Native::Unsure(r) => (r, true),
         Native::Script => return Ok(None),

@@ -219,7 +219,8 @@ fn app_of(broker: &RedisBroker, key: &str, stream: bool, seen: &Seen) -> RustStr
 }
 
 /// A simple list and a plain consumer group read a few thousand messages without one
-/// `EVALSHA` a read: counted with `INFO commandstats` on a server of the test's own.
+/// `EVALSHA` a read, each read watched for the next: counted with `INFO commandstats` on a
+/// server of the test's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_simple_list_and_a_plain_group_read_without_a_script() {
     let stand = stand::Stand::start("stand_standalone");
@@ -253,6 +254,13 @@ async fn a_simple_list_and_a_plain_group_read_without_a_script() {
         assert!(
             scripts * 10 < reads,
             "{key}: {scripts} EVALSHA for {reads} {read}: a read ran a script ({calls:?})"
+        );
+        // Each native read is followed by the `WATCH` for the next, queued as fred's own
+        // command (which answers an error at queue time in a pipeline, yet is sent).
+        let watches = calls.get("watch").copied().unwrap_or(0);
+        assert!(
+            watches >= reads,
+            "{key}: {watches} WATCH for {reads} {read}: a read went unwatched ({calls:?})"
         );
     }
 }
