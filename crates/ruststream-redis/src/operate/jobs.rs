@@ -1,5 +1,5 @@
 //! Every job of a list queue or a stream, by state, a page at a time, and found by id or by a
-//! header: queued (a list's levels, `LRANGE`; a stream's entries its group has not read,
+//! header: queued (a list's levels and fair groups, `LLEN` in one pipeline, then `LRANGE`; a stream's entries its group has not read,
 //! `stream_jobs.rs`), running (a reliable list's processing list; with recovery, the recovery
 //! set's claims, `ZRANGE .. WITHSCORES`, and their batch lists, `LRANGE`, for the worker and how
 //! long; a stream group's pending entries with their consumer and idle time, `stream_jobs.rs`),
@@ -20,6 +20,9 @@ use crate::keys::SourceKeys;
 
 /// Most entries a search reads in each state of each subscription.
 pub const JOBS_SCANNED: usize = 1000;
+
+/// Most fair groups of a list whose waiting entries are listed (the first of its ring).
+pub const GROUPS_LISTED: usize = 1000;
 
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -286,16 +289,26 @@ impl Operator {
     }
 }
 
-/// A page of the entries waiting on the queue's levels (highest level first, oldest first).
+/// A page of the entries waiting on the queue's levels (highest level first, oldest first),
+/// then, on a list with fair groups, in the first [`GROUPS_LISTED`] groups of its ring (each
+/// group's sub-queue, oldest first). The lengths are read in one pipeline.
 async fn queued(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -> Result<JobPage> {
-    let mut levels: Vec<&String> = q.levels.iter().rev().collect();
-    levels.push(&q.queue);
-    let mut total = 0;
+    let mut lists: Vec<String> = q.levels.iter().rev().cloned().collect();
+    lists.push(q.queue.clone());
+    if let Some(ring) = &q.groups {
+        let most = i64::try_from(GROUPS_LISTED).unwrap_or(i64::MAX) - 1;
+        let names: Vec<String> = client.lrange(ring, 0, most).await.map_err(core)?;
+        lists.extend(names.iter().map(|g| format!("{ring}:{g}")));
+    }
+    let pipeline = client.pipeline();
+    for list in &lists {
+        let () = pipeline.llen(list).await.map_err(core)?;
+    }
+    let lens: Vec<u64> = pipeline.all().await.map_err(core)?;
+    let total = lens.iter().sum();
     let mut jobs = Vec::new();
     let mut skip = offset;
-    for level in levels {
-        let len: u64 = client.llen(level).await.map_err(core)?;
-        total += len;
+    for (list, len) in lists.iter().zip(lens) {
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         if skip >= len {
             skip -= len;
@@ -303,11 +316,11 @@ async fn queued(client: &Client, q: &SourceKeys, offset: usize, limit: usize) ->
         }
         let want = limit.saturating_sub(jobs.len());
         if want == 0 {
-            continue;
+            break;
         }
         let (start, stop) = oldest_page(skip, want);
         skip = 0;
-        let values: Vec<Bytes> = client.lrange(level, start, stop).await.map_err(core)?;
+        let values: Vec<Bytes> = client.lrange(list, start, stop).await.map_err(core)?;
         jobs.extend(
             values
                 .iter()

@@ -100,7 +100,12 @@ mod tests {
             key: "k".into(),
         };
         assert_eq!(spent(0.0, 5.0, &limit), 0, "idle");
-        assert_eq!(spent(1_000_300.0, 1_000_000.0, &limit), 3);
+        assert_eq!(spent(1_300_000.0, 1_000_000.0, &limit), 3);
+        assert_eq!(
+            spent(1_000_300.0, 1_000_000.0, &limit),
+            1,
+            "a part of a step is one"
+        );
         assert_eq!(spent(9e12, 0.0, &limit), 10, "at most n");
     }
 }

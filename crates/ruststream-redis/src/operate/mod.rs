@@ -47,7 +47,7 @@ pub use self::delayed::DelayedEntry;
 pub use self::flows::FLOWS_SCANNED;
 pub use self::groups::{GROUPS_READ, GROUPS_SHOWN, GroupLen, Groups};
 pub use self::inspect::{CLAIMS_READ, Consumer, GroupState, Inspection};
-pub use self::jobs::{JOBS_SCANNED, Job, JobPage, JobState};
+pub use self::jobs::{GROUPS_LISTED, JOBS_SCANNED, Job, JobPage, JobState};
 pub use self::limits::{KEYS_SHOWN, RateUse};
 pub use self::periodic::PeriodicJob;
 pub use self::story::{Step, Steps};

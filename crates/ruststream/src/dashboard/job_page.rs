@@ -54,7 +54,7 @@ pub(super) fn job_page(ctx: &Ctx<'_>, v: &JobView<'_>) -> Markup {
             @if let Some(w) = &j.worker { dt { @if j.entry.is_some() { "consumer" } @else { "worker" } } dd #worker { code { (w) } } }
             @if let Some(r) = j.running_ms { dt { @if j.entry.is_some() { "idle for" } @else { "running for" } } dd { (for_ms(r)) } }
             @if let Some(ago) = j.finished_ms_ago { dt { "finished" } dd { (for_ms(ago)) " ago" } }
-            @if let Some(g) = j.headers.get("group") { dt { "group" } dd #group { (g) } }
+            @if let Some(g) = j.headers.get(ruststream_core::GROUP_HEADER) { dt { "fair group" } dd #group { (g) } }
             @if j.state != JobState::Completed { dt { "payload size" } dd { (j.size) " bytes" } }
         }
         @if let Some(r) = v.record {

@@ -22,6 +22,7 @@ on!(
     a_stream_lists_its_pending_and_waiting_entries,
     completed_jobs_steps_and_flows_tell_the_story,
     rate_limits_show_their_use_and_caps_their_bound,
+    a_fair_lists_groups_waiting_entries_are_listed,
 );
 
 /// Holds every handler until it is opened.
@@ -349,4 +350,58 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
     let keys = op.find("{limited}").expect("the subscription");
     assert_eq!(keys.max_in_flight, Some(2));
     env.stop(running).await;
+}
+
+async fn a_fair_lists_groups_waiting_entries_are_listed(env: &Env) {
+    let mount = |b: &mut Mount<RedisBroker>| {
+        b.include(
+            subscriber(
+                RedisList::new("{fair}").reliable().groups(),
+                super::Poisonable::default(),
+            )
+            .build(),
+        );
+    };
+    // Nothing runs: what is published waits in its group.
+    let op = operator_of(&env.app(mount)).await;
+    let publisher = env.broker().publisher();
+    for (n, group) in [
+        (0, Some("acme")),
+        (1, Some("globex")),
+        (2, Some("acme")),
+        (3, None),
+    ] {
+        let order = job(n, false);
+        let message = publisher
+            .message(&order)
+            .to("{fair}")
+            .id(format!("fair-{n}"));
+        let message = match group {
+            Some(g) => message.group(g),
+            None => message,
+        };
+        message.publish().await.expect("publish");
+    }
+    let all = op
+        .jobs("{fair}", JobState::Queued, 0, 10)
+        .await
+        .expect("queued");
+    assert_eq!(all.total, 4);
+    let mut ids: Vec<&str> = all.jobs.iter().map(|j| j.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["fair-0", "fair-1", "fair-2", "fair-3"]);
+    let acme: Vec<&str> = all
+        .jobs
+        .iter()
+        .filter(|j| j.headers.get("rs.group").map(String::as_str) == Some("acme"))
+        .map(|j| j.id.as_str())
+        .collect();
+    assert_eq!(acme, ["fair-0", "fair-2"], "a group's entries oldest first");
+    let second = op
+        .jobs("{fair}", JobState::Queued, 3, 10)
+        .await
+        .expect("a later page");
+    assert_eq!(second.jobs.len(), 1);
+    let found = op.find_job("fair-1").await.expect("a search");
+    assert_eq!(found.len(), 1);
 }
