@@ -1,7 +1,8 @@
 //! Completed jobs: the final records where results are kept (`crate::results`,
 //! `<prefix>ruststream:job:{<id>}`, while they live: `RedisBroker::result_ttl`). No index of
 //! them is written (that would be a write per message), so they are found by `SCAN MATCH` (on
-//! every node of a cluster), at most [`COMPLETED_SCANNED`] keys, then one `HMGET state result
+//! every node of a cluster), at most [`COMPLETED_SCANNED`] keys in at most
+//! [`SCAN_CALLS`](super::SCAN_CALLS) calls, then one `HMGET state result
 //! error` and one `PTTL` each, sent concurrently. Newest first: a final record is written once,
 //! so its remaining ttl says when it finished.
 

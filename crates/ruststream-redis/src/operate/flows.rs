@@ -1,6 +1,7 @@
 //! A queue's open flows and what each waits for: the flow records whose parent goes to the
 //! queue (`K.flow:<id>`, `crate::flow`), found by `SCAN MATCH` (on every node of a cluster; no
-//! index of them is kept), at most [`FLOWS_SCANNED`] keys, then one `HGETALL` each (a record
+//! index of them is kept), at most [`FLOWS_SCANNED`] keys in at most
+//! [`SCAN_CALLS`](super::SCAN_CALLS) calls, then one `HGETALL` each (a record
 //! holds at most 1,000 children).
 
 use ruststream_core::Result;
