@@ -7,7 +7,7 @@ use axum::http::{StatusCode, Uri};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use ruststream_core::{FlowState, JobRecord};
-use ruststream_redis::operate::{Job, JobState, Steps};
+use ruststream_redis::operate::{Job, JobState, Operator, Steps};
 
 use super::job_page::{self, JobView};
 use super::jobs::{self, JobList, PAGE};
@@ -22,9 +22,7 @@ pub(super) async fn list(State(s): State<Shared>, uri: Uri) -> Response {
         .unwrap_or(JobState::Queued);
     let found = match find(&s, field(&query, "b"), field(&query, "name")) {
         Some(found) => Some(found),
-        None if state == JobState::Completed => field(&query, "b")
-            .and_then(|b| b.parse::<usize>().ok())
-            .and_then(|b| Some((b, s.ops.get(b)?, String::new()))),
+        None if state == JobState::Completed => whole_broker(&s, field(&query, "b")),
         None => None,
     };
     let Some((b, op, name)) = found else {
@@ -53,6 +51,13 @@ pub(super) async fn list(State(s): State<Shared>, uri: Uri) -> Response {
         total: listed.total,
     };
     Html(jobs::job_list(&ctx, &view).into_string()).into_response()
+}
+
+/// Broker `b` (an index in the page) as a whole, for what is not one subscription's: its
+/// completed jobs, a job looked for in every queue.
+fn whole_broker<'a>(s: &'a Shared, b: Option<&str>) -> Option<(usize, &'a Operator, String)> {
+    let b: usize = b?.parse().ok()?;
+    Some((b, s.ops.get(b)?, String::new()))
 }
 
 /// The states a subscription's row links to (completed jobs are the app's).
@@ -134,9 +139,7 @@ pub(super) async fn one(State(s): State<Shared>, uri: Uri) -> Response {
     let named = field(&query, "name").filter(|n| !n.is_empty());
     let found = match named {
         Some(_) => find(&s, field(&query, "b"), named),
-        None => field(&query, "b")
-            .and_then(|b| b.parse::<usize>().ok())
-            .and_then(|b| Some((b, s.ops.get(b)?, String::new()))),
+        None => whole_broker(&s, field(&query, "b")),
     };
     let Some((b, op, name)) = found else {
         return s.failure(StatusCode::NOT_FOUND, "no such subscription");
