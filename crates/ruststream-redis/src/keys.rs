@@ -240,6 +240,39 @@ pub struct SourceKeys {
     /// `{jobs:0}`), and this is the queue's name (`jobs`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub partition_of: Option<String>,
+    /// Its rate limit (`.rate_limit`, `.rate_limit_by`) and the limiter's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateKeys>,
+    /// Its concurrency cap across workers (`.max_in_flight(n)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
+}
+
+/// A subscription's rate limit as the operator reads it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct RateKeys {
+    /// Most messages per period.
+    pub n: u32,
+    /// The period, in ms.
+    pub per_ms: u64,
+    /// A per-key limit: the header naming each message's key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_header: Option<String>,
+    /// The limiter's key: `K.rate` (a string), or `K.rate.keys` per key (a sorted set).
+    pub key: String,
+}
+
+impl RateKeys {
+    /// The limit `rate` of the queue `queue` (full name).
+    pub(crate) fn of(rate: &crate::claim::limit::RateLimit, space: &KeySpace, queue: &str) -> Self {
+        Self {
+            n: rate.n(),
+            per_ms: u64::try_from(rate.per().as_millis()).unwrap_or(u64::MAX),
+            by_header: rate.header().map(str::to_owned),
+            key: rate.key(space, queue),
+        }
+    }
 }
 
 impl SourceKeys {

@@ -126,7 +126,7 @@ pub use dead::{
 #[doc(hidden)]
 pub use flow::{ChildDone, MarkSent, StartFlow};
 pub use frame::REASON_HEADER;
-pub use keys::SourceKeys;
+pub use keys::{RateKeys, SourceKeys};
 pub use list::RedisList;
 /// The list scripts' typed calls, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]

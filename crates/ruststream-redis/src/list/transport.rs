@@ -72,6 +72,10 @@ impl Transport for RedisList {
             (Mode::Reliable, false) => "reliable",
             (Mode::Reliable, true) => "reliable, no recovery",
         };
+        let rate_limit = self
+            .rate
+            .as_ref()
+            .map(|r| crate::keys::RateKeys::of(r, space, &keys.queue));
         SourceKeys {
             name: self.key.clone(),
             transport: "list",
@@ -93,6 +97,8 @@ impl Transport for RedisList {
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
             partition_of: None,
+            rate_limit,
+            max_in_flight: self.max_in_flight,
         }
     }
 

@@ -258,7 +258,7 @@ fn count_of_numsub(v: Value) -> Option<u64> {
     }
 }
 
-async fn group_state(client: &Client, stream: &str, group: &str) -> Result<GroupState> {
+pub(super) async fn group_state(client: &Client, stream: &str, group: &str) -> Result<GroupState> {
     let mut state = GroupState::default();
     let groups: Value = match client
         .custom(

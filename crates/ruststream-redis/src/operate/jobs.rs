@@ -1,8 +1,11 @@
-//! Every job of a list queue, by state, a page at a time, and found by id or by a header:
-//! queued (`LRANGE` of the levels), running (a reliable list's processing list; with recovery,
-//! the recovery set's claims, `ZRANGE .. WITHSCORES`, and their batch lists, `LRANGE`, for the
-//! worker and how long), delayed and retrying (the delayed set, `delayed.rs`), dead
-//! (`dead.rs`). Every read is bounded by its page, or by [`JOBS_SCANNED`] for a search.
+//! Every job of a list queue or a stream, by state, a page at a time, and found by id or by a
+//! header: queued (a list's levels and fair groups, `LLEN` in one pipeline, then `LRANGE`; a stream's entries its group has not read,
+//! `stream_jobs.rs`), running (a reliable list's processing list; with recovery, the recovery
+//! set's claims, `ZRANGE .. WITHSCORES`, and their batch lists, `LRANGE`, for the worker and how
+//! long; a stream group's pending entries with their consumer and idle time, `stream_jobs.rs`),
+//! delayed and retrying (the delayed set, `delayed.rs`), dead (`dead.rs`), completed (the
+//! records where results are kept, `completed.rs`). Every read is bounded by its page, or by
+//! [`JOBS_SCANNED`] for a search.
 
 use bytes::Bytes;
 use fred::prelude::*;
@@ -18,6 +21,9 @@ use crate::keys::SourceKeys;
 /// Most entries a search reads in each state of each subscription.
 pub const JOBS_SCANNED: usize = 1000;
 
+/// Most fair groups of a list whose waiting entries are listed (the first of its ring).
+pub const GROUPS_LISTED: usize = 1000;
+
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -32,19 +38,22 @@ pub enum JobState {
     Retrying,
     /// In the dead-letter list.
     Dead,
+    /// Finished, its record kept where results are kept (done with a result, or failed).
+    Completed,
 }
 
 impl JobState {
     /// Every state, in a job's order.
-    pub const ALL: [JobState; 5] = [
+    pub const ALL: [JobState; 6] = [
         JobState::Queued,
         JobState::Running,
         JobState::Delayed,
         JobState::Retrying,
         JobState::Dead,
+        JobState::Completed,
     ];
 
-    /// Its name: `queued`, `running`, `delayed`, `retrying`, `dead`.
+    /// Its name: `queued`, `running`, `delayed`, `retrying`, `dead`, `completed`.
     pub fn name(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
@@ -52,6 +61,7 @@ impl JobState {
             JobState::Delayed => "delayed",
             JobState::Retrying => "retrying",
             JobState::Dead => "dead",
+            JobState::Completed => "completed",
         }
     }
 
@@ -65,7 +75,8 @@ impl JobState {
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct Job {
-    /// The subscription whose queue holds it.
+    /// The subscription whose queue holds it (empty for a completed job: its record does not
+    /// say).
     pub subscription: String,
     /// Where it is.
     pub state: JobState,
@@ -83,16 +94,34 @@ pub struct Job {
     pub reason: Option<String>,
     /// Delayed or retrying: in how many ms it is due (negative: overdue).
     pub due_in_ms: Option<i64>,
-    /// Running, with recovery: the reader that claimed it.
+    /// Running, with recovery: the reader that claimed it (a stream: the consumer holding it).
     pub worker: Option<String>,
-    /// Running, with recovery: how long ago it was claimed, in ms.
+    /// Running, with recovery: how long ago it was claimed, in ms (a stream: since it was last
+    /// delivered, its idle time).
     pub running_ms: Option<u64>,
+    /// A stream's entry id.
+    pub entry: Option<String>,
+    /// A stream's pending entry: how many times its group delivered it.
+    pub deliveries: Option<u64>,
+    /// Completed: its result (JSON when it parses as JSON, else text).
+    pub result: Option<serde_json::Value>,
+    /// Completed: how long ago it finished, in ms.
+    pub finished_ms_ago: Option<u64>,
 }
 
 impl Job {
     /// The job stored as `raw` (a frame: `crate::frame`) in `state` of `subscription`.
     pub fn of_frame(subscription: &str, state: JobState, raw: &Bytes) -> Self {
-        let frame = Frame::decode(raw.clone());
+        Self::of_decoded(subscription, state, Frame::decode(raw.clone()))
+    }
+
+    /// A job of `subscription` with nothing known yet, to be filled in.
+    fn blank(subscription: &str) -> Self {
+        Self::of_decoded(subscription, JobState::Queued, Frame::decode(Bytes::new()))
+    }
+
+    /// The job of the decoded `frame` in `state` of `subscription`.
+    pub fn of_decoded(subscription: &str, state: JobState, frame: Frame) -> Self {
         let mut headers = frame.headers;
         let reason = headers.remove(REASON_HEADER);
         Job {
@@ -107,6 +136,10 @@ impl Job {
             due_in_ms: None,
             worker: None,
             running_ms: None,
+            entry: None,
+            deliveries: None,
+            result: None,
+            finished_ms_ago: None,
         }
     }
 }
@@ -121,8 +154,19 @@ pub struct JobPage {
     pub total: u64,
 }
 
+impl JobPage {
+    /// No jobs.
+    pub fn empty() -> Self {
+        JobPage {
+            jobs: Vec::new(),
+            total: 0,
+        }
+    }
+}
+
 impl Operator {
-    /// The `limit` jobs in `state` of the list queue `name` after the `offset` first.
+    /// The `limit` jobs in `state` of the list queue or stream `name` after the `offset`
+    /// first; completed jobs are the app's (see [`completed`](Self::completed)).
     pub async fn jobs(
         &self,
         name: &str,
@@ -132,22 +176,26 @@ impl Operator {
     ) -> Result<JobPage> {
         let q = self.queue(name)?.clone();
         let client = self.conns.pool()?.next().clone();
+        let stream = q.transport == "stream";
         match state {
+            JobState::Completed => self.completed(offset, limit).await,
+            JobState::Queued if stream => {
+                super::stream_jobs::waiting(&client, &q, offset, limit).await
+            }
+            JobState::Running if stream => {
+                super::stream_jobs::pending(&client, &q, offset, limit).await
+            }
             JobState::Queued => queued(&client, &q, offset, limit).await,
             JobState::Running => running(&client, &q, offset, limit).await,
             JobState::Delayed | JobState::Retrying => {
                 let Some(set) = &q.delayed else {
-                    return Ok(JobPage {
-                        jobs: Vec::new(),
-                        total: 0,
-                    });
+                    return Ok(JobPage::empty());
                 };
                 let total: u64 = client.zcard(set).await.map_err(core)?;
                 let entries = self.delayed_from(name, offset, limit).await?;
                 let jobs = entries
                     .into_iter()
                     .map(|e| Job {
-                        subscription: q.name.clone(),
                         state: if e.attempt > 1 {
                             JobState::Retrying
                         } else {
@@ -158,10 +206,8 @@ impl Operator {
                         attempt: e.attempt,
                         headers: e.headers,
                         payload: e.payload,
-                        reason: None,
                         due_in_ms: Some(e.due_in_ms),
-                        worker: None,
-                        running_ms: None,
+                        ..Job::blank(&q.name)
                     })
                     .filter(|j| j.state == state)
                     .collect();
@@ -169,10 +215,7 @@ impl Operator {
             }
             JobState::Dead => {
                 let Some(dead) = &q.dead else {
-                    return Ok(JobPage {
-                        jobs: Vec::new(),
-                        total: 0,
-                    });
+                    return Ok(JobPage::empty());
                 };
                 let total: u64 = client.llen(dead).await.map_err(core)?;
                 let jobs = self
@@ -180,7 +223,6 @@ impl Operator {
                     .await?
                     .into_iter()
                     .map(|d| Job {
-                        subscription: q.name.clone(),
                         state: JobState::Dead,
                         id: d.id,
                         attempt: d.attempt,
@@ -188,9 +230,7 @@ impl Operator {
                         payload: d.payload,
                         size: d.size,
                         reason: d.reason,
-                        due_in_ms: None,
-                        worker: None,
-                        running_ms: None,
+                        ..Job::blank(&q.name)
                     })
                     .collect();
                 Ok(JobPage { jobs, total })
@@ -209,14 +249,14 @@ impl Operator {
         jobs.read_job(id).await
     }
 
-    /// Every job with message id `id` in the app's list queues (each state's first
-    /// [`JOBS_SCANNED`] entries; a delayed entry by its id at once).
+    /// Every job with message id `id` in the app's list queues and streams (each state's
+    /// first [`JOBS_SCANNED`] entries; a delayed entry by its id at once).
     pub async fn find_job(&self, id: &str) -> Result<Vec<Job>> {
         self.search(|j| j.id == id).await
     }
 
     /// Every job whose header `name` is `value` among each state's first [`JOBS_SCANNED`]
-    /// entries of the app's list queues.
+    /// entries of the app's list queues and streams.
     pub async fn find_by_header(&self, name: &str, value: &str) -> Result<Vec<Job>> {
         self.search(|j| j.headers.get(name).is_some_and(|v| v == value))
             .await
@@ -227,7 +267,7 @@ impl Operator {
         for q in self
             .subscriptions()
             .iter()
-            .filter(|q| q.transport == "list")
+            .filter(|q| q.transport == "list" || q.transport == "stream")
         {
             for state in [
                 JobState::Running,
@@ -249,16 +289,26 @@ impl Operator {
     }
 }
 
-/// A page of the entries waiting on the queue's levels (highest level first, oldest first).
+/// A page of the entries waiting on the queue's levels (highest level first, oldest first),
+/// then, on a list with fair groups, in the first [`GROUPS_LISTED`] groups of its ring (each
+/// group's sub-queue, oldest first). The lengths are read in one pipeline.
 async fn queued(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -> Result<JobPage> {
-    let mut levels: Vec<&String> = q.levels.iter().rev().collect();
-    levels.push(&q.queue);
-    let mut total = 0;
+    let mut lists: Vec<String> = q.levels.iter().rev().cloned().collect();
+    lists.push(q.queue.clone());
+    if let Some(ring) = &q.groups {
+        let most = i64::try_from(GROUPS_LISTED).unwrap_or(i64::MAX) - 1;
+        let names: Vec<String> = client.lrange(ring, 0, most).await.map_err(core)?;
+        lists.extend(names.iter().map(|g| format!("{ring}:{g}")));
+    }
+    let pipeline = client.pipeline();
+    for list in &lists {
+        let () = pipeline.llen(list).await.map_err(core)?;
+    }
+    let lens: Vec<u64> = pipeline.all().await.map_err(core)?;
+    let total = lens.iter().sum();
     let mut jobs = Vec::new();
     let mut skip = offset;
-    for level in levels {
-        let len: u64 = client.llen(level).await.map_err(core)?;
-        total += len;
+    for (list, len) in lists.iter().zip(lens) {
         let len = usize::try_from(len).unwrap_or(usize::MAX);
         if skip >= len {
             skip -= len;
@@ -266,11 +316,11 @@ async fn queued(client: &Client, q: &SourceKeys, offset: usize, limit: usize) ->
         }
         let want = limit.saturating_sub(jobs.len());
         if want == 0 {
-            continue;
+            break;
         }
         let (start, stop) = oldest_page(skip, want);
         skip = 0;
-        let values: Vec<Bytes> = client.lrange(level, start, stop).await.map_err(core)?;
+        let values: Vec<Bytes> = client.lrange(list, start, stop).await.map_err(core)?;
         jobs.extend(
             values
                 .iter()
@@ -286,10 +336,7 @@ async fn queued(client: &Client, q: &SourceKeys, offset: usize, limit: usize) ->
 /// ones too, so only what the processing list holds counts) for its worker and age.
 async fn running(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -> Result<JobPage> {
     let Some(processing) = &q.processing else {
-        return Ok(JobPage {
-            jobs: Vec::new(),
-            total: 0,
-        });
+        return Ok(JobPage::empty());
     };
     let total: u64 = client.llen(processing).await.map_err(core)?;
     let (start, stop) = oldest_page(offset, limit);

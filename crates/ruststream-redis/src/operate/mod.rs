@@ -12,30 +12,47 @@
 //! | `dead.rs` | dead letters | `LRANGE`, `requeue.lua` (`LREM`/`LTRIM`, then `RPUSH`, `XADD` or `PUBLISH`), `purge.lua` (`LREM`, `LTRIM`, `DEL`) |
 //! | `periodic.rs` | periodic jobs every instance registered | `TIME`, `HGETALL` of the registry and of the last ticks |
 //! | `groups.rs` | a grouped list's largest groups; pausing one group | `groups.lua` (`LRANGE`, `LLEN`, `HLEN`, `HEXISTS`), `HSET`/`HDEL` + `PUBLISH` |
-//! | `jobs.rs` | every job of a list queue by state, paged; found by id or header | `LLEN`, `LRANGE` (levels, processing list, claims' batch lists), `ZRANGE .. WITHSCORES` of the recovery set, then `delayed.rs`, `dead.rs` |
+//! | `jobs.rs` | every job of a list queue or stream by state, paged; found by id or header | `LLEN`, `LRANGE` (levels, processing list, claims' batch lists), `ZRANGE .. WITHSCORES` of the recovery set, then `stream_jobs.rs`, `delayed.rs`, `dead.rs`, `completed.rs` |
+//! | `stream_jobs.rs` | a stream's waiting and pending entries | `XINFO GROUPS`/`CONSUMERS`, `XRANGE`, `XPENDING` |
+//! | `completed.rs` | completed jobs whose records live | `SCAN MATCH` (every node), `HMGET`, `PTTL` |
+//! | `limits.rs` | a rate limit in use now | `TIME`, `GET` of `K.rate`, or `ZRANGE .. REV` and `ZCOUNT` of `K.rate.keys` |
+//! | `flows.rs` | a queue's open flows and the children each waits for | `SCAN MATCH K.flow:*` (every node), `HGETALL` of each |
+//! | `story.rs` | one job's story: its step record | `HGETALL`, `PTTL` of `K.steps:<id>` |
 //! | `delayed.rs` | delayed entries | `ZRANGE .. WITHSCORES`, `HMGET`, `delayed.lua` (`ZADD XX CH` + `PUBLISH`, or `ZREM` + `HDEL`) |
 //!
 //! Pause and resume are `crate::pause`'s `SET`/`DEL` of `K.paused` with a `PUBLISH`.
 //!
 //! [`RedisBroker::operator`]: crate::RedisBroker::operator
 
+mod completed;
 pub(crate) mod dead;
 pub(crate) mod delayed;
+mod flows;
 pub(crate) mod groups;
 pub(crate) mod inspect;
 mod jobs;
+mod limits;
 mod periodic;
+mod scan;
+mod story;
+mod stream_jobs;
 
 use std::sync::Arc;
 
 use ruststream_core::{Error, Result};
 
+pub use self::completed::COMPLETED_SCANNED;
 pub use self::dead::DeadLetter;
 pub use self::delayed::DelayedEntry;
+pub use self::flows::FLOWS_SCANNED;
 pub use self::groups::{GROUPS_READ, GROUPS_SHOWN, GroupLen, Groups};
 pub use self::inspect::{CLAIMS_READ, Consumer, GroupState, Inspection};
-pub use self::jobs::{JOBS_SCANNED, Job, JobPage, JobState};
+pub use self::jobs::{GROUPS_LISTED, JOBS_SCANNED, Job, JobPage, JobState};
+pub use self::limits::{KEYS_SHOWN, RateUse};
 pub use self::periodic::PeriodicJob;
+pub use self::scan::SCAN_CALLS;
+pub use self::story::{Step, Steps};
+pub use self::stream_jobs::STREAM_PAGED;
 use crate::conn::Connections;
 use crate::keys::SourceKeys;
 pub use crate::pause::POLL as PAUSE_POLL;

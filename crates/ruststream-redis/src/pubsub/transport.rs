@@ -46,6 +46,8 @@ impl Transport for RedisChannel {
             paused: None,
             concurrency: self.options.core.concurrency,
             partition_of: None,
+            rate_limit: None,
+            max_in_flight: None,
             levels: Vec::new(),
             groups: None,
         }

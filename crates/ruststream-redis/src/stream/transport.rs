@@ -49,6 +49,10 @@ impl Transport for RedisStream {
 
     fn source_keys(&self, space: &KeySpace) -> SourceKeys {
         let keys = self.keys(space);
+        let rate_limit = self
+            .rate
+            .as_ref()
+            .map(|r| crate::keys::RateKeys::of(r, space, &keys.stream));
         SourceKeys {
             name: self.key.clone(),
             transport: "stream",
@@ -68,6 +72,8 @@ impl Transport for RedisStream {
             dead: keys.dead,
             concurrency: self.options.core.concurrency,
             partition_of: None,
+            rate_limit,
+            max_in_flight: self.max_in_flight,
             levels: Vec::new(),
             groups: None,
         }

@@ -1,38 +1,51 @@
 //! `/features`: the periodic jobs every instance registered (schedule, zone, where they publish,
-//! last and next tick) and each list's fair groups (the largest groups, their waiting counts,
-//! which are paused).
+//! last and next tick), each list's fair groups (the largest groups, their waiting counts,
+//! which are paused), the rate limits and caps in use, and the open flows of every queue.
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{Markup, html};
-use ruststream_redis::operate::{Inspection, PeriodicJob};
+use ruststream_redis::operate::{FLOWS_SCANNED, Inspection, PeriodicJob};
 
 use super::Shared;
+use super::limits::{LimitRow, OpenFlows, flows_of, flows_table, limits_of, limits_table};
 use super::page::{self, Ctx, layout, ms};
 
 pub(super) async fn features(State(s): State<Shared>) -> Response {
-    let mut periodic = Vec::new();
-    let mut grouped = Vec::new();
-    for (b, op) in s.ops.iter().enumerate() {
-        match op.periodic().await {
-            Ok(jobs) => periodic.extend(jobs),
-            Err(e) => return s.failure(StatusCode::BAD_GATEWAY, &e.to_string()),
+    let mut f = Found::default();
+    let loaded = async {
+        for (b, op) in s.ops.iter().enumerate() {
+            f.periodic.extend(op.periodic().await?);
+            for i in op.inspect(None).await? {
+                f.limits.extend(limits_of(op, b, &i).await?);
+                f.flows
+                    .extend(flows_of(op, b, &i.keys.name, i.keys.transport).await?);
+                if i.groups.is_some() {
+                    f.grouped.push((b, i));
+                }
+            }
         }
-        match op.inspect(None).await {
-            Ok(all) => grouped.extend(
-                all.into_iter()
-                    .filter(|i| i.groups.is_some())
-                    .map(|i| (b, i)),
-            ),
-            Err(e) => return s.failure(StatusCode::BAD_GATEWAY, &e.to_string()),
-        }
+        crate::Result::Ok(())
+    };
+    if let Err(e) = loaded.await {
+        return s.failure(StatusCode::BAD_GATEWAY, &crate::Error::to_string(&e));
     }
     let ctx = s.ctx(None);
-    Html(render(&ctx, &periodic, &grouped).into_string()).into_response()
+    Html(render(&ctx, &f).into_string()).into_response()
 }
 
-fn render(ctx: &Ctx<'_>, periodic: &[PeriodicJob], grouped: &[(usize, Inspection)]) -> Markup {
+/// What the page shows, from every broker.
+#[derive(Default)]
+struct Found {
+    periodic: Vec<PeriodicJob>,
+    grouped: Vec<(usize, Inspection)>,
+    limits: Vec<LimitRow>,
+    flows: Vec<OpenFlows>,
+}
+
+fn render(ctx: &Ctx<'_>, f: &Found) -> Markup {
+    let (periodic, grouped) = (&f.periodic, &f.grouped);
     let body = html! {
         h2 { "Periodic jobs" }
         @if periodic.is_empty() { p.muted { "No periodic job is registered under this app's prefix." } }
@@ -71,5 +84,17 @@ fn render(ctx: &Ctx<'_>, periodic: &[PeriodicJob], grouped: &[(usize, Inspection
             }
         }
     };
-    layout("Periodic jobs and fair groups", None, ctx, body)
+    let body = html! {
+        (body)
+        h2 { "Rate limits and caps" }
+        @if f.limits.is_empty() { p.muted { "No subscription of this app has a rate limit or a cap." } }
+        @else { (limits_table(&f.limits)) }
+        h2 { "Open flows" }
+        @if f.flows.is_empty() { p.muted #no-flows { "No flow waits for its children (among the first " (FLOWS_SCANNED) " records of each queue)." } }
+        @for open in &f.flows {
+            h2 { a href=(page::subscription_href(open.b, &open.name)) { (open.name) } small { " " (open.flows.len()) " open" } }
+            (flows_table(open))
+        }
+    };
+    layout("Periodic jobs, groups, limits and flows", None, ctx, body)
 }

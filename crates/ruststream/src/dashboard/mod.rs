@@ -1,7 +1,8 @@
 //! The operator's web dashboard: what `inspect` shows, for every subscription of the app, with
 //! charts of each subscription's history (throughput, failures, handler time, depth over the last
 //! hour, day or 30 days, as every worker wrote it: `ruststream_redis::history`), every job of a
-//! list queue by state and a page per job (found by id or by a header), dead letters to
+//! list queue or stream by state (completed too, where results are kept) and a page per job
+//! with its story (found by id or by a header), dead letters to
 //! requeue and purge, delayed entries to promote and cancel, pause and resume buttons, a form
 //! that cancels one message by id, the periodic jobs and fair groups, and, when served beside
 //! the running app (`run --dashboard ADDR`), live handled and failed rates. `dashboard [--addr
@@ -12,8 +13,8 @@
 //! | `page.rs`, `style.css` | the layout, the overview, the forms every change is made by |
 //! | `chart.rs` | the history's charts, as inline SVG |
 //! | `subscription.rs` | one subscription's page |
-//! | `find.rs`, `jobs.rs` | the job lists, the search, one job's page |
-//! | `features.rs` | periodic jobs and fair groups |
+//! | `find.rs`, `jobs.rs`, `job_page.rs` | the job lists, the search, one job's page |
+//! | `features.rs`, `limits.rs` | periodic jobs, fair groups, rate limits and caps, open flows |
 //! | `view.rs` | how payloads and headers show (escaped, cut to a size) |
 //! | `guard.rs`, `rates.rs` | who may use it; the live rates |
 //!
@@ -43,7 +44,9 @@ mod chart;
 mod features;
 mod find;
 mod guard;
+mod job_page;
 mod jobs;
+mod limits;
 mod page;
 mod rates;
 mod subscription;
@@ -322,10 +325,17 @@ async fn subscription(State(s): State<Shared>, uri: Uri) -> Response {
             None => Vec::new(),
         };
         let history = history_of(op, &name, span).await?;
-        crate::Result::Ok((inspection, dead, delayed, history))
+        let extra = match &inspection {
+            Some(i) => (
+                limits::limits_of(op, b, i).await?,
+                limits::flows_of(op, b, &name, i.keys.transport).await?,
+            ),
+            None => (None, None),
+        };
+        crate::Result::Ok((inspection, dead, delayed, history, extra))
     };
-    let (inspection, dead, delayed, history) = match loaded.await {
-        Ok((Some(i), dead, delayed, history)) => (i, dead, delayed, history),
+    let (inspection, dead, delayed, history, (limits, flows)) = match loaded.await {
+        Ok((Some(i), dead, delayed, history, extra)) => (i, dead, delayed, history, extra),
         Ok((None, ..)) => return s.failure(StatusCode::NOT_FOUND, "no such subscription"),
         Err(e) => return s.failure(StatusCode::BAD_GATEWAY, &crate::Error::to_string(&e)),
     };
@@ -339,6 +349,8 @@ async fn subscription(State(s): State<Shared>, uri: Uri) -> Response {
         history: &history,
         span,
         live: field(&query, "live") == Some("1"),
+        limits: limits.as_ref(),
+        flows: flows.as_ref(),
     };
     Html(subscription::subscription(&ctx, &detail).into_string()).into_response()
 }

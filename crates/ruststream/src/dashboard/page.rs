@@ -66,7 +66,7 @@ pub(super) fn layout(title: &str, refresh: Option<u32>, ctx: &Ctx<'_>, body: Mar
             body {
                 header.top {
                     a.brand href="/" { (ctx.app.title) small { "v" (ctx.app.version) " · RustStream" } }
-                    nav { a href="/" { "Overview" } a href="/jobs" { "Jobs" }  a href="/features" { "Periodic and groups" } }
+                    nav { a href="/" { "Overview" } a href="/jobs" { "Jobs" }  a href="/features" { "Periodic, groups, limits, flows" } }
                     form #search method="get" action="/search" {
                         input type="search" name="q" placeholder="message id, or header=value" aria-label="find a job";
                         button type="submit" { "Find" }

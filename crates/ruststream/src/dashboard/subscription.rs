@@ -1,11 +1,12 @@
-//! One subscription's page: its charts, state, keys, consumers, dead letters, delayed entries
-//! and the form that cancels a message by id.
+//! One subscription's page: its charts, state, keys, consumers, rate limit and cap in use, open
+//! flows, dead letters, delayed entries and the form that cancels a message by id.
 
 use maud::{Markup, html};
 use ruststream_redis::history::{Point, Span};
 use ruststream_redis::operate::{DeadLetter, DelayedEntry, Inspection};
 
 use super::chart;
+use super::limits::{LimitRow, OpenFlows, flows_table, limits_table};
 use super::page::{
     Ctx, action, charts, count, layout, ms, pause_buttons, span_tabs, state_cells,
     subscription_href,
@@ -28,6 +29,10 @@ pub(super) struct Detail<'a> {
     pub(super) span: Span,
     /// Whether the page reloads itself.
     pub(super) live: bool,
+    /// Its rate limit and cap in use.
+    pub(super) limits: Option<&'a LimitRow>,
+    /// Its open flows.
+    pub(super) flows: Option<&'a OpenFlows>,
 }
 
 /// One subscription: its state and keys, the group's consumers, dead letters, delayed entries.
@@ -68,6 +73,8 @@ pub(super) fn subscription(ctx: &Ctx<'_>, d: &Detail<'_>) -> Markup {
                 @for c in &g.consumers { tr { td { (c.name) } td.n { (c.pending) } td.n { (ms(c.idle_ms as i64)) } } }
             }
         }
+        @if let Some(l) = d.limits { h2 { "Rate limit and cap" } (limits_table(std::slice::from_ref(l))) }
+        @if let Some(f) = d.flows { h2 { "Open flows " small { (f.flows.len()) } } (flows_table(f)) }
         @if k.dead.is_some() { (dead_letters(ctx, d)) }
         @if k.delayed.is_some() { (delayed(ctx, d)) }
         @if k.transport == "list" || k.transport == "stream" { (cancel_message(ctx, d.b, &k.name)) }

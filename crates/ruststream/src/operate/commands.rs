@@ -94,8 +94,8 @@ pub(crate) enum Flow {
 #[derive(Debug, Subcommand)]
 pub(crate) enum JobCommand {
     /// Every job with this id (queued, running, delayed, retrying, dead), with its headers,
-    /// payload, reason, and the record its handler left (progress, result, error). Exit code
-    /// 3: none.
+    /// payload, reason, steps, the flow it is a child of and the flow it parents, and the
+    /// record its handler left (progress, result, error). Exit code 3: none.
     Show {
         /// The message id.
         id: String,
@@ -103,11 +103,12 @@ pub(crate) enum JobCommand {
         #[arg(long)]
         json: bool,
     },
-    /// The jobs in one state: queued, running, delayed, retrying or dead.
+    /// The jobs in one state: queued, running, delayed, retrying, dead or completed.
     List {
-        /// queued, running, delayed, retrying or dead.
+        /// queued, running, delayed, retrying, dead or completed (the app's, where results
+        /// are kept).
         state: String,
-        /// Only this subscription; without it, every list queue of the app.
+        /// Only this subscription; without it, every list queue and stream of the app.
         #[arg(long)]
         subscription: Option<String>,
         /// Skip this many first.

@@ -27,7 +27,7 @@ struct ChildView<'a> {
 }
 
 /// A child's outcome in one word, and a dead child's reason.
-fn outcome(o: &ChildOutcome) -> (&'static str, Option<&str>) {
+pub(crate) fn outcome(o: &ChildOutcome) -> (&'static str, Option<&str>) {
     match o {
         ChildOutcome::Acked => ("acked", None),
         ChildOutcome::Dead { reason } => ("dead", Some(reason)),

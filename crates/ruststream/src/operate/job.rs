@@ -1,9 +1,14 @@
-//! `job show ID` and `job list STATE`: the jobs of the app's list queues, through the operator
-//! library's job reads (`ruststream_redis::operate::Operator::jobs`, `find_job`).
+//! `job show ID` and `job list STATE`: the jobs of the app's list queues and streams (and the
+//! completed ones where results are kept), through the operator library's job reads
+//! (`ruststream_redis::operate::Operator::jobs`, `completed`, `find_job`, `steps`,
+//! `parent_flow`, `flow`): `job show` prints what the dashboard's job page shows.
 
 use std::process::ExitCode;
 
-use ruststream_redis::operate::{Job, JobState, Operator};
+use ruststream_core::FlowState;
+use ruststream_redis::operate::{Job, JobState, Operator, Steps};
+
+use super::flow::{FlowView, flow_text};
 
 use super::print::{ms_text, print_out};
 use super::{JobCommand, NOTHING_MATCHED, USAGE};
@@ -16,29 +21,31 @@ pub(super) async fn run(ops: &[Operator], command: JobCommand) -> Result<ExitCod
     }
     match command {
         JobCommand::Show { id, json } => {
-            let mut found = Vec::new();
+            let mut stories = Vec::new();
+            let mut record = None;
             for o in ops {
-                found.extend(o.find_job(&id).await?);
+                for job in o.find_job(&id).await? {
+                    stories.push(Story::of(o, job).await?);
+                }
+                if record.is_none() {
+                    record = o.job_record(&id).await?;
+                }
             }
-            let record = match ops.first() {
-                Some(o) => o.job_record(&id).await?,
-                None => None,
-            };
-            if found.is_empty() && record.is_none() {
+            if stories.is_empty() && record.is_none() {
                 eprintln!(
-                    "no job `{id}` waits, runs, is delayed or dead in this app's list queues"
+                    "no job `{id}` waits, runs, is delayed, dead or completed in this app's queues"
                 );
                 return Ok(ExitCode::from(NOTHING_MATCHED));
             }
             let view = serde_json::json!({
-                "jobs": found,
+                "jobs": stories.iter().map(Story::json).collect::<Vec<_>>(),
                 "record": record.as_ref().map(|r| serde_json::json!({
                     "progress": r.progress.as_deref().map(String::from_utf8_lossy),
                     "result": r.result.as_deref().map(String::from_utf8_lossy),
                     "error": r.error,
                 })),
             });
-            print_out(json, &view, || show_text(&found, &view["record"]))?;
+            print_out(json, &view, || show_text(&stories, &view["record"]))?;
             Ok(ExitCode::SUCCESS)
         }
         JobCommand::List {
@@ -50,13 +57,18 @@ pub(super) async fn run(ops: &[Operator], command: JobCommand) -> Result<ExitCod
         } => {
             let Some(state) = JobState::parse(&state) else {
                 eprintln!(
-                    "error: no state `{state}`; use queued, running, delayed, retrying or dead"
+                    "error: no state `{state}`; use queued, running, delayed, retrying, dead or completed"
                 );
                 return Ok(ExitCode::from(USAGE));
             };
             let mut jobs = Vec::new();
             for o in ops {
-                for q in o.subscriptions().iter().filter(|q| q.transport == "list") {
+                if state == JobState::Completed {
+                    jobs.extend(o.completed(offset, limit).await?.jobs);
+                    continue;
+                }
+                let queues = o.subscriptions().iter();
+                for q in queues.filter(|q| q.transport == "list" || q.transport == "stream") {
                     if subscription.as_ref().is_some_and(|s| *s != q.name) {
                         continue;
                     }
@@ -66,6 +78,71 @@ pub(super) async fn run(ops: &[Operator], command: JobCommand) -> Result<ExitCod
             print_out(json, &jobs, || jobs.iter().map(line).collect())?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// One place a job is, with its story: steps, the flow it is a child of, the flow it parents.
+struct Story {
+    job: Job,
+    steps: Option<Steps>,
+    parent: Option<FlowState>,
+    flow: Option<FlowState>,
+}
+
+impl Story {
+    async fn of(o: &Operator, job: Job) -> Result<Self> {
+        Ok(Self {
+            steps: o.steps(&job.subscription, &job.id).await?,
+            parent: o.parent_flow(&job).await?,
+            flow: o.flow(&job.subscription, &job.id).await?,
+            job,
+        })
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let mut view = serde_json::to_value(&self.job).unwrap_or_default();
+        if let Some(map) = view.as_object_mut() {
+            let flow = |f: &Option<FlowState>| {
+                f.as_ref()
+                    .and_then(|f| {
+                        serde_json::to_value(FlowView::of(f, &self.job.subscription)).ok()
+                    })
+                    .unwrap_or_default()
+            };
+            map.insert(
+                "steps".into(),
+                serde_json::to_value(&self.steps).unwrap_or_default(),
+            );
+            map.insert("parent_flow".into(), flow(&self.parent));
+            map.insert("flow".into(), flow(&self.flow));
+        }
+        view
+    }
+
+    fn text(&self) -> String {
+        let j = &self.job;
+        let mut out = line(j);
+        for (k, v) in &j.headers {
+            out.push_str(&format!("  header {k}={v}\n"));
+        }
+        if let (Some(e), Some(n)) = (&j.entry, j.deliveries) {
+            out.push_str(&format!("  stream entry {e}, delivered {n} time(s)\n"));
+        }
+        for st in self.steps.iter().flat_map(|s| &s.steps) {
+            out.push_str(&format!("  step {} ({} bytes)", st.name, st.size));
+            if let Some(w) = st.wakes_in_ms {
+                out.push_str(&format!(" wakes in {}", ms_text(w)));
+            }
+            out.push('\n');
+        }
+        for (what, f) in [("child of", &self.parent), ("parent of", &self.flow)] {
+            if let Some(f) = f {
+                out.push_str(&format!("  {what} {}", flow_text(f, &j.subscription)));
+            }
+        }
+        let payload = serde_json::to_string_pretty(&j.payload).unwrap_or_default();
+        out.push_str(&format!("  payload ({} bytes):\n{payload}\n", j.size));
+        out
     }
 }
 
@@ -97,17 +174,9 @@ fn line(j: &Job) -> String {
     )
 }
 
-/// `job show` in words: each place the job is, then its handler's record.
-fn show_text(found: &[Job], record: &serde_json::Value) -> String {
-    let mut out = String::new();
-    for j in found {
-        out.push_str(&line(j));
-        for (k, v) in &j.headers {
-            out.push_str(&format!("  header {k}={v}\n"));
-        }
-        let payload = serde_json::to_string_pretty(&j.payload).unwrap_or_default();
-        out.push_str(&format!("  payload ({} bytes):\n{payload}\n", j.size));
-    }
+/// `job show` in words: each place the job is with its story, then its handler's record.
+fn show_text(stories: &[Story], record: &serde_json::Value) -> String {
+    let mut out: String = stories.iter().map(Story::text).collect();
     if !record.is_null() {
         out.push_str(&format!("record: {record}\n"));
     }

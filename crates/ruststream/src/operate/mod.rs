@@ -9,7 +9,7 @@
 //! what `flow show` prints, `job.rs` what `job show` and `job list` do, `rates.rs` the rates `inspect --metrics-url` reads.
 
 mod commands;
-mod flow;
+pub(crate) mod flow;
 mod job;
 mod print;
 #[cfg(feature = "prometheus")]

@@ -447,6 +447,11 @@ impl Chromedriver {
                          "--disable-gpu", "--window-size=1280,900"],
             }),
         );
+        // The console's messages, for `console_errors` (a CSP refusal is logged there).
+        caps.insert(
+            "goog:loggingPrefs".into(),
+            serde_json::json!({ "browser": "ALL" }),
+        );
         let mut session = None;
         wait_until(
             "chromedriver opens a Chromium session",
@@ -468,6 +473,65 @@ impl Chromedriver {
         )
         .await;
         session.expect("a session")
+    }
+}
+
+impl Chromedriver {
+    /// The console's errors since the last call (chromedriver's browser log, `SEVERE` entries:
+    /// a CSP refusal, a failed load, a script error), read and emptied.
+    pub(crate) async fn console_errors(&self, browser: &Client) -> Vec<String> {
+        let session = browser
+            .session_id()
+            .await
+            .expect("the session's id")
+            .expect("a session");
+        let port = self.port;
+        let request = format!(
+            "POST /session/{session}/se/log HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+             Content-Type: application/json\r\nContent-Length: 18\r\n\r\n{{\"type\":\"browser\"}}"
+        );
+        // chromedriver keeps the connection open: the body is read to its Content-Length.
+        let exchange = tokio::task::spawn_blocking(move || {
+            let mut stream =
+                std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to chromedriver");
+            stream.set_read_timeout(Some(WAIT)).expect("a read timeout");
+            stream.write_all(request.as_bytes()).expect("send");
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 8192];
+            loop {
+                let n = stream.read(&mut chunk).expect("read");
+                got.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&got).into_owned();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>())
+                        })
+                        .and_then(Result::ok);
+                    if n == 0 || length.is_some_and(|len| body.len() >= len) {
+                        return text;
+                    }
+                } else if n == 0 {
+                    return text;
+                }
+            }
+        });
+        let response = bounded("chromedriver's log", WAIT, exchange)
+            .await
+            .expect("the log's task");
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        let log: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("chromedriver's log is JSON ({e}): {response}"));
+        log["value"]
+            .as_array()
+            .unwrap_or_else(|| panic!("chromedriver's log: {log}"))
+            .iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
     }
 }
 

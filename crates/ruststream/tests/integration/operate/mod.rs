@@ -7,6 +7,7 @@ mod history;
 mod inspect;
 mod jobs;
 mod pause;
+mod stories;
 
 use std::future::Future;
 use std::process::ExitCode;

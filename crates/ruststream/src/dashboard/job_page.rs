@@ -1,0 +1,225 @@
+//! One job's page, its whole story from what Redis holds: where it stands (state, attempt, a
+//! stream entry's consumer and deliveries, when it is due, the dead-letter reason), its
+//! headers and payload, its handler's progress and result, the steps it recorded, the flow it
+//! is a child of and the flow it is the parent of, and the actions its state allows.
+
+use maud::{Markup, html};
+use ruststream_core::{ChildOutcome, FlowState, JobRecord};
+use ruststream_redis::operate::{Job, JobState, Steps};
+
+use super::jobs::{badge, job_href};
+use super::page::{Ctx, action_back, layout, ms};
+use super::view::{headers, payload};
+
+/// What one job's page shows.
+pub(super) struct JobView<'a> {
+    pub(super) b: usize,
+    pub(super) job: &'a Job,
+    /// Its handler's record (progress, result, error).
+    pub(super) record: Option<&'a JobRecord>,
+    /// The flow it is the parent of.
+    pub(super) flow: Option<&'a FlowState>,
+    /// The flow it is a child of.
+    pub(super) parent: Option<&'a FlowState>,
+    /// Its step record.
+    pub(super) steps: Option<&'a Steps>,
+}
+
+pub(super) fn job_page(ctx: &Ctx<'_>, v: &JobView<'_>) -> Markup {
+    let j = v.job;
+    let back = job_href(v.b, &j.subscription, &j.id);
+    let act = |op: &str, label: &str| {
+        action_back(ctx, v.b, &j.subscription, op, Some(&j.id), label, &back)
+    };
+    let for_ms = |v: u64| ms(i64::try_from(v).unwrap_or(i64::MAX));
+    let body = html! {
+        p { (badge(j.state)) @if !j.subscription.is_empty() { " in " a href=(super::page::subscription_href(v.b, &j.subscription)) { (j.subscription) } } }
+        div #actions {
+            @match j.state {
+                JobState::Dead => { (act("requeue", "Requeue")) (act("purge", "Purge")) }
+                JobState::Delayed | JobState::Retrying => { (act("promote", "Run now")) (act("cancel", "Cancel")) }
+                JobState::Queued | JobState::Running => { (act("cancel-message", "Cancel")) }
+                JobState::Completed => {}
+            }
+        }
+        dl.facts #facts {
+            dt { "id" } dd { code { (j.id) } }
+            dt { "state" } dd #state { (j.state.name()) }
+            @if j.state != JobState::Completed { dt { "attempt" } dd { (j.attempt) } }
+            @if let Some(e) = &j.entry { dt { "stream entry" } dd { code { (e) } } }
+            @if let Some(n) = j.deliveries { dt { "deliveries" } dd { (n) } }
+            @if let Some(reason) = &j.reason { dt { @if j.state == JobState::Dead { "dead-letter reason" } @else { "error" } } dd #reason { (reason) } }
+            @if let Some(h) = j.headers.get("dead-history") { dt { "earlier reasons" } dd { (h) } }
+            @if let Some(due) = j.due_in_ms { dt { @if j.state == JobState::Retrying { "retries in" } @else { "due in" } } dd #due { (ms(due)) } }
+            @if let Some(w) = &j.worker { dt { @if j.entry.is_some() { "consumer" } @else { "worker" } } dd #worker { code { (w) } } }
+            @if let Some(r) = j.running_ms { dt { @if j.entry.is_some() { "idle for" } @else { "running for" } } dd { (for_ms(r)) } }
+            @if let Some(ago) = j.finished_ms_ago { dt { "finished" } dd { (for_ms(ago)) " ago" } }
+            @if let Some(g) = j.headers.get(ruststream_core::GROUP_HEADER) { dt { "fair group" } dd #group { (g) } }
+            @if j.state != JobState::Completed { dt { "payload size" } dd { (j.size) " bytes" } }
+        }
+        @if let Some(r) = v.record {
+            h2 { "Progress and result" }
+            dl.facts #record {
+                @if let Some(p) = &r.progress { dt { "progress" } dd { (bytes_text(p)) } }
+                @if let Some(res) = &r.result { dt { "result" } dd #result { (bytes_text(res)) } }
+                @if let Some(e) = &r.error { dt { "error" } dd { (e) } }
+            }
+        } @else if let Some(res) = &j.result {
+            h2 { "Result" }
+            div #result { (payload(res, None)) }
+        }
+        @if let Some(s) = v.steps {
+            h2 { "Steps " small { (s.steps.len()) " recorded" @if let Some(left) = s.expires_in_ms { ", the record expires in " (ms(left)) } } }
+            div.scroll { table #steps {
+                tr { th { "step" } th { "result size" } th { "wakes up" } }
+                @for st in &s.steps {
+                    tr {
+                        td { code { (st.name) } }
+                        td.n { (st.size) " bytes" }
+                        td { @if let Some(w) = st.wakes_in_ms { @if w >= 0 { "in " (ms(w)) } @else { (ms(-w)) " ago" } } }
+                    }
+                }
+            } }
+        }
+        @if let Some(f) = v.parent {
+            h2 { "Child of flow " code { (f.id) } " " small { (f.state) } }
+            (children(f, Some(&j.id)))
+        }
+        @if let Some(f) = v.flow {
+            h2 { "Flow " small { (f.state) } }
+            (children(f, None))
+        }
+        @if j.state != JobState::Completed {
+            h2 { "Headers" }
+            p #headers { (headers(&j.headers)) }
+            h2 { "Payload" }
+            div #payload { (payload(&j.payload, Some(j.size))) }
+        }
+    };
+    layout(&format!("Job {}", j.id), None, ctx, body)
+}
+
+/// A flow's children with their outcomes and results, `this` one marked.
+fn children(f: &FlowState, this: Option<&str>) -> Markup {
+    html! {
+        div.scroll { table.flow #flow {
+            tr { th { "child" } th { "outcome" } th { "result" } }
+            @for c in &f.children {
+                tr.this[this == Some(c.id.as_str())] {
+                    td { code { (c.id) } }
+                    td { (outcome(&c.outcome)) }
+                    td { @if let Some(r) = &c.result { (bytes_text(r)) } }
+                }
+            }
+        } }
+    }
+}
+
+fn outcome(o: &ChildOutcome) -> String {
+    match crate::operate::flow::outcome(o) {
+        (word, Some(reason)) => format!("{word}: {reason}"),
+        (word, None) => word.to_owned(),
+    }
+}
+
+/// Stored JSON bytes as text, cut to a size.
+fn bytes_text(b: &[u8]) -> Markup {
+    let value = serde_json::from_slice(b)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned()));
+    payload(&value, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::page::AppLabel;
+    use super::*;
+
+    fn ctx_for_test(app: &AppLabel) -> Ctx<'_> {
+        Ctx {
+            csrf: "t",
+            done: None,
+            live: false,
+            app,
+        }
+    }
+
+    fn job(headers: &ruststream_core::Headers, payload: &[u8]) -> Job {
+        let raw = ruststream_redis::frame::encode_parts("order-7", 2, headers, payload);
+        Job::of_frame("orders", JobState::Dead, &raw)
+    }
+
+    #[test]
+    fn html_in_a_payload_or_header_renders_as_text() {
+        let app = AppLabel::default();
+        let mut h = ruststream_core::Headers::new();
+        h.insert("tenant".into(), "<b>acme</b>".into());
+        let job = job(&h, br#"{"note":"</script><script>alert(1)</script>"}"#);
+        let page = job_page(
+            &ctx_for_test(&app),
+            &JobView {
+                b: 0,
+                job: &job,
+                record: None,
+                flow: None,
+                parent: None,
+                steps: None,
+            },
+        )
+        .into_string();
+        assert!(
+            !page.contains("<b>acme") && !page.contains("<script>"),
+            "{page}"
+        );
+        assert!(page.contains("&lt;b&gt;acme"), "{page}");
+        assert!(page.contains("&lt;/script&gt;"), "{page}");
+        assert!(page.contains(r#"data-op="requeue""#), "{page}");
+    }
+
+    #[test]
+    fn a_binary_or_huge_payload_renders_safely() {
+        let app = AppLabel::default();
+        let h = ruststream_core::Headers::new();
+        let binary = job(&h, &[0xff, 0xfe, 0x00, 0x80]);
+        let page = job_page(
+            &ctx_for_test(&app),
+            &JobView {
+                b: 0,
+                job: &binary,
+                record: None,
+                flow: None,
+                parent: None,
+                steps: None,
+            },
+        )
+        .into_string();
+        assert!(page.contains("not UTF-8"), "{page}");
+        let huge = job(&h, "x".repeat(1_000_000).as_bytes());
+        let page = job_page(
+            &ctx_for_test(&app),
+            &JobView {
+                b: 0,
+                job: &huge,
+                record: None,
+                flow: None,
+                parent: None,
+                steps: None,
+            },
+        )
+        .into_string();
+        assert!(page.len() < 100_000, "{}", page.len());
+        assert!(page.contains("cut at"));
+        let list = super::super::jobs::job_list(
+            &ctx_for_test(&app),
+            &super::super::jobs::JobList {
+                b: 0,
+                name: "orders",
+                state: JobState::Dead,
+                page: 0,
+                jobs: &[],
+                total: 0,
+            },
+        )
+        .into_string();
+        assert!(list.contains("No jobs here"), "{list}");
+    }
+}
