@@ -61,6 +61,17 @@ impl PublishBackend for RedisPublisher {
         Some(self)
     }
 
+    /// `steps/signal.lua` on the destination (`crate::steps`).
+    fn signal<'a>(
+        &'a self,
+        destination: &'a str,
+        id: &'a str,
+        name: &'a str,
+        payload: bytes::Bytes,
+    ) -> BoxFuture<'a, Result<ruststream_core::Signalled>> {
+        Box::pin(crate::steps::signal(self, destination, id, name, payload))
+    }
+
     /// `cancel.lua` on each partition of the list (`crate::cancel`).
     fn cancel<'a>(
         &'a self,

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{MAX_STEP_BYTES, Replay, StepError, StepRecord, StepStore, StepWrite};
+use super::{
+    MAX_STEP_BYTES, Replay, StepError, StepRecord, StepStore, StepWrite, WaitTimedOut, Waited,
+};
 use crate::{Context, Error, Result};
 
 impl Context<'_> {
@@ -109,6 +111,63 @@ impl Context<'_> {
         self.sleep(left).await
     }
 
+    /// Waits for the signal `name` of this message, sent by
+    /// [`Publisher::signal`](crate::Publisher::signal) from any process, for at most `timeout`.
+    ///
+    /// When the signal was sent (before the wait began, or while the message was parked), this
+    /// returns `Ok(Ok(payload))`, on every run of the message from then on. Otherwise the wait is
+    /// recorded and this returns [`StepError::Waiting`]: the handler ends with `?`, the message
+    /// is parked (no attempt spent, and its worker free) until the signal comes or `timeout`
+    /// passes. Then the handler runs again from the top: the steps before the wait replay, and
+    /// this returns the payload, or `Ok(Err(WaitTimedOut))` when the timeout passed first.
+    ///
+    /// # Errors
+    /// [`StepError::Waiting`] when the message parks; [`StepError::Record`] when the record
+    /// cannot be read or written, the payload is not a `T`, the name was used before in this
+    /// run, or the source cannot redeliver (a simple list, Pub/Sub).
+    pub async fn wait_for<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Result<T, WaitTimedOut>, StepError> {
+        let field = super::wait_field(name);
+        let deadline = self.begin_step(&field).await.map_err(StepError::Record)?;
+        if let Some(json) = self.recorded(&super::signal_field(name)) {
+            return decode_signal(&json, name).map(Ok);
+        }
+        let until = match deadline {
+            Some(json) => {
+                crate::job::decode_as::<u64>(&json, "wait record").map_err(StepError::Record)?
+            }
+            None => {
+                let store = self.store().map_err(StepError::Record)?;
+                // Marked before the write: a write whose reply is lost may still have landed.
+                self.info.steps.mark();
+                let waited = store
+                    .begin_wait(self.source(), self.message_id(), name, timeout)
+                    .await
+                    .map_err(StepError::Record)?;
+                match waited {
+                    Waited::Signalled(json) => return decode_signal(&json, name).map(Ok),
+                    Waited::Parked(_) => {
+                        self.info.steps.park(name, timeout);
+                        return Err(StepError::Waiting(timeout));
+                    }
+                }
+            }
+        };
+        match self.server_now_ms() {
+            // Back before its deadline and without the signal (an operator's requeue): park
+            // again for the rest.
+            Some(now) if now < until => {
+                let left = Duration::from_millis(until - now);
+                self.info.steps.park(name, left);
+                Err(StepError::Waiting(left))
+            }
+            _ => Ok(Err(WaitTimedOut)),
+        }
+    }
+
     /// The name of this run's next sleep: `sleep:<n>`, counted from 1.
     fn next_sleep(&self) -> String {
         let mut replay = self.replay();
@@ -186,4 +245,9 @@ impl Context<'_> {
         }
         Ok(written)
     }
+}
+
+/// A signal's payload, read as `T`.
+fn decode_signal<T: DeserializeOwned>(json: &[u8], name: &str) -> Result<T, StepError> {
+    crate::job::decode_as(json, &format!("signal `{name}`")).map_err(StepError::Record)
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use harness::proxy::Proxy;
 use harness::{Env, WAIT, on, wait_until};
 use ruststream::prelude::*;
-use ruststream::{Source, StepError, subscriber};
+use ruststream::{RunningApp, Source, StepError, subscriber};
 use tokio::time::Instant;
 
 on!(
@@ -34,7 +34,7 @@ on!([standalone] multi_thread: a_step_record_lost_to_an_outage_is_an_error_and_n
 on!([memory] a_thirty_day_sleep_on_the_virtual_clock, a_simple_list_refuses_steps, a_step_name_used_twice_is_an_error);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-struct Order {
+pub(crate) struct Order {
     n: u32,
 }
 
@@ -141,6 +141,35 @@ async fn publish(env: &Env, to: &str, n: u32) {
         .expect("publish");
 }
 
+/// Starts `handler` on `source`, then publishes order `order-1` to `to` through `producer`.
+pub(crate) async fn start<H>(
+    env: &Env,
+    source: impl Source<Broker = RedisBroker>,
+    producer: &RedisBroker,
+    to: &str,
+    handler: &H,
+) -> RunningApp
+where
+    H: Handle<Order> + Clone + Send + Sync + 'static,
+{
+    let h = handler.clone();
+    let running = env
+        .start_with(move |b| {
+            b.include(subscriber(source, h).build());
+        })
+        .await;
+    producer.connect().await.expect("connect");
+    producer
+        .publisher()
+        .message(&Order { n: 7 })
+        .to(to)
+        .id("order-1")
+        .publish()
+        .await
+        .expect("publish");
+    running
+}
+
 /// Runs `checkout` on `source` for one order (id `order-1`) until `done` holds.
 async fn run(
     env: &Env,
@@ -150,22 +179,8 @@ async fn run(
     checkout: &Checkout,
     done: impl AsyncFnMut() -> bool,
 ) -> Instant {
-    let h = checkout.clone();
-    let running = env
-        .start_with(move |b| {
-            b.include(subscriber(source, h).build());
-        })
-        .await;
-    producer.connect().await.expect("connect");
     let sent = Instant::now();
-    producer
-        .publisher()
-        .message(&Order { n: 7 })
-        .to(to)
-        .id("order-1")
-        .publish()
-        .await
-        .expect("publish");
+    let running = start(env, source, &producer, to, checkout).await;
     wait_until("done", WAIT, done).await;
     env.stop(running).await;
     sent
