@@ -47,6 +47,11 @@ impl Context<'_> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        if super::reserved(name) {
+            return Err(StepError::Record(Error::config(format!(
+                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:` or `signal:` are the record's own; give the step another name"
+            ))));
+        }
         if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
             return crate::job::decode_as(&json, "step record").map_err(StepError::Record);
         }
@@ -168,6 +173,44 @@ impl Context<'_> {
         }
     }
 
+    /// Records `cursor` as this message's checkpoint, replacing the last one, before this
+    /// returns: a later delivery of the message (a retry, a recovery after a crash or after a
+    /// shutdown stopped the handler) reads it with [`resume_from`](Self::resume_from) and goes
+    /// on from there. Record one after each unit of work is done (a page imported): what ran
+    /// after the last checkpoint runs again.
+    ///
+    /// # Errors
+    /// [`StepError::Record`] when the cursor does not serialize, is larger than a step records
+    /// (1 MiB of JSON), or cannot be written, or the source cannot redeliver.
+    pub async fn checkpoint<C: Serialize>(&self, cursor: &C) -> Result<(), StepError> {
+        self.load_steps().await.map_err(StepError::Record)?;
+        let json = crate::job::encode(cursor).map_err(StepError::Record)?;
+        if json.len() > MAX_STEP_BYTES {
+            return Err(StepError::Record(Error::config(format!(
+                "checkpoint: the cursor is {} bytes of JSON, more than a step records ({MAX_STEP_BYTES})",
+                json.len()
+            ))));
+        }
+        self.write_step(super::CURSOR, StepWrite::Result(json))
+            .await
+            .map_err(StepError::Record)?;
+        Ok(())
+    }
+
+    /// The last cursor recorded by [`checkpoint`](Self::checkpoint) for this message, on this
+    /// delivery or an earlier one; `None` before the first.
+    ///
+    /// # Errors
+    /// [`StepError::Record`] when the record cannot be read, the cursor is not a `C`, or the
+    /// source cannot redeliver.
+    pub async fn resume_from<C: DeserializeOwned>(&self) -> Result<Option<C>, StepError> {
+        self.load_steps().await.map_err(StepError::Record)?;
+        self.recorded(super::CURSOR)
+            .map(|json| crate::job::decode_as(&json, "checkpoint"))
+            .transpose()
+            .map_err(StepError::Record)
+    }
+
     /// The name of this run's next sleep: `sleep:<n>`, counted from 1.
     fn next_sleep(&self) -> String {
         let mut replay = self.replay();
@@ -206,17 +249,30 @@ impl Context<'_> {
             replay.record.is_some()
         };
         if !loaded {
-            let record = store.read_steps(self.source(), self.message_id()).await;
-            let record = record.inspect_err(|_| {
+            self.read_record(store).await.inspect_err(|_| {
                 // Not known to be read: the name may be taken again in this run.
                 self.replay().seen.remove(name);
             })?;
-            if !record.steps.is_empty() {
-                self.info.steps.mark();
-            }
-            self.replay().record = Some((record, tokio::time::Instant::now()));
         }
         Ok(self.recorded(name))
+    }
+
+    /// Reads the message's record, unless this run did already.
+    async fn load_steps(&self) -> Result<()> {
+        let store = self.store()?;
+        if self.replay().record.is_none() {
+            self.read_record(store).await?;
+        }
+        Ok(())
+    }
+
+    async fn read_record(&self, store: &dyn StepStore) -> Result<()> {
+        let record = store.read_steps(self.source(), self.message_id()).await?;
+        if !record.steps.is_empty() {
+            self.info.steps.mark();
+        }
+        self.replay().record = Some((record, tokio::time::Instant::now()));
+        Ok(())
     }
 
     fn recorded(&self, name: &str) -> Option<Bytes> {

@@ -126,6 +126,18 @@ pub enum Signalled {
     Already,
 }
 
+/// The field of a message's step record that holds its last checkpoint's cursor
+/// ([`Context::checkpoint`](crate::Context::checkpoint)).
+pub const CURSOR: &str = "cursor";
+
+/// Whether `name` is a field the record keeps for itself, not a step's.
+pub(crate) fn reserved(name: &str) -> bool {
+    name == CURSOR
+        || ["sleep:", "wait:", "signal:"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
 /// The field of a message's step record that holds the signal `name`'s payload.
 pub fn signal_field(name: &str) -> String {
     format!("signal:{name}")

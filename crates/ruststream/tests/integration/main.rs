@@ -69,6 +69,7 @@ mod servers;
 mod sharded;
 mod snooze;
 mod steps;
+mod steps_checkpoints;
 mod steps_signals;
 mod streams;
 mod testapp;

@@ -339,7 +339,8 @@ async fn a_simple_list_refuses_steps(env: &Env) {
     assert!(env.keys_matching("*steps*").await.is_empty());
 }
 
-/// Two steps of one name in one run: the second is an error, and nothing runs twice.
+/// Two steps of one name in one run: the second is an error, and nothing runs twice. So is a
+/// step named as the record's own fields (`cursor`, `sleep:..`, `wait:..`, `signal:..`).
 async fn a_step_name_used_twice_is_an_error(env: &Env) {
     #[derive(Clone, Default)]
     struct Twice(Arc<Mutex<Vec<String>>>);
@@ -353,6 +354,10 @@ async fn a_step_name_used_twice_is_an_error(env: &Env) {
             ctx.step("a", || async { Ok::<_, String>(1) }).await?;
             let again: Result<u32, StepError<String>> = ctx.step("a", || async { Ok(2) }).await;
             self.0.lock().expect("lock").push(format!("{again:?}"));
+            for own in ["cursor", "wait:paid"] {
+                let r: Result<u32, StepError<String>> = ctx.step(own, || async { Ok(3) }).await;
+                self.0.lock().expect("lock").push(format!("{r:?}"));
+            }
             Err(HandlerOutcome::drop())
         }
     }
@@ -369,6 +374,8 @@ async fn a_step_name_used_twice_is_an_error(env: &Env) {
     env.stop(running).await;
     let seen = twice.0.lock().expect("lock").clone();
     assert!(seen[0].contains("used twice"), "{seen:?}");
+    assert!(seen[1].contains("the record's own"), "{seen:?}");
+    assert!(seen[2].contains("the record's own"), "{seen:?}");
     assert!(
         !env.exists("{tw}.steps:order-1").await,
         "the dead letter removed the record"

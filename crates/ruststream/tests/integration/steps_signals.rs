@@ -23,6 +23,7 @@ on!(
     a_wait_times_out_and_a_late_signal_changes_nothing,
     a_signal_sent_while_the_handler_runs_is_not_lost,
     a_signal_sent_while_the_handler_runs_is_not_lost_on_a_stream,
+    a_cancelled_parked_message_leaves_no_record,
 );
 
 on!([memory] a_simple_list_refuses_a_wait, pubsub_cannot_be_signalled);
@@ -317,4 +318,34 @@ async fn pubsub_cannot_be_signalled(env: &Env) {
         .await
         .expect_err("refused");
     assert!(e.to_string().contains("Pub/Sub"), "{e}");
+}
+
+/// A cancel of a parked message removes it from the delayed set and deletes its step record.
+async fn a_cancelled_parked_message_leaves_no_record(env: &Env) {
+    let checkout = Checkout::new(Duration::from_secs(3600));
+    let producer = env.broker();
+    let running = start(
+        env,
+        RedisList::new("{sc}").reliable(),
+        &producer,
+        "{sc}",
+        &checkout,
+    )
+    .await;
+    env.eventually("parked", async || env.zcard("{sc}.delayed").await == 1)
+        .await;
+    assert!(env.exists("{sc}.steps:order-1").await);
+    let cancelled = producer
+        .publisher()
+        .cancel("{sc}", "order-1")
+        .await
+        .expect("cancel");
+    env.stop(running).await;
+    assert_eq!(cancelled, ruststream::CancelOutcome::Removed);
+    assert_eq!(env.zcard("{sc}.delayed").await, 0);
+    assert!(
+        !env.exists("{sc}.steps:order-1").await,
+        "its record went with it"
+    );
+    assert_eq!(checkout.calls(), 1);
 }
