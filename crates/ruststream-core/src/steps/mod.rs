@@ -1,7 +1,11 @@
 //! Durable steps: a handler's work in named parts whose results are recorded, so a redelivery of
 //! the message (a retry, a crash recovery, an operator's requeue) replays them instead of doing
-//! them again ([`Context::step`](crate::Context::step)), and durable sleeps that put the message
-//! back delayed instead of holding a worker ([`Context::sleep`](crate::Context::sleep)).
+//! them again ([`Context::step`](crate::Context::step)), durable sleeps that put the message
+//! back delayed instead of holding a worker ([`Context::sleep`](crate::Context::sleep)), waits
+//! that park the message until another process signals it
+//! ([`Context::wait_for`](crate::Context::wait_for),
+//! [`Publisher::signal`](crate::Publisher::signal)), and checkpoints of a long loop
+//! ([`Context::checkpoint`](crate::Context::checkpoint)).
 //!
 //! The core keeps nothing itself: a broker stores one record per message, through a
 //! [`StepStore`] (its [`PublishBackend::steps`](crate::PublishBackend::steps)). A handler reads

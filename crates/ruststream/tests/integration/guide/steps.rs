@@ -99,3 +99,58 @@ async fn a_checkout_waits_for_its_webhook_and_charges_once() -> ruststream::Resu
     tb.shutdown().await
 }
 // ANCHOR_END: test
+
+/// The pages an import read, in order; the import fails once, at page 2, the first time.
+static PAGES: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+async fn import(page: u32) -> Result<(), String> {
+    let mut pages = PAGES.lock().map_err(|e| e.to_string())?;
+    if page == 2 && !pages.contains(&99) {
+        pages.push(99);
+        return Err("the source timed out".into());
+    }
+    pages.push(page);
+    Ok(())
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, Outgoing)]
+struct Import {
+    pages: u32,
+}
+
+#[subscriber(RedisList::new("{imports}").reliable().retry(Backoff::fixed(Duration::from_secs(1))))]
+async fn import_file(file: &Import, ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    let pages = file.pages;
+    // ANCHOR: checkpoint
+    let from: u32 = ctx.resume_from().await?.unwrap_or(0);
+    for page in from..pages {
+        import(page).await.map_err(|_| HandlerOutcome::retry())?;
+        ctx.checkpoint(&(page + 1)).await?;
+    }
+    // ANCHOR_END: checkpoint
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_import_resumes_at_its_last_checkpoint() -> ruststream::Result<()> {
+    let app = RustStream::new(AppInfo::new("imports", "0.1.0")).with_broker(
+        RedisBroker::from_env(),
+        |b| {
+            b.include(import_file);
+        },
+    );
+    let tb = TestApp::start(app).await?;
+    let b = tb.broker::<RedisBroker>();
+    b.message(&Import { pages: 4 })
+        .to("{imports}")
+        .id("file-1")
+        .publish()
+        .await?;
+    tb.advance(Duration::from_secs(5)).await?;
+    assert_eq!(
+        *PAGES.lock().unwrap(),
+        [0, 1, 99, 2, 3],
+        "pages 0 and 1 once"
+    );
+    tb.shutdown().await
+}
