@@ -13,6 +13,9 @@ use super::{
 };
 use crate::{Context, Error, Result};
 
+/// The longest error text a failed step records: 4 KiB.
+const MAX_FAILURE_BYTES: usize = 4096;
+
 impl Context<'_> {
     /// Runs `run` as the step `name` of this message, once: when the message has a recorded
     /// result for `name` (from an earlier delivery: a retry, a crash recovery, a requeue), that
@@ -24,7 +27,8 @@ impl Context<'_> {
     /// record: give an external call [`step_key`](Self::step_key) as its idempotency key.
     ///
     /// # Errors
-    /// [`StepError::Failed`] with `run`'s error (nothing recorded); [`StepError::Record`] when
+    /// [`StepError::Failed`] with `run`'s error (no result recorded; the error's text is, as
+    /// the field `failed:<name>`, for the operator); [`StepError::Record`] when
     /// the record cannot be read or written, when `name` was used before in this run, or when
     /// the source cannot redeliver (a simple list, Pub/Sub). Either converts with `?` into a
     /// retry of the message.
@@ -44,18 +48,25 @@ impl Context<'_> {
     pub async fn step<T, E, F, Fut>(&self, name: &str, run: F) -> Result<T, StepError<E>>
     where
         T: Serialize + DeserializeOwned,
+        E: std::fmt::Display,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
         if super::reserved(name) {
             return Err(StepError::Record(Error::config(format!(
-                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:` or `signal:` are the record's own; give the step another name"
+                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:`, `signal:` or `failed:` are the record's own; give the step another name"
             ))));
         }
         if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
             return crate::job::decode_as(&json, "step record").map_err(StepError::Record);
         }
-        let value = run().await.map_err(StepError::Failed)?;
+        let value = match run().await {
+            Ok(value) => value,
+            Err(e) => {
+                self.record_failure(name, e.to_string()).await;
+                return Err(StepError::Failed(e));
+            }
+        };
         let json = crate::job::encode(&value).map_err(StepError::Record)?;
         if json.len() > MAX_STEP_BYTES {
             return Err(StepError::Record(Error::config(format!(
@@ -67,6 +78,29 @@ impl Context<'_> {
             .await
             .map_err(StepError::Record)?;
         Ok(value)
+    }
+
+    /// Records step `name`'s error for the operator (`failed:<name>`, the last one), best
+    /// effort: a write that fails is logged, and the step's own error is what the handler gets.
+    async fn record_failure(&self, name: &str, mut text: String) {
+        if text.len() > MAX_FAILURE_BYTES {
+            let mut end = MAX_FAILURE_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        let written = match crate::job::encode(&text) {
+            Ok(json) => {
+                self.write_step(&super::failed_field(name), StepWrite::Result(json))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(message_id = %self.message_id(), step = name, error = %e,
+                "the step's failure could not be recorded");
+        }
     }
 
     /// A key stable across every delivery of this message for its step `name`

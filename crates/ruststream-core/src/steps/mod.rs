@@ -137,9 +137,15 @@ pub const CURSOR: &str = "cursor";
 /// Whether `name` is a field the record keeps for itself, not a step's.
 pub(crate) fn reserved(name: &str) -> bool {
     name == CURSOR
-        || ["sleep:", "wait:", "signal:"]
+        || ["sleep:", "wait:", "signal:", "failed:"]
             .iter()
             .any(|p| name.starts_with(p))
+}
+
+/// The field of a message's step record that holds the last error of its step `name`, for the
+/// operator.
+pub fn failed_field(name: &str) -> String {
+    format!("failed:{name}")
 }
 
 /// The field of a message's step record that holds the signal `name`'s payload.

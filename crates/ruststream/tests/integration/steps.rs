@@ -27,6 +27,7 @@ on!(
     [memory, standalone] multi_thread:
     a_sleep_frees_the_worker_and_replays_what_came_before,
     a_crash_after_the_charge_does_not_charge_again,
+    a_failed_step_records_its_error,
 );
 
 on!([standalone] multi_thread: a_step_record_lost_to_an_outage_is_an_error_and_nothing_is_lost);
@@ -472,4 +473,34 @@ async fn a_step_record_lost_to_an_outage_is_an_error_and_nothing_is_lost(env: &E
     assert_eq!(checkout.done().len(), 1);
     assert_eq!(env.llen("{sf}.dead").await, 0, "nothing lost");
     assert!(!env.exists("{sf}.steps:order-1").await);
+}
+
+/// A step that fails records its error for the operator (`failed:<name>`) beside the results,
+/// while the message waits for its retry.
+async fn a_failed_step_records_its_error(env: &Env) {
+    let checkout = Checkout {
+        flaky: true,
+        ..Checkout::default()
+    };
+    let list = RedisList::new("{sfe}")
+        .reliable()
+        .retry(Backoff::fixed(Duration::from_secs(3600)));
+    let running = start(env, list, &env.broker(), "{sfe}", &checkout).await;
+    env.eventually("retrying", async || env.zcard("{sfe}.delayed").await == 1)
+        .await;
+    env.stop(running).await;
+    let record = env.key("{sfe}.steps:order-1");
+    let failed = env
+        .cmd(
+            "HGET",
+            vec![record.as_str().into(), "failed:reserve".into()],
+        )
+        .await
+        .expect("HGET");
+    assert_eq!(
+        failed.as_bytes_str().as_deref(),
+        Some("\"the stock service is down\""),
+        "{failed:?}"
+    );
+    assert_eq!(checkout.counts(), [1, 1, 0]);
 }
