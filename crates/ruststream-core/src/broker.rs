@@ -177,11 +177,12 @@ pub trait Settler: Send + Sync + 'static {
         batch: &[(Self::Token, Settlement)],
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Tells the settler that the message of `token` has a step record named `key` (see
-    /// [`crate::steps`]): its settle removes the record when it acknowledges or dead-letters
-    /// the message. The default ignores it (the record then lives out its ttl).
-    fn steps_recorded(&self, token: &mut Self::Token, key: String) {
-        let _ = (token, key);
+    /// Tells the settler that the message of `token` has a step record (see [`crate::steps`]):
+    /// its settle removes the record when it acknowledges or dead-letters the message, and a
+    /// park for a signal already recorded makes the message due at once. The default ignores
+    /// it (the record then lives out its ttl).
+    fn steps_recorded(&self, token: &mut Self::Token, note: crate::steps::StepsNote) {
+        let _ = (token, note);
     }
 
     /// Where the entries of settles abandoned at shutdown stay, and how they come back, for the

@@ -76,12 +76,13 @@ pub(crate) struct Subscription<B: Broker> {
 
 type Token<B> = <<B as Broker>::Receiver as Receiver>::Token;
 
-/// A handled delivery for the settler: token, settlement, permit, its step record's name.
+/// A handled delivery for the settler: token, settlement, permit, what its settle must know of
+/// its steps.
 type Done<B> = (
     Token<B>,
     Settlement,
     Option<OwnedSemaphorePermit>,
-    Option<String>,
+    Option<crate::steps::StepsNote>,
 );
 
 /// A claimed delivery with the permit it holds until its settle starts.

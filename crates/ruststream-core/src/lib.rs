@@ -62,7 +62,9 @@ pub use publish::{
     Due, Enqueued, GROUP_HEADER, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,
 };
 pub use retry::Backoff;
-pub use steps::{StepError, StepRecord, StepStore, StepWrite};
+pub use steps::{
+    Signalled, StepError, StepRecord, StepStore, StepWrite, StepsNote, WaitTimedOut, Waited,
+};
 pub use subscriber::{
     IntoSubscriber, MessageDoc, ReplyBuilder, Subscriber, SubscriberBuilder, subscriber,
 };

@@ -137,6 +137,19 @@ pub trait PublishBackend: Send + Sync + 'static {
         })
     }
 
+    /// Sends the signal `name` with `payload` (JSON) to message `id` of `destination` (see
+    /// [`Publisher::signal`]). The default refuses: the broker keeps no step records.
+    fn signal<'a>(
+        &'a self,
+        destination: &'a str,
+        id: &'a str,
+        name: &'a str,
+        payload: bytes::Bytes,
+    ) -> BoxFuture<'a, Result<crate::Signalled>> {
+        let _ = (destination, id, name, payload);
+        Box::pin(async { Err(crate::steps::unsupported()) })
+    }
+
     /// Publishes a flow (see [`crate::flow`]): its record, then its children; a flow published
     /// again with the same id finishes what the first publish left undone. The default refuses.
     fn publish_flow(&self, flow: crate::flow::OutFlow) -> BoxFuture<'_, Result<()>> {
@@ -271,6 +284,35 @@ impl Publisher {
             Some(store) => crate::cancel::with_job(store, id, outcome).await,
             None => Ok(outcome),
         }
+    }
+
+    /// Sends the signal `name` with `payload` to message `id` of `destination`, for its
+    /// [`Context::wait_for`](crate::Context::wait_for): the payload is recorded in the
+    /// message's step record and, when the message is parked waiting for it, the message is
+    /// made due at once, in one script. A signal sent before the wait is kept until the wait
+    /// reads it, or until the record's ttl ([`STEPS_TTL`](crate::steps::STEPS_TTL)). The
+    /// first signal of a name wins: another answers [`Signalled::Already`](crate::Signalled).
+    ///
+    /// # Errors
+    /// When `payload` does not serialize or is larger than a step records (1 MiB of JSON), the
+    /// destination is not a list queue or a stream, the record holds the most steps, or Redis
+    /// fails.
+    pub async fn signal<T: serde::Serialize>(
+        &self,
+        destination: &str,
+        id: &str,
+        name: &str,
+        payload: &T,
+    ) -> Result<crate::Signalled> {
+        let json = crate::job::encode(payload)?;
+        if json.len() > crate::steps::MAX_STEP_BYTES {
+            return Err(Error::config(format!(
+                "signal `{name}`: its payload is {} bytes of JSON, more than a step records ({})",
+                json.len(),
+                crate::steps::MAX_STEP_BYTES
+            )));
+        }
+        self.0.signal(destination, id, name, json).await
     }
 
     /// This broker's step store, or the error saying it has none.

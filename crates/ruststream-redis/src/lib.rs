@@ -174,6 +174,7 @@ pub use {
     list::settle::{SettleKeys, SettleList},
     operate::dead::{Purge, Requeue, Taken},
     settle::{Op, Settled},
+    steps::{BeginWait, SendSignal},
     stream::consumers::ForgetConsumers,
     stream::settle::SettleStream,
     transport::InBatch,

@@ -1,6 +1,6 @@
 //! The publish backend of a [`RedisBroker`](crate::RedisBroker): [`RedisPublisher`], which
 //! hands plain messages to `crate::publish`, flows to `crate::flow`, cancels to
-//! `crate::cancel`, and is the job and step store (`crate::results`, `crate::steps`). It sits
+//! `crate::cancel`, signals to `crate::steps`, and is the job and step store (`crate::results`, `crate::steps`). It sits
 //! above those modules so that none of them reaches back to another through it. Sends no
 //! command itself.
 
@@ -36,6 +36,17 @@ impl PublishBackend for RedisPublisher {
     /// Step records are hashes beside their queue, with a ttl (`crate::steps`).
     fn steps(&self) -> Option<&dyn ruststream_core::StepStore> {
         Some(self)
+    }
+
+    /// `steps/signal.lua` on the destination (`crate::steps`).
+    fn signal<'a>(
+        &'a self,
+        destination: &'a str,
+        id: &'a str,
+        name: &'a str,
+        payload: bytes::Bytes,
+    ) -> BoxFuture<'a, Result<ruststream_core::Signalled>> {
+        Box::pin(crate::steps::signal(self, destination, id, name, payload))
     }
 
     /// `cancel.lua` on each partition of the list (`crate::cancel`).

@@ -55,6 +55,9 @@ pub enum Op {
         after: Duration,
         /// The message's id, its field in the delayed hash.
         id: String,
+        /// For a message parked for a signal: its step record and the signal's field there.
+        /// A signal recorded already makes the entry due now instead (`crate::steps`).
+        wake: Option<(String, String)>,
     },
     /// Push `frame` onto the dead letters (with a `dead-at` header), then trim them to `bound`.
     Dead {
@@ -68,6 +71,21 @@ pub enum Op {
 }
 
 impl Op {
+    /// A retry of `t` due `after` from the server's now (`snooze`: no attempt spent); a message
+    /// parked for a signal carries its record's signal field, which the settle looks up.
+    pub(crate) fn later(t: &crate::transport::Token, after: Duration, snooze: bool) -> Self {
+        let wake = match (&t.steps, &t.signal) {
+            (Some(steps), Some(field)) => Some((steps.clone(), field.clone())),
+            _ => None,
+        };
+        Self::Later {
+            frame: t.retry_frame(snooze),
+            after,
+            id: t.frame.id.clone(),
+            wake,
+        }
+    }
+
     /// An ack, deleting the step record `steps` when there is one.
     pub(crate) fn ack(steps: Option<&String>) -> Self {
         match steps {
@@ -79,13 +97,15 @@ impl Op {
     }
 
     /// The op's code: `a`, `r`, `d` or `x`; `A` and `X` for an ack and a dead letter that also
-    /// delete the message's step record.
+    /// delete the message's step record; `w` for a retry later of a message parked for a
+    /// signal.
     pub(crate) fn code(&self) -> u8 {
         match self {
             Self::Ack => b'a',
             Self::AckSteps { .. } => b'A',
             Self::Retry { .. } => b'r',
-            Self::Later { .. } => b'd',
+            Self::Later { wake: None, .. } => b'd',
+            Self::Later { wake: Some(_), .. } => b'w',
             Self::Dead { steps: None, .. } => b'x',
             Self::Dead { steps: Some(_), .. } => b'X',
         }
@@ -98,10 +118,20 @@ impl Op {
             Self::Ack => {}
             Self::AckSteps { steps } => args.push(Value::from(steps.as_str())),
             Self::Retry { frame } => args.push(Value::Bytes(frame.clone())),
-            Self::Later { frame, after, id } => args.extend([
-                Value::Bytes(frame.clone()),
-                crate::delayed::retry_arg(*after, id),
-            ]),
+            Self::Later {
+                frame,
+                after,
+                id,
+                wake,
+            } => {
+                args.extend([
+                    Value::Bytes(frame.clone()),
+                    crate::delayed::retry_arg(*after, id),
+                ]);
+                if let Some((steps, field)) = wake {
+                    args.extend([Value::from(steps.as_str()), Value::from(field.as_str())]);
+                }
+            }
             Self::Dead {
                 frame,
                 bound,

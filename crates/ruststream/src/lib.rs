@@ -29,7 +29,8 @@ pub use ruststream_core::{CatchUp, IntoPeriodic, Periodic, periodic};
 pub use ruststream_core::{ChildFailure, ChildOutcome, FlowChild, FlowState, flow};
 /// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
 pub use ruststream_core::{JobRecord, job};
-/// Durable steps and sleeps: `ctx.step(..)`, `ctx.sleep(..)`.
+/// Durable steps, sleeps, waits for signals and checkpoints: `ctx.step(..)`, `ctx.sleep(..)`,
+/// `ctx.wait_for(..)`, `ctx.checkpoint(..)`.
 pub use ruststream_core::{StepError, steps};
 pub use ruststream_macros::{Outgoing, app, periodic, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).

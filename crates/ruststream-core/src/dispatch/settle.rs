@@ -70,8 +70,8 @@ pub(super) async fn settle_loop<B: Broker>(
         // The permits go back as the round trip starts, so the next claim overlaps it.
         let mut permits: Option<OwnedSemaphorePermit> = None;
         for (mut token, settlement, permit, steps) in received.drain(..) {
-            if let Some(key) = steps {
-                settler.steps_recorded(&mut token, key);
+            if let Some(note) = steps {
+                settler.steps_recorded(&mut token, note);
             }
             batch.push((token, settlement));
             match (&mut permits, permit) {

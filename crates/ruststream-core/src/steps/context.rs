@@ -8,8 +8,13 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{MAX_STEP_BYTES, Replay, StepError, StepRecord, StepStore, StepWrite};
+use super::{
+    MAX_STEP_BYTES, Replay, StepError, StepRecord, StepStore, StepWrite, WaitTimedOut, Waited,
+};
 use crate::{Context, Error, Result};
+
+/// The longest error text a failed step records: 4 KiB.
+const MAX_FAILURE_BYTES: usize = 4096;
 
 impl Context<'_> {
     /// Runs `run` as the step `name` of this message, once: when the message has a recorded
@@ -22,7 +27,8 @@ impl Context<'_> {
     /// record: give an external call [`step_key`](Self::step_key) as its idempotency key.
     ///
     /// # Errors
-    /// [`StepError::Failed`] with `run`'s error (nothing recorded); [`StepError::Record`] when
+    /// [`StepError::Failed`] with `run`'s error (no result recorded; the error's text is, as
+    /// the field `failed:<name>`, for the operator); [`StepError::Record`] when
     /// the record cannot be read or written, when `name` was used before in this run, or when
     /// the source cannot redeliver (a simple list, Pub/Sub). Either converts with `?` into a
     /// retry of the message.
@@ -42,6 +48,7 @@ impl Context<'_> {
     pub async fn step<T, E, F, Fut>(&self, name: &str, run: F) -> Result<T, StepError<E>>
     where
         T: Serialize + DeserializeOwned,
+        E: std::fmt::Display,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
@@ -59,15 +66,27 @@ impl Context<'_> {
     async fn run_step<T, E, F, Fut>(&self, name: &str, run: F) -> Result<(T, bool), StepError<E>>
     where
         T: Serialize + DeserializeOwned,
+        E: std::fmt::Display,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        if super::reserved(name) {
+            return Err(StepError::Record(Error::config(format!(
+                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:`, `signal:` or `failed:` are the record's own; give the step another name"
+            ))));
+        }
         if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
             return crate::job::decode_as(&json, "step record")
                 .map(|value| (value, true))
                 .map_err(StepError::Record);
         }
-        let value = run().await.map_err(StepError::Failed)?;
+        let value = match run().await {
+            Ok(value) => value,
+            Err(e) => {
+                self.record_failure(name, e.to_string()).await;
+                return Err(StepError::Failed(e));
+            }
+        };
         let json = crate::job::encode(&value).map_err(StepError::Record)?;
         if json.len() > MAX_STEP_BYTES {
             return Err(StepError::Record(Error::config(format!(
@@ -79,6 +98,29 @@ impl Context<'_> {
             .await
             .map_err(StepError::Record)?;
         Ok((value, false))
+    }
+
+    /// Records step `name`'s error for the operator (`failed:<name>`, the last one), best
+    /// effort: a write that fails is logged, and the step's own error is what the handler gets.
+    async fn record_failure(&self, name: &str, mut text: String) {
+        if text.len() > MAX_FAILURE_BYTES {
+            let mut end = MAX_FAILURE_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        let written = match crate::job::encode(&text) {
+            Ok(json) => {
+                self.write_step(&super::failed_field(name), StepWrite::Result(json))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(message_id = %self.message_id(), step = name, error = %e,
+                "the step's failure could not be recorded");
+        }
     }
 
     /// A key stable across every delivery of this message for its step `name`
@@ -129,6 +171,101 @@ impl Context<'_> {
         self.sleep(left).await
     }
 
+    /// Waits for the signal `name` of this message, sent by
+    /// [`Publisher::signal`](crate::Publisher::signal) from any process, for at most `timeout`.
+    ///
+    /// When the signal was sent (before the wait began, or while the message was parked), this
+    /// returns `Ok(Ok(payload))`, on every run of the message from then on. Otherwise the wait is
+    /// recorded and this returns [`StepError::Waiting`]: the handler ends with `?`, the message
+    /// is parked (no attempt spent, and its worker free) until the signal comes or `timeout`
+    /// passes. Then the handler runs again from the top: the steps before the wait replay, and
+    /// this returns the payload, or `Ok(Err(WaitTimedOut))` when the timeout passed first.
+    ///
+    /// # Errors
+    /// [`StepError::Waiting`] when the message parks; [`StepError::Record`] when the record
+    /// cannot be read or written, the payload is not a `T`, the name was used before in this
+    /// run, or the source cannot redeliver (a simple list, Pub/Sub).
+    pub async fn wait_for<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Result<T, WaitTimedOut>, StepError> {
+        let field = super::wait_field(name);
+        let deadline = self.begin_step(&field).await.map_err(StepError::Record)?;
+        if let Some(json) = self.recorded(&super::signal_field(name)) {
+            return decode_signal(&json, name).map(Ok);
+        }
+        let until = match deadline {
+            Some(json) => {
+                crate::job::decode_as::<u64>(&json, "wait record").map_err(StepError::Record)?
+            }
+            None => {
+                let store = self.store().map_err(StepError::Record)?;
+                // Marked before the write: a write whose reply is lost may still have landed.
+                self.info.steps.mark();
+                let waited = store
+                    .begin_wait(self.source(), self.message_id(), name, timeout)
+                    .await
+                    .map_err(StepError::Record)?;
+                match waited {
+                    Waited::Signalled(json) => return decode_signal(&json, name).map(Ok),
+                    Waited::Parked(_) => {
+                        self.info.steps.park(name, timeout);
+                        return Err(StepError::Waiting(timeout));
+                    }
+                }
+            }
+        };
+        match self.server_now_ms() {
+            // Back before its deadline and without the signal (an operator's requeue): park
+            // again for the rest.
+            Some(now) if now < until => {
+                let left = Duration::from_millis(until - now);
+                self.info.steps.park(name, left);
+                Err(StepError::Waiting(left))
+            }
+            _ => Ok(Err(WaitTimedOut)),
+        }
+    }
+
+    /// Records `cursor` as this message's checkpoint, replacing the last one, before this
+    /// returns: a later delivery of the message (a retry, a recovery after a crash or after a
+    /// shutdown stopped the handler) reads it with [`resume_from`](Self::resume_from) and goes
+    /// on from there. Record one after each unit of work is done (a page imported): what ran
+    /// after the last checkpoint runs again.
+    ///
+    /// # Errors
+    /// [`StepError::Record`] when the cursor does not serialize, is larger than a step records
+    /// (1 MiB of JSON), or cannot be written, or the source cannot redeliver.
+    pub async fn checkpoint<C: Serialize>(&self, cursor: &C) -> Result<(), StepError> {
+        self.load_steps().await.map_err(StepError::Record)?;
+        let json = crate::job::encode(cursor).map_err(StepError::Record)?;
+        if json.len() > MAX_STEP_BYTES {
+            return Err(StepError::Record(Error::config(format!(
+                "checkpoint: the cursor is {} bytes of JSON, more than a step records ({MAX_STEP_BYTES})",
+                json.len()
+            ))));
+        }
+        self.write_step(super::CURSOR, StepWrite::Result(json))
+            .await
+            .map_err(StepError::Record)?;
+        Ok(())
+    }
+
+    /// The last cursor recorded by [`checkpoint`](Self::checkpoint) for this message, on this
+    /// delivery or an earlier one; `None` before the first.
+    ///
+    /// # Errors
+    /// [`StepError::Record`] when the record cannot be read, the cursor is not a `C`, or the
+    /// source cannot redeliver.
+    pub async fn resume_from<C: DeserializeOwned>(&self) -> Result<Option<C>, StepError> {
+        self.load_steps().await.map_err(StepError::Record)?;
+        self.recorded(super::CURSOR)
+            .map(|json| crate::job::decode_as(&json, "checkpoint"))
+            .transpose()
+            .map_err(StepError::Record)
+    }
+
     /// The name of this run's next sleep: `sleep:<n>`, counted from 1.
     fn next_sleep(&self) -> String {
         let mut replay = self.replay();
@@ -167,17 +304,30 @@ impl Context<'_> {
             replay.record.is_some()
         };
         if !loaded {
-            let record = store.read_steps(self.source(), self.message_id()).await;
-            let record = record.inspect_err(|_| {
+            self.read_record(store).await.inspect_err(|_| {
                 // Not known to be read: the name may be taken again in this run.
                 self.replay().seen.remove(name);
             })?;
-            if !record.steps.is_empty() {
-                self.info.steps.mark();
-            }
-            self.replay().record = Some((record, tokio::time::Instant::now()));
         }
         Ok(self.recorded(name))
+    }
+
+    /// Reads the message's record, unless this run did already.
+    async fn load_steps(&self) -> Result<()> {
+        let store = self.store()?;
+        if self.replay().record.is_none() {
+            self.read_record(store).await?;
+        }
+        Ok(())
+    }
+
+    async fn read_record(&self, store: &dyn StepStore) -> Result<()> {
+        let record = store.read_steps(self.source(), self.message_id()).await?;
+        if !record.steps.is_empty() {
+            self.info.steps.mark();
+        }
+        self.replay().record = Some((record, tokio::time::Instant::now()));
+        Ok(())
     }
 
     fn recorded(&self, name: &str) -> Option<Bytes> {
@@ -207,4 +357,9 @@ impl Context<'_> {
         }
         Ok(written)
     }
+}
+
+/// A signal's payload, read as `T`.
+fn decode_signal<T: DeserializeOwned>(json: &[u8], name: &str) -> Result<T, StepError> {
+    crate::job::decode_as(json, &format!("signal `{name}`")).map_err(StepError::Record)
 }

@@ -1,7 +1,11 @@
 //! Durable steps: a handler's work in named parts whose results are recorded, so a redelivery of
 //! the message (a retry, a crash recovery, an operator's requeue) replays them instead of doing
-//! them again ([`Context::step`](crate::Context::step)), and durable sleeps that put the message
-//! back delayed instead of holding a worker ([`Context::sleep`](crate::Context::sleep)).
+//! them again ([`Context::step`](crate::Context::step)), durable sleeps that put the message
+//! back delayed instead of holding a worker ([`Context::sleep`](crate::Context::sleep)), waits
+//! that park the message until another process signals it
+//! ([`Context::wait_for`](crate::Context::wait_for),
+//! [`Publisher::signal`](crate::Publisher::signal)), and checkpoints of a long loop
+//! ([`Context::checkpoint`](crate::Context::checkpoint)).
 //!
 //! The core keeps nothing itself: a broker stores one record per message, through a
 //! [`StepStore`] (its [`PublishBackend::steps`](crate::PublishBackend::steps)). A handler reads
@@ -78,9 +82,88 @@ pub trait StepStore: Send + Sync {
         write: StepWrite,
     ) -> BoxFuture<'a, Result<Bytes>>;
 
+    /// Begins message `id`'s wait for the signal `name`, atomically: the signal's payload when
+    /// it was sent already, else the wait recorded with its deadline, `timeout` from the
+    /// server's now. The default refuses: the store keeps no signals.
+    fn begin_wait<'a>(
+        &'a self,
+        source: &'a str,
+        id: &'a str,
+        name: &'a str,
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<Waited>> {
+        let _ = (source, id, name, timeout);
+        Box::pin(async { Err(unsupported()) })
+    }
+
     /// The name of the record of message `id` of `source`, as the broker's settler removes it.
     fn steps_key(&self, source: &str, id: &str) -> String;
 }
+
+/// What beginning a wait for a signal found ([`StepStore::begin_wait`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Waited {
+    /// The signal was sent already: its payload (JSON).
+    Signalled(Bytes),
+    /// No signal yet: the wait is recorded, until this time (ms since the epoch, on the
+    /// server's clock).
+    Parked(u64),
+}
+
+/// What [`Publisher::signal`](crate::Publisher::signal) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Signalled {
+    /// The message was parked waiting for this signal: the payload is recorded and the
+    /// message is due now, back on its queue within the mover's next move.
+    Woken,
+    /// The payload is recorded for the message's wait to read: the message has not reached
+    /// its wait yet, is running, or is not known (a finished message, a wrong id). A record
+    /// nothing reads expires with the step record's ttl.
+    Kept,
+    /// The message's wait for this signal timed out before it came: nothing recorded (the
+    /// handler took the timeout).
+    Late,
+    /// A signal of this name was recorded for the message before (maybe this one, sent again
+    /// after a lost reply): nothing changed, the first payload stands.
+    Already,
+}
+
+/// The field of a message's step record that holds its last checkpoint's cursor
+/// ([`Context::checkpoint`](crate::Context::checkpoint)).
+pub const CURSOR: &str = "cursor";
+
+/// Whether `name` is a field the record keeps for itself, not a step's.
+pub(crate) fn reserved(name: &str) -> bool {
+    name == CURSOR
+        || ["sleep:", "wait:", "signal:", "failed:"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
+/// The field of a message's step record that holds the last error of its step `name`, for the
+/// operator.
+pub fn failed_field(name: &str) -> String {
+    format!("failed:{name}")
+}
+
+/// The field of a message's step record that holds the signal `name`'s payload.
+pub fn signal_field(name: &str) -> String {
+    format!("signal:{name}")
+}
+
+/// The field of a message's step record that holds its wait for the signal `name` (its
+/// deadline).
+pub fn wait_field(name: &str) -> String {
+    format!("wait:{name}")
+}
+
+/// What [`Context::wait_for`](crate::Context::wait_for) answers when its timeout passed before
+/// the signal came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the wait for the signal timed out")]
+pub struct WaitTimedOut;
 
 /// The error of a broker that keeps no step records.
 pub(crate) fn unsupported() -> Error {
@@ -103,12 +186,16 @@ pub enum StepError<E = std::convert::Infallible> {
     /// delayed for this long and frees its worker.
     #[error("sleeping for {0:?}")]
     Sleeping(Duration),
+    /// A wait for a signal began: the handler must end now (with `?`) so that the message is
+    /// parked until the signal comes, or for at most this long, and frees its worker.
+    #[error("waiting for a signal for at most {0:?}")]
+    Waiting(Duration),
 }
 
 impl<E> From<StepError<E>> for HandlerOutcome {
     fn from(e: StepError<E>) -> Self {
         match e {
-            StepError::Sleeping(d) => HandlerOutcome::snooze(d),
+            StepError::Sleeping(d) | StepError::Waiting(d) => HandlerOutcome::snooze(d),
             StepError::Failed(_) | StepError::Record(_) => HandlerOutcome::retry(),
         }
     }
@@ -122,6 +209,8 @@ pub(crate) struct StepsMark {
     used: AtomicBool,
     /// The sleep the handler began, in ms (at least 1); 0 when none.
     sleep_ms: AtomicU64,
+    /// The signal the handler parked the message for, when it did (`wait_for`).
+    wait: std::sync::OnceLock<String>,
     pub(crate) redelivers: bool,
 }
 
@@ -142,6 +231,17 @@ impl StepsMark {
         self.sleep_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// Notes that the handler parked the message for the signal `name`, for at most `d`.
+    pub(crate) fn park(&self, name: &str, d: Duration) {
+        let _ = self.wait.set(name.to_owned());
+        self.sleep(d);
+    }
+
+    /// The signal the handler parked the message for, if it did.
+    pub(crate) fn waiting(&self) -> Option<&str> {
+        self.wait.get().map(String::as_str)
+    }
+
     /// The durable sleep the handler began, if it did: its message goes back delayed that
     /// long, whatever error the handler ended with (the dispatch loop's rule, so that a handler
     /// whose error type turns every error into a retry still sleeps).
@@ -158,6 +258,7 @@ impl Clone for StepsMark {
         Self {
             used: AtomicBool::new(self.used()),
             sleep_ms: AtomicU64::new(self.sleep_ms.load(Ordering::Relaxed)),
+            wait: self.wait.clone(),
             redelivers: self.redelivers,
         }
     }
@@ -189,22 +290,36 @@ pub(crate) fn asleep(
     }
 }
 
-/// The name of the step record of a handled delivery, when it may have one: what its settle
-/// removes. It may when this run used a step, and when an earlier delivery may have written one:
-/// a redelivery (attempt past 1: a retry, a recovery, a requeue) or a message back from a sleep.
-/// Such a run need not reach a step (it fails before its first, or it is past its last attempt
-/// and dead-lettered without a handler), and its record must still go. A first delivery that
-/// used no step has none, so its settle sends nothing more.
+/// What the settle of a handled delivery must know of its steps: its record's name (which an
+/// ack or a dead letter removes) and the signal it parked for (a park finding the signal
+/// recorded makes the message due at once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepsNote {
+    /// The step record's name.
+    pub record: String,
+    /// The signal the message is parked for (its record's field, `signal:<name>`).
+    pub signal: Option<String>,
+}
+
+/// What the settle of a handled delivery must know of its steps, when it may have a record. It
+/// may when this run used a step, and when an earlier delivery may have written one: a
+/// redelivery (attempt past 1: a retry, a recovery, a requeue) or a message back from a sleep or
+/// a wait. Such a run need not reach a step (it fails before its first, or it is past its last
+/// attempt and dead-lettered without a handler), and its record must still go. A first delivery
+/// that used no step has none, so its settle sends nothing more.
 pub(crate) fn record_of(
     publisher: &crate::Publisher,
     info: &crate::DeliveryInfo,
-) -> Option<String> {
+) -> Option<StepsNote> {
     let earlier = info.steps.redelivers && (info.attempt > 1 || info.snoozes > 0);
     if !info.steps.used() && !earlier {
         return None;
     }
     let store = publisher.step_store().ok()?;
-    Some(store.steps_key(&info.source, &info.message_id))
+    Some(StepsNote {
+        record: store.steps_key(&info.source, &info.message_id),
+        signal: info.steps.waiting().map(signal_field),
+    })
 }
 
 /// One handler run's view of its message's steps: the record as read at the first step, and the

@@ -7,7 +7,7 @@
 --       delayed payload hash, the queue's levels (lowest first, ARGV[5] of them), then the
 --       processing list when the queue may have one.
 -- ARGV: the id, the signal channel (K.cancel), most ids the record holds, its ttl ms, the number
---       of levels.
+--       of levels, the message's step record (K.steps:<id>, in the queue's slot).
 --
 -- In the delayed set (member and payload field are the id): removed, `removed`. Else claimed
 -- (a frame with the id in the processing list: bounded by what is in flight): `signalled`.
@@ -21,12 +21,12 @@
 -- Past the record's most ids, a new cancel is refused with `RSFULL` before any write.
 local id, channel = ARGV[1], ARGV[2]
 local most, ttl, nlevels = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if not most or not ttl or not nlevels or #KEYS < 3 + nlevels or #KEYS > 4 + nlevels then
+if not most or not ttl or not nlevels or not ARGV[6] or #KEYS < 3 + nlevels or #KEYS > 4 + nlevels then
   return redis.error_reply('RSARGS cancel.lua takes an id, a channel, a bound, a ttl and the levels, got ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys')
 end
 local record, delayed, payloads = KEYS[1], KEYS[2], KEYS[3]
 local processing = KEYS[4 + nlevels]
-local checks = {{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}}
+local checks = {{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {ARGV[6], 'hash'}}
 for i = 4, 3 + nlevels do checks[#checks + 1] = {KEYS[i], 'list'} end
 if processing then checks[#checks + 1] = {processing, 'list'} end
 local bad = wrong_types(checks)
@@ -52,4 +52,4 @@ local function queued()
 end
 
 return cancel_once({record = record, id = id, channel = channel, most = most, ttl = ttl,
-  delayed = delayed, payloads = payloads}, running, queued)
+  delayed = delayed, payloads = payloads, steps = ARGV[6]}, running, queued)

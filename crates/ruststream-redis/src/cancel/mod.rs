@@ -66,6 +66,8 @@ pub struct CancelKeys {
     pub levels: Vec<String>,
     /// The processing list, when the queue may have one.
     pub processing: Option<String>,
+    /// What a message's step record is named, but for its id (`K.steps:`, `crate::steps`).
+    pub steps: String,
 }
 
 impl CancelKeys {
@@ -91,6 +93,7 @@ impl CancelKeys {
             payloads: delayed.payloads,
             levels,
             processing: same_slot.then_some(processing),
+            steps: space.steps(queue, ""),
         }
     }
 }
@@ -125,6 +128,7 @@ impl Call for CancelList<'_> {
             lua::int(MOST),
             lua::int(usize::try_from(TTL.as_millis()).unwrap_or(usize::MAX)),
             lua::int(k.levels.len()),
+            Value::from(format!("{}{}", k.steps, self.id)),
         ];
         (keys, args)
     }

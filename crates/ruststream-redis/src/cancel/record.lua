@@ -4,7 +4,9 @@
 --
 -- `missing`: nothing written. Else, past the record's `most` ids a new cancel is refused with
 -- `RSFULL` before any write; `removed` deletes the delayed entry (the set's member and the
--- payload field are the id); the outcome is recorded and the record's ttl re-armed; and, but
+-- payload field are the id); `removed` and `marked` delete the message's step record
+-- (`c.steps`, crate::steps: a sleeping or parked message waits in the delayed set, and a
+-- message marked never runs again); the outcome is recorded and the record's ttl re-armed; and, but
 -- for `removed`, the id is PUBLISHed on the signal channel. Returns the outcome (or the error).
 local function record_cancel(c, outcome)
   if outcome == 'missing' then return outcome end
@@ -16,6 +18,7 @@ local function record_cancel(c, outcome)
     redis.call('ZREM', c.delayed, c.id)
     redis.call('HDEL', c.payloads, c.id)
   end
+  if outcome ~= 'signalled' then redis.call('DEL', c.steps) end
   redis.call('HSET', c.record, c.id, outcome)
   redis.call('PEXPIRE', c.record, c.ttl)
   if outcome ~= 'removed' then redis.call('PUBLISH', c.channel, c.id) end

@@ -7,7 +7,8 @@
 -- KEYS: the cancel record (K.cancels, a hash id → what the cancel did), the delayed set, the
 --       delayed payload hash, the stream.
 -- ARGV: the id, the signal channel (K.cancel), most ids the record holds, its ttl ms, most
---       pending entries looked through per group.
+--       pending entries looked through per group, the message's step record (K.steps:<id>,
+--       in the stream's slot).
 --
 -- In the delayed set (member and payload field are the id): removed, `removed`. Else pending in
 -- a group (an entry of the group's PEL, bounded by ARGV[5], whose `rs.id` field is the id:
@@ -19,11 +20,11 @@
 -- Past the record's most ids, a new cancel is refused with `RSFULL` before any write.
 local id, channel = ARGV[1], ARGV[2]
 local most, ttl, inflight = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if not most or not ttl or not inflight or inflight < 1 or #KEYS ~= 4 then
-  return redis.error_reply('RSARGS cancel/stream.lua takes an id, a channel, a bound, a ttl and a pending bound, and 4 keys; got ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys')
+if not most or not ttl or not inflight or inflight < 1 or not ARGV[6] or #KEYS ~= 4 then
+  return redis.error_reply('RSARGS cancel/stream.lua takes an id, a channel, a bound, a ttl a pending bound and a step record, and 4 keys; got ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys')
 end
 local record, delayed, payloads, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local bad = wrong_types({{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {stream, 'stream'}})
+local bad = wrong_types({{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {stream, 'stream'}, {ARGV[6], 'hash'}})
 if bad then return redis.error_reply(bad) end
 
 -- The value of field `name` in a flat {name, value, ..} list.
@@ -73,4 +74,4 @@ local function unread()
 end
 
 return cancel_once({record = record, id = id, channel = channel, most = most, ttl = ttl,
-  delayed = delayed, payloads = payloads}, running, unread)
+  delayed = delayed, payloads = payloads, steps = ARGV[6]}, running, unread)

@@ -33,6 +33,8 @@ pub struct StreamCancelKeys {
     pub payloads: String,
     /// The stream.
     pub stream: String,
+    /// What a message's step record is named, but for its id (`K.steps:`, `crate::steps`).
+    pub steps: String,
 }
 
 impl StreamCancelKeys {
@@ -45,6 +47,7 @@ impl StreamCancelKeys {
             delayed: delayed.set,
             payloads: delayed.payloads,
             stream: stream.to_owned(),
+            steps: space.steps(stream, ""),
         }
     }
 }
@@ -82,6 +85,7 @@ impl Call for CancelStream<'_> {
             lua::int(super::MOST),
             lua::int(usize::try_from(super::TTL.as_millis()).unwrap_or(usize::MAX)),
             lua::int(MOST_PENDING),
+            Value::from(format!("{}{}", k.steps, self.id)),
         ];
         (keys, args)
     }

@@ -17,6 +17,8 @@
 --      arg = `delay_ms:id`
 --   x  dead (claimed, new, arg): remove, then LPUSH dead new (with its `dead-at`); arg = the
 --      dead-letter list's bound (dead/trim.lua), to which the list is trimmed after the last push
+--   w  retry later of a message parked for a signal (claimed, new, arg, steps, field): as `d`,
+--      due now when its step record `steps` holds the signal's field
 --   A  ack of a message with steps (claimed, steps): as `a`, then DEL steps, its step record
 --   X  dead of a message with steps (claimed, new, arg, steps): as `x`, then DEL steps
 --      (a step record is deleted only when the claim was still this worker's and found)
@@ -57,8 +59,9 @@ local dest, derr = dest_of(7, 2)
 if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
 -- The op's bytes (string.byte), and how many arguments an entry of each op sends.
-local ACK, RETRY, LATER, DEAD, ACK_STEPS, DEAD_STEPS = 97, 114, 100, 120, 65, 88 -- a r d x A X
-local ARGS = {[ACK] = 1, [RETRY] = 2, [LATER] = 3, [DEAD] = 3, [ACK_STEPS] = 2, [DEAD_STEPS] = 4}
+local ACK, RETRY, LATER, DEAD, ACK_STEPS, DEAD_STEPS, PARK = 97, 114, 100, 120, 65, 88, 119 -- a r d x A X w
+local ARGS = {[ACK] = 1, [RETRY] = 2, [LATER] = 3, [DEAD] = 3, [ACK_STEPS] = 2, [DEAD_STEPS] = 4,
+  [PARK] = 5}
 local call, processing, record, argv = redis.call, KEYS[1], KEYS[5], ARGV
 local token = argv[1]
 local nargs = #argv
@@ -107,7 +110,7 @@ end
 -- Every entry is read before the first write: its op and arguments (`at[k]`: where entry k's
 -- start; a settle of acks only, the usual call, has one argument an entry and needs no table for
 -- it), `has` noting the ops other than ack.
-local at, has = {}, {}
+local at, has, parks = {}, {}, {}
 local acks = not string.find(argv[first], '[^a]')
 local i = pos + count
 if acks then
@@ -123,11 +126,12 @@ else
       return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
     end
     if op ~= ACK then
-      if (op == LATER and not string.match(argv[i + 2], '^%d+:'))
+      if ((op == LATER or op == PARK) and not string.match(argv[i + 2], '^%d+:'))
         or ((op == DEAD or op == DEAD_STEPS) and not dead_bound(argv[i + 2])) then
         return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
       end
-      has[op == DEAD_STEPS and DEAD or op] = true
+      if op == PARK then parks[#parks + 1] = {argv[i + 3], 'hash'} end
+      has[op == DEAD_STEPS and DEAD or op == PARK and LATER or op] = true
     end
     at[k] = i
     i = i + n
@@ -172,7 +176,7 @@ if runs then
   end
 end
 -- The keys only some ops write, checked when the call has such an op.
-local checks = {}
+local checks = parks
 if has[DEAD] then checks[#checks + 1] = {KEYS[2], 'list'} end
 if has[LATER] then
   checks[#checks + 1] = {KEYS[3], 'zset'}
@@ -221,6 +225,8 @@ for k = 1, acks and 0 or count do
         elseif op == DEAD or op == DEAD_STEPS then
           bound, now = dead_bound(argv[i + 2]), now or dead_now()
           call('LPUSH', KEYS[2], dead_letter(argv[i + 1], now))
+        elseif op == PARK then
+          schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1], argv[i + 3], argv[i + 4])
         else
           schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1])
         end

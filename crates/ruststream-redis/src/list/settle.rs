@@ -257,11 +257,7 @@ impl ReliableSettle {
                         snooze,
                     } => {
                         earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                        Op::Later {
-                            frame: t.retry_frame(*snooze),
-                            after: *d,
-                            id: t.frame.id.clone(),
-                        }
+                        Op::later(t, *d, *snooze)
                     }
                 };
                 (t.raw.clone(), t.batch.clone(), op)

@@ -231,6 +231,7 @@ impl Operator {
                     payloads: q.delayed_payloads.clone().unwrap_or_default(),
                     levels,
                     processing: q.processing.clone(),
+                    steps: space.steps(&q.queue, ""),
                 });
             }
             let calls = lists

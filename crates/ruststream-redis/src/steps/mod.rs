@@ -8,7 +8,8 @@
 //! `MAX_STEP_BYTES` each (checked by the core).
 //!
 //! Commands: a handler's first step reads the record with `read.lua` (`TIME`, `HGETALL`); each
-//! step it runs is one `write.lua` (`HSET`, `PEXPIRE` never shortening the expiry).
+//! step it runs is one `write.lua` (`HSET`, `PEXPIRE` never shortening the expiry); a wait for a
+//! signal and a signal are one script each (`signal.rs`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -22,6 +23,11 @@ use ruststream_core::{Result, StepRecord, StepStore, StepWrite};
 
 use crate::lua::{self, Call};
 use crate::publisher::RedisPublisher;
+
+mod signal;
+
+pub(crate) use signal::signal;
+pub use signal::{BeginWait, SendSignal};
 
 static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua")));
 
@@ -147,6 +153,16 @@ impl StepStore for RedisPublisher {
             };
             call.call(pool.next()).await
         })
+    }
+
+    fn begin_wait<'a>(
+        &'a self,
+        source: &'a str,
+        id: &'a str,
+        name: &'a str,
+        timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<ruststream_core::Waited>> {
+        signal::begin_wait(self, record_key(self, source, id), name, timeout)
     }
 
     fn steps_key(&self, source: &str, id: &str) -> String {

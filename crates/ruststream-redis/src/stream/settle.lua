@@ -15,6 +15,8 @@
 --   d  retry later (new, arg): XACK, then schedule the frame `new` after arg = `delay_ms:id`
 --   x  dead (new, arg): XACK, then LPUSH dead new (with its `dead-at`); arg = the dead-letter
 --      list's bound (dead/trim.lua), to which the list is trimmed after the last push
+--   w  retry later of a message parked for a signal (new, arg, steps, field): as `d`, due now
+--      when its step record `steps` holds the signal's field
 --   A  ack of a message with steps (steps): XACK, then DEL steps, its step record
 --   X  dead of a message with steps (new, arg, steps): as `x`, then DEL steps
 -- Follow-up writes happen only when XACK found the entry pending, and not for a cancelled
@@ -29,9 +31,9 @@ end
 local stream = dest.keys[1]
 local first = dest.arg_end
 -- How many arguments an entry of each op takes.
-local ARGS = {a = 2, r = 3, d = 4, x = 4, A = 3, X = 5}
+local ARGS = {a = 2, r = 3, d = 4, x = 4, A = 3, X = 5, w = 6}
 -- `has` notes the ops other than ack the call holds.
-local items, has = {}, {}
+local items, has, parks = {}, {}, {}
 local nargs = #ARGV
 local i = first
 while i <= nargs do
@@ -39,7 +41,7 @@ while i <= nargs do
   local n = ARGS[op or '']
   local ok = n and i + n - 1 <= nargs and (op == 'a' or op == 'r' or op == 'A'
     or ((op == 'x' or op == 'X') and dead_bound(ARGV[i + 3]))
-    or (op == 'd' and string.match(ARGV[i + 3], '^%d+:')))
+    or ((op == 'd' or op == 'w') and string.match(ARGV[i + 3], '^%d+:')))
   if ok and op == 'r' then
     local why
     items[i], why = dest_item(dest, ARGV[i + 2])
@@ -50,14 +52,15 @@ while i <= nargs do
   if not ok then
     return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
   end
-  if op == 'X' then has.x = true elseif op ~= 'a' then has[op] = true end
+  if op == 'w' then parks[#parks + 1] = {ARGV[i + 4], 'hash'} end
+  if op == 'X' then has.x = true elseif op == 'w' then has.d = true elseif op ~= 'a' then has[op] = true end
   i = i + n
 end
 -- The keys' types, checked before the first write for the keys this call writes: the stream
 -- always (XACK, and a retry's XADD), the delayed set and hash with a retry later, the cancel
 -- record with any op but ack, the dead-letter list with a drop (without a dead-letter list the
 -- stream stands in for it, and nothing is pushed there).
-local checks = dest_checks(dest, {})
+local checks = dest_checks(dest, parks)
 if has.d then
   checks[#checks + 1] = {KEYS[2], 'zset'}
   checks[#checks + 1] = {KEYS[3], 'hash'}
@@ -76,8 +79,10 @@ while i <= nargs do
   local op = ARGV[i + 1]
   local n = ARGS[op]
   -- A step record goes with the entry (`A`, `X`): the op is then read as `a`, `x`.
-  local steps
-  if op == 'A' then
+  local steps, wake, field
+  if op == 'w' then
+    wake, field, op = ARGV[i + 4], ARGV[i + 5], 'd'
+  elseif op == 'A' then
     steps, op = ARGV[i + 2], 'a'
   elseif op == 'X' then
     steps, op = ARGV[i + 4], 'x'
@@ -94,7 +99,7 @@ while i <= nargs do
       bound, now = dead_bound(ARGV[i + 3]), now or dead_now()
       redis.call('LPUSH', KEYS[1], dead_letter(ARGV[i + 2], now))
     elseif op == 'd' then
-      schedule_retry(KEYS[2], KEYS[3], ARGV[i + 3], ARGV[i + 2])
+      schedule_retry(KEYS[2], KEYS[3], ARGV[i + 3], ARGV[i + 2], wake, field)
     end
   end
   i = i + n

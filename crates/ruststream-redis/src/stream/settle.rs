@@ -176,11 +176,7 @@ impl StreamSettle {
                     None,
                 ) => {
                     earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                    Op::Later {
-                        frame: t.retry_frame(*snooze),
-                        after: *d,
-                        id: t.frame.id.clone(),
-                    }
+                    Op::later(t, *d, *snooze)
                 }
                 (
                     Settlement::Retry {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use ruststream_core::{Result, Settlement, Settler};
+use ruststream_core::{Result, Settlement, Settler, StepsNote};
 
 use super::token::Token;
 
@@ -39,8 +39,9 @@ impl Settler for RedisSettler {
         self.0.settle(batch).await
     }
 
-    fn steps_recorded(&self, token: &mut Token, key: String) {
-        token.steps = Some(key);
+    fn steps_recorded(&self, token: &mut Token, note: StepsNote) {
+        token.steps = Some(note.record);
+        token.signal = note.signal;
     }
 
     fn unsettled(&self) -> String {

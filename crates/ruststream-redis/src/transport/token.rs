@@ -21,6 +21,9 @@ pub struct Token {
     /// The message's step record, when it has one (`crate::steps`): removed by the settle
     /// that acknowledges or dead-letters it.
     pub(crate) steps: Option<String>,
+    /// The field of the signal the message parks for (`signal:<name>`, `crate::steps`): a
+    /// park that finds it recorded makes the message due at once.
+    pub(crate) signal: Option<String>,
 }
 
 /// A claim's place in a reliable list's recovery record (`list/claim.lua`): its batch's member

@@ -82,6 +82,26 @@ impl<'a> TestBroker<'a> {
         }
     }
 
+    /// Sends the signal `name` with `payload` to message `id` of `destination`
+    /// ([`Publisher::signal`]); returns once the app has settled.
+    ///
+    /// # Errors
+    /// As [`Publisher::signal`].
+    pub async fn signal<T: serde::Serialize>(
+        &self,
+        destination: &str,
+        id: &str,
+        name: &str,
+        payload: &T,
+    ) -> Result<ruststream_core::Signalled> {
+        let sent = self
+            .publisher
+            .signal(destination, id, name, payload)
+            .await?;
+        self.app.settle().await?;
+        Ok(sent)
+    }
+
     /// The calls so far of the subscriber of `name`: its source key (every subscriber of that
     /// key), or a subscription name such as `key#2`.
     pub fn subscriber(&self, name: &str) -> Calls {

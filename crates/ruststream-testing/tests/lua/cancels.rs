@@ -26,6 +26,7 @@ fn keys(prefix: &str) -> (impl Fn(&str) -> String + '_, CancelKeys) {
         payloads: key(".delayed.payloads"),
         levels: vec![key("")],
         processing: Some(key(".processing")),
+        steps: key(".steps:"),
     };
     (key, ck)
 }
@@ -245,6 +246,7 @@ fn stream_keys(prefix: &str) -> StreamCancelKeys {
         delayed: key(".delayed"),
         payloads: key(".delayed.payloads"),
         stream: key(""),
+        steps: key(".steps:"),
     }
 }
 

@@ -1,12 +1,43 @@
 //! A settle removes the step records (`K.steps:<id>`) of the messages it acknowledges (op `A`)
-//! or dead-letters (op `X`) in the same script, and keeps those of the messages it retries.
+//! or dead-letters (op `X`) in the same script, and keeps those of the messages it retries; a
+//! park for a signal (op `w`) finds a signal recorded already. The wait and the signal scripts.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use fred::prelude::*;
+use ruststream_core::Signalled;
 use ruststream_redis::frame::encode_parts;
 use ruststream_redis::{Call, DeadBound, Op, SettleList};
 
 use crate::{key, on_both};
+
+/// Claims `claimed` pushed onto `q.processing`, settled with `ops` (one each) without recovery.
+async fn settle(
+    client: &Client,
+    prefix: &str,
+    claimed: &[Bytes],
+    ops: impl IntoIterator<Item = Op>,
+) {
+    let (keys, dest) = crate::dead::list_keys(prefix);
+    let _: i64 = client
+        .lpush(key(prefix, "q.processing"), claimed.to_vec())
+        .await
+        .expect("LPUSH");
+    SettleList {
+        keys: &keys,
+        dest: &dest,
+        token: Some("t1".into()),
+        entries: claimed
+            .iter()
+            .zip(ops)
+            .map(|(c, op)| (c.clone(), None, op))
+            .collect(),
+    }
+    .call(client)
+    .await
+    .expect("settle.lua runs");
+}
 
 /// Three claims with a step record each, settled as an ack, a dead letter and a retry: which
 /// records are left, how many dead letters there are, and what the processing list holds.
@@ -16,10 +47,6 @@ async fn settle_with_steps(client: Client, prefix: String) -> (Vec<bool>, i64, i
         .iter()
         .map(|id| encode_parts(id, 1, &Default::default(), b"{}"))
         .collect();
-    let _: i64 = client
-        .lpush(k("q.processing"), claimed.clone())
-        .await
-        .expect("LPUSH");
     let records: Vec<String> = ["s1", "s2", "s3"]
         .iter()
         .map(|id| k(&format!("q.steps:{id}")))
@@ -27,7 +54,6 @@ async fn settle_with_steps(client: Client, prefix: String) -> (Vec<bool>, i64, i
     for r in &records {
         let _: i64 = client.hset(r, ("charge", "\"paid\"")).await.expect("HSET");
     }
-    let (keys, dest) = crate::dead::list_keys(&prefix);
     let bound = DeadBound {
         max_len: 10,
         max_age: std::time::Duration::from_secs(3600),
@@ -45,19 +71,7 @@ async fn settle_with_steps(client: Client, prefix: String) -> (Vec<bool>, i64, i
             frame: claimed[2].clone(),
         },
     ];
-    SettleList {
-        keys: &keys,
-        dest: &dest,
-        token: Some("t1".into()),
-        entries: claimed
-            .iter()
-            .zip(ops)
-            .map(|(c, op)| (c.clone(), None, op))
-            .collect(),
-    }
-    .call(&client)
-    .await
-    .expect("settle.lua runs");
+    settle(&client, &prefix, &claimed, ops).await;
     let mut left = Vec::new();
     for r in &records {
         let n: i64 = client.exists(r).await.expect("EXISTS");
@@ -80,4 +94,167 @@ async fn a_settle_removes_the_step_records_of_what_it_acks_or_dead_letters() {
         settle_with_steps,
     )
     .await;
+}
+
+/// The server's now, in ms since the epoch.
+async fn now_ms(client: &Client) -> i64 {
+    let t: Vec<String> = client
+        .custom(fred::cmd!("TIME"), Vec::<Value>::new())
+        .await
+        .expect("TIME");
+    t[0].parse::<i64>().expect("s") * 1000 + t[1].parse::<i64>().expect("us") / 1000
+}
+
+/// `steps/wait.lua` through `BeginWait`: the first call records the wait with its deadline (an
+/// hour from now) and the record's expiry past it; a call made again answers the same deadline;
+/// once the signal is recorded, the call answers its payload.
+async fn begin_wait(client: Client, prefix: String) -> (bool, bool, bool, Option<Vec<u8>>) {
+    use ruststream_core::Waited;
+    use ruststream_redis::BeginWait;
+    let record = key(&prefix, "q.steps:w1");
+    let call = BeginWait {
+        key: &record,
+        name: "paid",
+        timeout: Duration::from_secs(3600),
+    };
+    let before = now_ms(&client).await;
+    let first = call.call(&client).await.expect("wait.lua runs");
+    let in_an_hour = matches!(first, Some(Waited::Parked(d))
+        if (before + 3_600_000..before + 3_610_000).contains(&i64::try_from(d).unwrap_or(0)));
+    let again = call.call(&client).await.expect("wait.lua runs") == first;
+    let ttl: i64 = client.pttl(&record).await.expect("PTTL");
+    let past_the_wait = ttl > 7 * 24 * 3_600_000;
+    let _: i64 = client
+        .hset(&record, ("signal:paid", "{\"ok\":1}"))
+        .await
+        .expect("HSET");
+    let signalled = match call.call(&client).await.expect("wait.lua runs") {
+        Some(Waited::Signalled(b)) => Some(b.to_vec()),
+        _ => None,
+    };
+    let _: i64 = client.del(&record).await.unwrap_or(0);
+    (in_an_hour, again, past_the_wait, signalled)
+}
+
+#[tokio::test]
+async fn a_wait_records_its_deadline_once_and_reads_a_signal_sent_before_it() {
+    on_both(
+        "beginwait",
+        (true, true, true, Some(b"{\"ok\":1}".to_vec())),
+        begin_wait,
+    )
+    .await;
+}
+
+/// `steps/signal.lua` through `SendSignal`, on four messages: one parked for the signal (its
+/// delayed entry becomes due now: `Woken`), the same again (`Already`), one not parked (`Kept`,
+/// the record expiring), one whose wait's deadline passed (`Late`, nothing recorded). Returns
+/// the answers, whether the parked entry is due now, and the late record's field count.
+async fn send_signals(client: Client, prefix: String) -> (Vec<Option<Signalled>>, bool, bool, i64) {
+    use ruststream_redis::SendSignal;
+    let k = |s: &str| key(&prefix, s);
+    let (set, payloads) = (k("q.delayed"), k("q.delayed.payloads"));
+    let far = now_ms(&client).await + 3_600_000;
+    let _: i64 = client
+        .hset(k("q.steps:p"), ("wait:paid", far.to_string()))
+        .await
+        .expect("HSET");
+    let _: i64 = client
+        .zadd(&set, None, None, false, false, (far as f64, "p"))
+        .await
+        .expect("ZADD");
+    let _: i64 = client.hset(&payloads, ("p", "frame")).await.expect("HSET");
+    let _: i64 = client
+        .hset(k("q.steps:l"), ("wait:paid", "1000"))
+        .await
+        .expect("HSET");
+    let mut answers = Vec::new();
+    for id in ["p", "p", "n", "l"] {
+        let record = k(&format!("q.steps:{id}"));
+        let call = SendSignal {
+            key: &record,
+            delayed: (&set, &payloads),
+            id,
+            name: "paid",
+            payload: Bytes::from_static(b"{\"r\":1}"),
+        };
+        answers.push(call.call(&client).await.expect("signal.lua runs"));
+    }
+    let due: Option<f64> = client.zscore(&set, "p").await.expect("ZSCORE");
+    let due_now = due.is_some_and(|d| d < (far - 3_000_000) as f64);
+    let ttl: i64 = client.pttl(k("q.steps:n")).await.expect("PTTL");
+    let expires = ttl > 0 && ttl <= 7 * 24 * 3_600_000;
+    let late: i64 = client.hlen(k("q.steps:l")).await.expect("HLEN");
+    let all = [
+        "q.steps:p",
+        "q.steps:n",
+        "q.steps:l",
+        "q.delayed",
+        "q.delayed.payloads",
+    ]
+    .map(k);
+    let _: i64 = client.del(all.to_vec()).await.unwrap_or(0);
+    (answers, due_now, expires, late)
+}
+
+#[tokio::test]
+async fn a_signal_wakes_a_parked_message_once_keeps_an_early_one_and_refuses_a_late_one() {
+    on_both(
+        "sendsignal",
+        (
+            vec![
+                Some(Signalled::Woken),
+                Some(Signalled::Already),
+                Some(Signalled::Kept),
+                Some(Signalled::Late),
+            ],
+            true,
+            true,
+            1,
+        ),
+        send_signals,
+    )
+    .await;
+}
+
+/// A settle parks two messages for a signal (op `w`, an hour): the one whose record holds the
+/// signal already is due now, the other in an hour. Returns whether each is due within a minute.
+async fn park(client: Client, prefix: String) -> Vec<bool> {
+    let k = |s: &str| key(&prefix, s);
+    let claimed: Vec<Bytes> = ["w1", "w2"]
+        .iter()
+        .map(|id| encode_parts(id, 1, &Default::default(), b"{}"))
+        .collect();
+    let _: i64 = client
+        .hset(k("q.steps:w1"), ("signal:paid", "{}"))
+        .await
+        .expect("HSET");
+    let ops = ["w1", "w2"].map(|id| Op::Later {
+        frame: encode_parts(id, 1, &Default::default(), b"{}"),
+        after: Duration::from_secs(3600),
+        id: id.to_owned(),
+        wake: Some((k(&format!("q.steps:{id}")), "signal:paid".to_owned())),
+    });
+    settle(&client, &prefix, &claimed, ops).await;
+    let soon = now_ms(&client).await + 60_000;
+    let mut due = Vec::new();
+    for id in ["w1", "w2"] {
+        let score: Option<f64> = client.zscore(k("q.delayed"), id).await.expect("ZSCORE");
+        due.push(score.is_some_and(|s| s < soon as f64));
+    }
+    let all = [
+        "q.steps:w1",
+        "q.delayed",
+        "q.delayed.payloads",
+        "q.processing",
+        "q.settles",
+    ]
+    .map(k);
+    let _: i64 = client.del(all.to_vec()).await.unwrap_or(0);
+    due
+}
+
+#[tokio::test]
+async fn a_park_that_finds_its_signal_recorded_is_due_now() {
+    on_both("parksignal", vec![true, false], park).await;
 }

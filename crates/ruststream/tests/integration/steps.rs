@@ -13,7 +13,7 @@ use std::time::Duration;
 use harness::proxy::Proxy;
 use harness::{Env, WAIT, on, wait_until};
 use ruststream::prelude::*;
-use ruststream::{Source, StepError, subscriber};
+use ruststream::{RunningApp, Source, StepError, subscriber};
 use tokio::time::Instant;
 
 on!(
@@ -27,6 +27,7 @@ on!(
     [memory, standalone] multi_thread:
     a_sleep_frees_the_worker_and_replays_what_came_before,
     a_crash_after_the_charge_does_not_charge_again,
+    a_failed_step_records_its_error,
 );
 
 on!([standalone] multi_thread: a_step_record_held_up_by_an_outage_lands_and_the_step_runs_once);
@@ -34,7 +35,7 @@ on!([standalone] multi_thread: a_step_record_held_up_by_an_outage_lands_and_the_
 on!([memory] a_thirty_day_sleep_on_the_virtual_clock, a_simple_list_refuses_steps, a_step_name_used_twice_is_an_error);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-struct Order {
+pub(crate) struct Order {
     n: u32,
 }
 
@@ -141,6 +142,35 @@ async fn publish(env: &Env, to: &str, n: u32) {
         .expect("publish");
 }
 
+/// Starts `handler` on `source`, then publishes order `order-1` to `to` through `producer`.
+pub(crate) async fn start<H>(
+    env: &Env,
+    source: impl Source<Broker = RedisBroker>,
+    producer: &RedisBroker,
+    to: &str,
+    handler: &H,
+) -> RunningApp
+where
+    H: Handle<Order> + Clone + Send + Sync + 'static,
+{
+    let h = handler.clone();
+    let running = env
+        .start_with(move |b| {
+            b.include(subscriber(source, h).build());
+        })
+        .await;
+    producer.connect().await.expect("connect");
+    producer
+        .publisher()
+        .message(&Order { n: 7 })
+        .to(to)
+        .id("order-1")
+        .publish()
+        .await
+        .expect("publish");
+    running
+}
+
 /// Runs `checkout` on `source` for one order (id `order-1`) until `done` holds.
 async fn run(
     env: &Env,
@@ -150,22 +180,8 @@ async fn run(
     checkout: &Checkout,
     done: impl AsyncFnMut() -> bool,
 ) -> Instant {
-    let h = checkout.clone();
-    let running = env
-        .start_with(move |b| {
-            b.include(subscriber(source, h).build());
-        })
-        .await;
-    producer.connect().await.expect("connect");
     let sent = Instant::now();
-    producer
-        .publisher()
-        .message(&Order { n: 7 })
-        .to(to)
-        .id("order-1")
-        .publish()
-        .await
-        .expect("publish");
+    let running = start(env, source, &producer, to, checkout).await;
     wait_until("done", WAIT, done).await;
     env.stop(running).await;
     sent
@@ -324,7 +340,8 @@ async fn a_simple_list_refuses_steps(env: &Env) {
     assert!(env.keys_matching("*steps*").await.is_empty());
 }
 
-/// Two steps of one name in one run: the second is an error, and nothing runs twice.
+/// Two steps of one name in one run: the second is an error, and nothing runs twice. So is a
+/// step named as the record's own fields (`cursor`, `sleep:..`, `wait:..`, `signal:..`).
 async fn a_step_name_used_twice_is_an_error(env: &Env) {
     #[derive(Clone, Default)]
     struct Twice(Arc<Mutex<Vec<String>>>);
@@ -338,6 +355,10 @@ async fn a_step_name_used_twice_is_an_error(env: &Env) {
             ctx.step("a", || async { Ok::<_, String>(1) }).await?;
             let again: Result<u32, StepError<String>> = ctx.step("a", || async { Ok(2) }).await;
             self.0.lock().expect("lock").push(format!("{again:?}"));
+            for own in ["cursor", "wait:paid"] {
+                let r: Result<u32, StepError<String>> = ctx.step(own, || async { Ok(3) }).await;
+                self.0.lock().expect("lock").push(format!("{r:?}"));
+            }
             Err(HandlerOutcome::drop())
         }
     }
@@ -354,6 +375,8 @@ async fn a_step_name_used_twice_is_an_error(env: &Env) {
     env.stop(running).await;
     let seen = twice.0.lock().expect("lock").clone();
     assert!(seen[0].contains("used twice"), "{seen:?}");
+    assert!(seen[1].contains("the record's own"), "{seen:?}");
+    assert!(seen[2].contains("the record's own"), "{seen:?}");
     assert!(
         !env.exists("{tw}.steps:order-1").await,
         "the dead letter removed the record"
@@ -450,4 +473,34 @@ async fn a_step_record_held_up_by_an_outage_lands_and_the_step_runs_once(env: &E
     assert_eq!(checkout.done().len(), 1);
     assert_eq!(env.llen("{sf}.dead").await, 0, "nothing lost");
     assert!(!env.exists("{sf}.steps:order-1").await);
+}
+
+/// A step that fails records its error for the operator (`failed:<name>`) beside the results,
+/// while the message waits for its retry.
+async fn a_failed_step_records_its_error(env: &Env) {
+    let checkout = Checkout {
+        flaky: true,
+        ..Checkout::default()
+    };
+    let list = RedisList::new("{sfe}")
+        .reliable()
+        .retry(Backoff::fixed(Duration::from_secs(3600)));
+    let running = start(env, list, &env.broker(), "{sfe}", &checkout).await;
+    env.eventually("retrying", async || env.zcard("{sfe}.delayed").await == 1)
+        .await;
+    env.stop(running).await;
+    let record = env.key("{sfe}.steps:order-1");
+    let failed = env
+        .cmd(
+            "HGET",
+            vec![record.as_str().into(), "failed:reserve".into()],
+        )
+        .await
+        .expect("HGET");
+    assert_eq!(
+        failed.as_bytes_str().as_deref(),
+        Some("\"the stock service is down\""),
+        "{failed:?}"
+    );
+    assert_eq!(checkout.counts(), [1, 1, 0]);
 }
