@@ -56,6 +56,9 @@ outgoing!(Job);
 /// Every reader's block: a pause must hold for two of them.
 const BLOCK: Duration = Duration::from_millis(300);
 
+/// How many times each step's effect ran, by `(job, step)`.
+type StepEffects = Arc<Mutex<BTreeMap<(u32, u8), u32>>>;
+
 /// How many times each job was handled, by any app (clones share it), and the most handlers
 /// that ran at once; each handler takes `linger`.
 #[derive(Clone, Default)]
@@ -68,8 +71,8 @@ struct Tally {
     hang: bool,
     /// [`Snooze`]: every third job snoozes once.
     snooze: bool,
-    /// [`Steps`]: each job's step effects, by `(job, step)`.
-    steps: Option<Arc<Mutex<BTreeMap<(u32, u8), u32>>>>,
+    /// [`Steps`]: each job's step effects.
+    steps: Option<StepEffects>,
 }
 
 impl Tally {
