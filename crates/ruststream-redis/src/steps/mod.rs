@@ -27,6 +27,8 @@ use crate::publisher::RedisPublisher;
 mod signal;
 
 pub(crate) use signal::signal;
+/// The typed calls of the wait and the signal, for the Lua tests of `ruststream-testing`.
+#[cfg(feature = "testing")]
 pub use signal::{BeginWait, SendSignal};
 
 static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua")));
