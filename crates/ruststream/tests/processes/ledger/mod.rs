@@ -41,8 +41,9 @@
 //!   workers and of the server (the cuts and the OOM episode must duplicate nothing, see below);
 //!   nothing is left: the queue, processing list, recovery set, delayed set and payloads are gone
 //!   (for the stream, which keeps its entries, the group has nothing pending and nothing unread),
-//!   and no key but the dead-letter list (and the stream) exists: for the steps run, no step
-//!   record either. It prints one line of counts.
+//!   and no key but the dead-letter list (and the stream) exists. For the steps run, a step
+//!   record may be left only by a worker whose claim the restart swept, written after the
+//!   message was settled elsewhere; it has its ttl. It prints one line of counts.
 //! - **Steps** (`ledger_steps`): each step's effect is an `E <n> <step>` line in the ledger.
 //!   Every acked job ran each of its steps; a step ran again only where a kill fell between its
 //!   effect and its record, its record failed to write (the handler writes `W`), or the restart
@@ -393,11 +394,13 @@ async fn ledger_run(transport: Transport) {
         // The limiter's state, which expires within a second of the last claim.
         allowed.push(key(".rate"));
     }
-    // The dashboard's history (bounded by its ttl) is not left behind.
-    let stray_keys: Vec<&String> = keys
+    // The dashboard's history (bounded by its ttl) is not left behind. A step record written
+    // after its message was settled is set apart (see `check_steps`).
+    let late_prefix = key(".steps:");
+    let (late_records, stray_keys): (Vec<&String>, Vec<&String>) = keys
         .iter()
         .filter(|k| !allowed.contains(k) && !harness::is_history(k))
-        .collect();
+        .partition(|k| transport == Transport::Steps && k.starts_with(&late_prefix));
     let mut faults: Vec<_> = counts.iter().collect();
     faults.sort();
     let mut faults: Vec<String> = faults.iter().map(|(f, c)| format!("{f}={c}")).collect();
@@ -446,7 +449,12 @@ async fn ledger_run(transport: Transport) {
         "ledger {name}: keys left behind: {stray_keys:?}"
     );
     if transport == Transport::Steps {
-        check_steps(&run, &acked, sum(&[Fault::Kill]), sum(&[Fault::Restart]));
+        for record in &late_records {
+            let ttl: i64 = q(r.pttl(record.as_str())).await.expect("PTTL");
+            assert!(ttl > 0, "ledger steps: the step record {record} has no ttl");
+        }
+        let held = [sum(&[Fault::Kill]), sum(&[Fault::Restart])];
+        check_steps(&run, &acked, held, late_records.len());
     }
     let _ = r.quit().await;
     drop(run);
@@ -460,7 +468,11 @@ async fn ledger_run(transport: Transport) {
 /// of each message the victims held), its record failed to write (counted by the handler), or
 /// the restart swept a live worker's claim past `min_idle`, which runs the rest of that message's
 /// steps on two workers at once (at most every step of each message claimed at the restart).
-fn check_steps(run: &Run, acked: &HashMap<u32, u32>, killed: usize, restarted: usize) {
+///
+/// That live worker may also write a step after the other one settled the message, which
+/// recreates its record: `late` such records, each with its ttl (checked by the caller), at most
+/// one for each message claimed at the restart.
+fn check_steps(run: &Run, acked: &HashMap<u32, u32>, [killed, restarted]: [usize; 2], late: usize) {
     let effects = step_effects(&run.ledgers);
     let incomplete: Vec<u32> = acked
         .keys()
@@ -470,11 +482,15 @@ fn check_steps(run: &Run, acked: &HashMap<u32, u32>, killed: usize, restarted: u
     let again: u32 = effects.runs.values().map(|c| c - 1).sum();
     let allowed = killed + restarted * STEPS as usize + effects.unrecorded as usize;
     println!(
-        "LEDGER steps: {} step runs, {again} again (allowed {allowed}: {killed} held at the kills, {restarted} at the restart, {} records that failed to write), {} acked jobs missing a step, {} replays of another step's result",
+        "LEDGER steps: {} step runs, {again} again (allowed {allowed}: {killed} held at the kills, {restarted} at the restart, {} records that failed to write), {} acked jobs missing a step, {} replays of another step's result, {late} records written after their settle",
         effects.runs.values().sum::<u32>(),
         effects.unrecorded,
         incomplete.len(),
         effects.mixed_up
+    );
+    assert!(
+        late <= restarted,
+        "{late} step records written after their settle, more than the {restarted} messages claimed at the restart"
     );
     assert!(
         incomplete.is_empty(),
