@@ -1,4 +1,4 @@
-//! The metrics RustStream records (issues 7 and 13), read back through the Prometheus recorder
+//! The metrics RustStream records, read back through the Prometheus recorder
 //! `run --metrics-addr` installs, while an app handles messages on a real Redis; and the
 //! metrics server's routes (`/metrics`, `/healthz`, `/readyz`, 404), over HTTP. The recorder is
 //! process-global: the tests share one ([`prometheus`]) and use subscriptions of their own.
