@@ -357,9 +357,29 @@ pub(crate) fn job_key(prefix: &str, id: &str) -> String {
     format!("{prefix}ruststream:job:{{{id}}}")
 }
 
+/// `text` with the glob characters of `SCAN MATCH` and `PSUBSCRIBE` (`*`, `?`, `[`, `]`, `\`)
+/// `\`-escaped, so that a pattern built from it matches only `text` itself there.
+pub(crate) fn escape_glob(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn glob_characters_are_escaped() {
+        assert_eq!(escape_glob("app:"), "app:");
+        assert_eq!(escape_glob("{orders}.flow:"), "{orders}.flow:");
+        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
 
     #[test]
     fn derived_names_stay_in_the_slot_of_their_key() {

@@ -12,8 +12,9 @@ use ruststream_core::Result;
 use super::Operator;
 use super::dead::payload_view;
 use super::jobs::{Job, JobPage, JobState};
-use super::scan::{glob_escaped, scan_keys};
+use super::scan::scan_keys;
 use crate::error::core;
+use crate::keys::escape_glob;
 
 /// Most record keys a completed list scans.
 pub const COMPLETED_SCANNED: usize = 1000;
@@ -35,7 +36,7 @@ impl Operator {
         let pool = self.conns.pool()?;
         let client = pool.next().clone();
         let head = format!("{}ruststream:job:", self.conns.keys.prefix());
-        let pattern = format!("{}{{*}}", glob_escaped(&head));
+        let pattern = format!("{}{{*}}", escape_glob(&head));
         let keys = scan_keys(&client, pattern, COMPLETED_SCANNED).await?;
         let ttl = i64::try_from(self.conns.settings.result_ttl.as_millis()).unwrap_or(i64::MAX);
         let reads = keys.iter().map(|key| {

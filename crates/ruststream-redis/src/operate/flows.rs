@@ -8,8 +8,9 @@ use ruststream_core::Result;
 use ruststream_core::flow::FlowState;
 
 use super::Operator;
-use super::scan::{glob_escaped, scan_keys};
+use super::scan::scan_keys;
 use crate::keys::SourceKeys;
+use crate::keys::escape_glob;
 
 /// Most flow records a queue's list of open flows reads.
 pub const FLOWS_SCANNED: usize = 1000;
@@ -29,7 +30,7 @@ impl Operator {
         for q in queues {
             let head = self.conns.keys.derived(&q.queue, ".flow:");
             let keys =
-                scan_keys(&client, format!("{}*", glob_escaped(&head)), FLOWS_SCANNED).await?;
+                scan_keys(&client, format!("{}*", escape_glob(&head)), FLOWS_SCANNED).await?;
             let reads = keys.iter().filter_map(|k| k.as_str()).map(|key| {
                 let client = client.clone();
                 async move { crate::flow::read(&client, key).await }

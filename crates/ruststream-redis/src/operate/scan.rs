@@ -52,26 +52,3 @@ pub(super) async fn scan_keys(client: &Client, pattern: String, most: usize) -> 
     keys.truncate(most);
     Ok(keys)
 }
-
-/// `text` with the glob characters of `SCAN MATCH` escaped, so it matches only itself.
-pub(super) fn glob_escaped(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn glob_characters_are_escaped() {
-        assert_eq!(glob_escaped("a*b[c]?"), "a\\*b\\[c\\]\\?");
-        assert_eq!(glob_escaped("{orders}.flow:"), "{orders}.flow:");
-    }
-}

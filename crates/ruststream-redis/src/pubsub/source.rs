@@ -1,7 +1,7 @@
 //! [`RedisChannel`], a Pub/Sub subscription, and its builder: what it subscribes to ([`Kind`])
 //! and its buffer. Sends no command.
 
-use crate::keys::KeySpace;
+use crate::keys::{KeySpace, escape_glob};
 use crate::options::{SourceOptions, source_setters};
 
 /// Messages a subscription buffers for its handlers by default (see the [module docs](super)).
@@ -120,29 +120,5 @@ impl RedisChannel {
         } else {
             space.key(&self.name)
         }
-    }
-}
-
-/// `\`-escapes the glob characters of `prefix`, so that a pattern behind it matches only channels
-/// that start with the prefix itself.
-pub(crate) fn escape_glob(prefix: &str) -> String {
-    let mut out = String::with_capacity(prefix.len());
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_prefix_is_escaped_in_a_pattern() {
-        assert_eq!(escape_glob("app:"), "app:");
-        assert_eq!(escape_glob("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
     }
 }
