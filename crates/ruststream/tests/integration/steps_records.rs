@@ -10,21 +10,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use harness::{Env, WAIT, on, wait_until};
+use ruststream::Source;
 use ruststream::prelude::*;
-use ruststream::{Source, subscriber};
+
+use super::steps::{Order, start};
 
 on!(
     [memory, standalone, cluster] multi_thread:
     a_dead_letter_without_a_step_in_its_last_run_removes_the_record,
     a_stream_dead_letter_without_a_step_in_its_last_run_removes_the_record,
 );
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-struct Order {
-    n: u32,
-}
-
-outgoing!(Order);
 
 /// Records a `charge` step at attempt 1, then fails; at every later attempt fails before any
 /// step.
@@ -52,21 +47,7 @@ async fn dead_after_two(
     to: &str,
 ) -> u32 {
     let handler = ChargeThenFail::default();
-    let h = handler.clone();
-    let running = env
-        .start_with(move |b| {
-            b.include(subscriber(source, h).build());
-        })
-        .await;
-    producer.connect().await.expect("connect");
-    producer
-        .publisher()
-        .message(&Order { n: 1 })
-        .to(to)
-        .id("order-1")
-        .publish()
-        .await
-        .expect("publish");
+    let running = start(env, source, &producer, to, &handler).await;
     let dead = format!("{to}.dead");
     wait_until("the dead letter", WAIT, async || env.llen(&dead).await == 1).await;
     env.stop(running).await;
