@@ -263,18 +263,6 @@ pub struct RateKeys {
     pub key: String,
 }
 
-impl RateKeys {
-    /// The limit `rate` of the queue `queue` (full name).
-    pub(crate) fn of(rate: &crate::claim::limit::RateLimit, space: &KeySpace, queue: &str) -> Self {
-        Self {
-            n: rate.n(),
-            per_ms: u64::try_from(rate.per().as_millis()).unwrap_or(u64::MAX),
-            by_header: rate.header().map(str::to_owned),
-            key: rate.key(space, queue),
-        }
-    }
-}
-
 impl SourceKeys {
     /// How entries are taken, in words: `simple (popped: at most once)`, `reliable with
     /// recovery (min_idle 30s)`, `group \`g\`, without recovery`, `subscribe (at most once)`,

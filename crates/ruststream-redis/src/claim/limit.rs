@@ -24,7 +24,7 @@ use ruststream_core::{Error, Result};
 use tokio_util::sync::CancellationToken;
 
 use super::Gate;
-use crate::keys::KeySpace;
+use crate::keys::{KeySpace, RateKeys};
 
 /// The limit's gate in `GATES` (`limit.lua`).
 const GATE: &str = "rate";
@@ -117,6 +117,16 @@ impl RateLimit {
         match self.by {
             None => space.derived(queue, ".rate"),
             Some(_) => space.derived(queue, ".rate.keys"),
+        }
+    }
+
+    /// What the operator's tools show of this limit on the queue `queue` (full name).
+    pub(crate) fn keys(&self, space: &KeySpace, queue: &str) -> RateKeys {
+        RateKeys {
+            n: self.n(),
+            per_ms: u64::try_from(self.per().as_millis()).unwrap_or(u64::MAX),
+            by_header: self.header().map(str::to_owned),
+            key: self.key(space, queue),
         }
     }
 

@@ -72,10 +72,7 @@ impl Transport for RedisList {
             (Mode::Reliable, false) => "reliable",
             (Mode::Reliable, true) => "reliable, no recovery",
         };
-        let rate_limit = self
-            .rate
-            .as_ref()
-            .map(|r| crate::keys::RateKeys::of(r, space, &keys.queue));
+        let rate_limit = self.rate.as_ref().map(|r| r.keys(space, &keys.queue));
         SourceKeys {
             name: self.key.clone(),
             transport: "list",

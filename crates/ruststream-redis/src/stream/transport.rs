@@ -49,10 +49,7 @@ impl Transport for RedisStream {
 
     fn source_keys(&self, space: &KeySpace) -> SourceKeys {
         let keys = self.keys(space);
-        let rate_limit = self
-            .rate
-            .as_ref()
-            .map(|r| crate::keys::RateKeys::of(r, space, &keys.stream));
+        let rate_limit = self.rate.as_ref().map(|r| r.keys(space, &keys.stream));
         SourceKeys {
             name: self.key.clone(),
             transport: "stream",
