@@ -76,10 +76,12 @@
 //! ```
 //!
 //! This file holds the run; `worker.rs` the workers, `server.rs` what the run reads off its
-//! server and its publishing, `faults.rs` the faults, their injection and the watchdog.
+//! server and its publishing, `faults.rs` the faults, their injection and the watchdog,
+//! `steps.rs` the steps run's account.
 
 mod faults;
 mod server;
+mod steps;
 mod worker;
 
 use crate::harness;
@@ -100,7 +102,8 @@ use ruststream::redis::frame::Frame;
 
 use self::faults::{Fault, Live, Run, fault_plan, watchdog};
 use self::server::{dead_letters, drained, group_state, inspector, key, progress, publish_all, q};
-use self::worker::{acks, job_of, step_effects};
+use self::steps::check_steps;
+use self::worker::{acks, job_of};
 
 /// The queue (list or stream).
 const QUEUE: &str = "{ledger}";
@@ -461,47 +464,6 @@ async fn ledger_run(transport: Transport) {
     if std::env::var_os("RUSTSTREAM_LEDGER_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
-}
-
-/// The steps' account: every acked job ran each of its steps; a step ran again only where the
-/// promise allows it: its worker was killed between its effect and its record (at most one step
-/// of each message the victims held), its record failed to write (counted by the handler), or
-/// the restart swept a live worker's claim past `min_idle`, which runs the rest of that message's
-/// steps on two workers at once (at most every step of each message claimed at the restart).
-///
-/// That live worker may also write a step after the other one settled the message, which
-/// recreates its record: `late` such records, each with its ttl (checked by the caller), at most
-/// one for each message claimed at the restart.
-fn check_steps(run: &Run, acked: &HashMap<u32, u32>, [killed, restarted]: [usize; 2], late: usize) {
-    let effects = step_effects(&run.ledgers);
-    let incomplete: Vec<u32> = acked
-        .keys()
-        .filter(|n| (0..STEPS).any(|k| !effects.runs.contains_key(&(**n, k))))
-        .copied()
-        .collect();
-    let again: u32 = effects.runs.values().map(|c| c - 1).sum();
-    let allowed = killed + restarted * STEPS as usize + effects.unrecorded as usize;
-    println!(
-        "LEDGER steps: {} step runs, {again} again (allowed {allowed}: {killed} held at the kills, {restarted} at the restart, {} records that failed to write), {} acked jobs missing a step, {} replays of another step's result, {late} records written after their settle",
-        effects.runs.values().sum::<u32>(),
-        effects.unrecorded,
-        incomplete.len(),
-        effects.mixed_up
-    );
-    assert!(
-        late <= restarted,
-        "{late} step records written after their settle, more than the {restarted} messages claimed at the restart"
-    );
-    assert!(
-        incomplete.is_empty(),
-        "acked jobs missing a step's effect: {:?}",
-        &incomplete[..incomplete.len().min(20)]
-    );
-    assert_eq!(effects.mixed_up, 0, "steps replayed another step's result");
-    assert!(
-        again as usize <= allowed,
-        "{again} steps ran again, more than the {allowed} the kills, the restart and the failed records allow"
-    );
 }
 
 /// How often the workers' logs say what matters here (recoveries, failures, reconnections).
