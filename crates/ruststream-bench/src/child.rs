@@ -17,7 +17,8 @@ use ruststream::{
 };
 
 use crate::common::{
-    Config, CpuWindow, Msg, Scenario, Target, Tuning, now_ns, per_s, procfs, usage_fields,
+    Config, CpuWindow, Msg, Scenario, Target, Tuning, env_usize, now_ns, per_s, procfs,
+    usage_fields,
 };
 use crate::tracker::{LatencyFrom, Tracker, quantile};
 use crate::{BoxError, GROUP, KEY};
@@ -144,14 +145,16 @@ const CAP: u32 = 100_000;
 /// The `deadline` scenario's timeout: far longer than any handler call of the benchmark.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The broker on the target, as a scenario's configuration sets it.
+/// The broker on the target, as a scenario's configuration sets it. `RSB_NO_HISTORY=1` turns
+/// the subscriptions' history off (`keep_history(false)`), to measure what it costs.
 pub fn broker(target: &Target, prefix: &str, tuning: &Tuning) -> RedisBroker {
     let broker = if target.cluster.is_empty() {
         RedisBroker::standalone(&target.redis)
     } else {
         RedisBroker::cluster(target.cluster.clone())
     }
-    .prefix(prefix);
+    .prefix(prefix)
+    .keep_history(env_usize("RSB_NO_HISTORY") != Some(1));
     match tuning.pool_size {
         Some(n) => broker.pool_size(n),
         None => broker,
