@@ -33,6 +33,9 @@ pub struct SubscribeOptions {
     /// How long a handler has to finish once its message is cancelled (it sees
     /// [`Context::cancelled`](crate::Context::cancelled) resolve) before its future is dropped.
     pub cancel_grace: std::time::Duration,
+    /// The largest payload, in bytes, the handler is given. A larger one goes to the
+    /// dead-letter list with reason `too-large`, unread. `None` (the default): no limit.
+    pub max_payload_bytes: Option<usize>,
 }
 
 /// The snoozes a message gets unless its source says otherwise (see `docs/decisions.md`,
@@ -42,7 +45,7 @@ pub const DEFAULT_MAX_SNOOZES: u32 = 25;
 impl Default for SubscribeOptions {
     /// 128 handlers at once, 10 attempts, [`Backoff::default`], no timeout,
     /// [`DEFAULT_MAX_SNOOZES`] snoozes, a cancel grace of
-    /// [`DEFAULT_CANCEL_GRACE`](crate::cancel::DEFAULT_CANCEL_GRACE) (5 s).
+    /// [`DEFAULT_CANCEL_GRACE`](crate::cancel::DEFAULT_CANCEL_GRACE) (5 s), no payload limit.
     fn default() -> Self {
         Self {
             concurrency: 128,
@@ -51,6 +54,7 @@ impl Default for SubscribeOptions {
             timeout: None,
             max_snoozes: DEFAULT_MAX_SNOOZES,
             cancel_grace: crate::cancel::DEFAULT_CANCEL_GRACE,
+            max_payload_bytes: None,
         }
     }
 }

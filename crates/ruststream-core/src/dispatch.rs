@@ -336,8 +336,8 @@ impl<B: Broker> Subscription<B> {
         self.settlement(&d.info, handled, lane).await
     }
 
-    /// The dead letter of a delivery that must not reach the handler: unreadable, or past
-    /// `max_attempts`.
+    /// The dead letter of a delivery that must not reach the handler: unreadable, larger than
+    /// `max_payload_bytes`, or past `max_attempts`.
     fn refuse(&self, d: &Delivery<Token<B>>, opts: &SubscribeOptions) -> Option<Settlement> {
         if let Some(why) = &d.unreadable {
             tracing::error!(subscription = %self.name, message_id = %d.info.message_id, error = %why,
@@ -346,6 +346,18 @@ impl<B: Broker> Subscription<B> {
             crate::otel::failed(|| format!("message cannot be read: {why}"));
             return Some(Settlement::Dead {
                 reason: format!("decode: {why}"),
+            });
+        }
+        if let Some(max) = opts.max_payload_bytes
+            && d.payload.len() > max
+        {
+            tracing::warn!(subscription = %self.name, message_id = %d.info.message_id,
+                bytes = d.payload.len(), max, "payload larger than max_payload_bytes: to the dead-letter list");
+            return Some(Settlement::Dead {
+                reason: format!(
+                    "too-large: {} bytes, more than max_payload_bytes {max}",
+                    d.payload.len()
+                ),
             });
         }
         if let Some(dead) = flows::failed_parent(&d.info) {

@@ -141,7 +141,7 @@ pub enum Settlement {
     },
     /// Remove the message without handling it; keep it in the dead-letter list when there is one.
     Dead {
-        /// Why: `dropped`, `max-attempts`, `timeout`, `snoozed-too-often`, `decode: <error>`, ...
+        /// Why: `dropped`, `max-attempts`, `timeout`, `snoozed-too-often`, `decode: <error>`, `too-large: ..`, ...
         /// (stored as a header).
         reason: String,
     },

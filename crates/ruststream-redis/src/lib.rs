@@ -72,6 +72,8 @@ mod cancel;
 mod claim;
 mod conn;
 mod dead;
+mod dead_bound;
+mod defaults;
 mod delayed;
 mod durable;
 pub mod error;

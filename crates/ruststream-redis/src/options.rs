@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use ruststream_core::{Error, Result, SubscribeOptions};
 
-use crate::dead::DeadBound;
+use crate::dead_bound::DeadBound;
+pub(crate) use crate::defaults::Schedule;
+pub use crate::defaults::{
+    DEFAULT_FLOW_REPAIR_GRACE, DEFAULT_MOVE_BATCH, DEFAULT_RESULT_TTL, DEFAULT_SCHEDULE_INTERVAL,
+};
 use crate::keys::DeadLetter;
 
 /// How long a dead worker's claims (a reliable list's, a stream group's pending entries) take to
@@ -67,6 +71,13 @@ impl SourceOptions {
                  or leave it unset for no limit"
             )));
         }
+        if self.core.max_payload_bytes == Some(0) {
+            return Err(Error::config(format!(
+                "{what}: max_payload_bytes must be at least 1 (0 would dead-letter every message); \
+                 give the largest payload a handler should read, e.g. `.max_payload_bytes(1 << 20)`, \
+                 or leave it unset for no limit"
+            )));
+        }
         if self.block.is_zero() {
             return Err(Error::config(format!(
                 "{what}: block must be longer than zero (it would block forever)"
@@ -76,13 +87,6 @@ impl SourceOptions {
         validate_schedule(what, self.schedule_interval, self.move_batch)
     }
 }
-
-/// How often an idle reader looks for due delayed entries when no wake-up came, unless the
-/// broker's or the source's `schedule_interval` says otherwise.
-pub const DEFAULT_SCHEDULE_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Most due entries one mover call moves, unless `move_batch` says otherwise.
-pub const DEFAULT_MOVE_BATCH: u32 = 128;
 
 /// The largest move batch: `move_due.lua` moves at most this many a call whatever it is asked.
 pub const MAX_MOVE_BATCH: u32 = 1000;
@@ -107,25 +111,6 @@ pub(crate) fn validate_schedule(
              the default is 128, e.g. `.move_batch(128)`"
         ))),
         _ => Ok(()),
-    }
-}
-
-/// How a subscription's mover is scheduled (see the `delayed` module's docs for what each trades).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Schedule {
-    /// How often an idle reader looks for due entries when no wake-up came.
-    pub(crate) interval: Duration,
-    /// Most due entries one `move_due.lua` call moves.
-    pub(crate) batch: u32,
-}
-
-impl Default for Schedule {
-    /// [`DEFAULT_SCHEDULE_INTERVAL`], [`DEFAULT_MOVE_BATCH`].
-    fn default() -> Self {
-        Self {
-            interval: DEFAULT_SCHEDULE_INTERVAL,
-            batch: DEFAULT_MOVE_BATCH,
-        }
     }
 }
 
@@ -194,6 +179,14 @@ macro_rules! source_setters {
                 self.options.core.timeout = Some(timeout);
                 self
             }
+
+            /// The largest payload, in bytes, the handler is given (default: no limit). A
+            /// larger one goes to the dead-letter list with reason `too-large`, without being
+            /// decoded. 0 is refused at startup.
+            pub fn max_payload_bytes(mut self, n: usize) -> Self {
+                self.options.core.max_payload_bytes = Some(n);
+                self
+            }
         }
     };
     (queue: $ty:ty) => {
@@ -259,15 +252,3 @@ macro_rules! source_setters {
 }
 
 pub(crate) use source_setters;
-
-/// How long a flow may be publishing before the readers of its parent's queue publish the rest
-/// of it themselves (a repair), unless the broker sets its own
-/// ([`RedisBroker::flow_repair_grace`](crate::RedisBroker::flow_repair_grace)).
-pub const DEFAULT_FLOW_REPAIR_GRACE: Duration = Duration::from_secs(30);
-
-/// How long a job's record lives after its last write, unless the broker sets its own.
-pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(3600);
-
-/// How long a command may go without a reply before it fails and its connection is replaced
-/// (`RedisBroker::command_timeout`); a blocking read may take its wait on top of this.
-pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);

@@ -23,12 +23,13 @@ pub(super) struct Meters {
 }
 
 /// The bounded labels of a dead-letter reason; `decode: <error>` counts as `decode`.
-const REASONS: [&str; 7] = [
+const REASONS: [&str; 8] = [
     "max-attempts",
     "timeout",
     "snoozed-too-often",
     "dropped",
     "decode",
+    "too-large",
     "no-redelivery",
     "other",
 ];

@@ -321,16 +321,6 @@ impl StreamClaimed {
     pub fn paused(&self) -> bool {
         self.closed.as_deref() == Some(PAUSED)
     }
-
-    /// The entries read: each one's id and frame (text that is not UTF-8 read lossily). For the
-    /// script tests: the reader parses the reply itself.
-    #[cfg(feature = "testing")]
-    pub fn entries(self) -> Vec<(Bytes, crate::frame::Frame)> {
-        crate::stream::entries::entries(self.reply)
-            .into_iter()
-            .map(|(id, (frame, _))| (id, frame))
-            .collect()
-    }
 }
 
 impl Call for StreamRead<'_> {

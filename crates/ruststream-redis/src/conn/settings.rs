@@ -35,7 +35,7 @@ pub(crate) struct Settings {
     pub(crate) pool_size: usize,
     pub(crate) scheduling: bool,
     /// The subscriptions' mover schedule, unless a source sets its own.
-    pub(crate) schedule: crate::options::Schedule,
+    pub(crate) schedule: crate::defaults::Schedule,
     /// How long a job's progress and result live after their last write (`crate::results`).
     pub(crate) result_ttl: std::time::Duration,
     /// How long a flow may be publishing before a reader repairs it (`crate::flow`).
@@ -72,11 +72,11 @@ impl Settings {
             prefix: String::new(),
             pool_size: 2,
             scheduling: true,
-            result_ttl: crate::options::DEFAULT_RESULT_TTL,
-            flow_grace: crate::options::DEFAULT_FLOW_REPAIR_GRACE,
-            schedule: crate::options::Schedule::default(),
-            command_timeout: crate::options::DEFAULT_COMMAND_TIMEOUT,
-            history: Some(crate::history::DEFAULT_HISTORY_EVERY),
+            result_ttl: crate::defaults::DEFAULT_RESULT_TTL,
+            flow_grace: crate::defaults::DEFAULT_FLOW_REPAIR_GRACE,
+            schedule: crate::defaults::Schedule::default(),
+            command_timeout: crate::defaults::DEFAULT_COMMAND_TIMEOUT,
+            history: Some(crate::defaults::DEFAULT_HISTORY_EVERY),
         }
     }
 }

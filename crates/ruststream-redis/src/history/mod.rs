@@ -36,8 +36,7 @@ use crate::conn::Connections;
 use crate::keys::{KeySpace, SourceKeys};
 use crate::lua::{self, Call};
 
-/// How often a subscription writes its history unless told otherwise: once a minute.
-pub const DEFAULT_HISTORY_EVERY: Duration = Duration::from_secs(60);
+pub use crate::defaults::DEFAULT_HISTORY_EVERY;
 
 /// How long a minutes hash lives after its last write: a day and an hour, so the last 24 h are
 /// whole.

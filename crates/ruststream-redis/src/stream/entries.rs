@@ -102,3 +102,15 @@ fn frame(mut fields: impl Iterator<Item = Bytes>) -> (Frame, Option<FrameError>)
     }
     (frame, error)
 }
+
+#[cfg(feature = "testing")]
+impl crate::claim::StreamClaimed {
+    /// The entries read: each one's id and frame (text that is not UTF-8 read lossily). For the
+    /// script tests: the reader parses the reply itself.
+    pub fn entries(self) -> Vec<(Bytes, crate::frame::Frame)> {
+        entries(self.reply)
+            .into_iter()
+            .map(|(id, (frame, _))| (id, frame))
+            .collect()
+    }
+}

@@ -223,6 +223,25 @@ impl Env {
             .expect("LPUSH");
     }
 
+    /// A raw `XADD key * payload <payload> [field value ...]`, as a producer in another
+    /// language would write an entry.
+    pub async fn xadd_raw(&self, key: &str, payload: &str, fields: &[(&str, &str)]) {
+        let mut args = vec![
+            self.key(key),
+            "*".to_owned(),
+            "payload".to_owned(),
+            payload.to_owned(),
+        ];
+        for (field, value) in fields {
+            args.extend([(*field).to_owned(), (*value).to_owned()]);
+        }
+        let _: Bytes = self
+            .client
+            .custom(fred::cmd!("XADD"), args)
+            .await
+            .expect("XADD");
+    }
+
     /// `EXISTS`.
     pub async fn exists(&self, key: &str) -> bool {
         let n: i64 = self.client.exists(self.key(key)).await.expect("EXISTS");

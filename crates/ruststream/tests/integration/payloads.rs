@@ -1,8 +1,8 @@
 //! What a list subscription does with what it reads: an undecodable payload goes to the
 //! dead-letter list with its reason (or, without one, is removed) and reading goes on; a raw
-//! `LPUSH` is a payload without headers; published headers reach the handler's context. On the
-//! in-memory model, the standalone server and the cluster, with the job type and helpers of
-//! `lists.rs`.
+//! `LPUSH` is a payload without headers; published headers reach the handler's context; a payload
+//! over `max_payload_bytes` is dead-lettered unread, on a list and on a stream. On the in-memory
+//! model, the standalone server and the cluster, with the job type and helpers of `lists.rs`.
 
 use crate::harness;
 use crate::lists::{Job, Probe, app_with, publish};
@@ -18,6 +18,9 @@ on!(
     garbage_without_a_dead_letter_list_is_removed,
     a_raw_lpush_is_a_payload_without_headers,
     published_headers_reach_the_context,
+    a_payload_over_the_limit_is_dead_lettered_from_a_list,
+    a_payload_over_the_limit_is_dead_lettered_from_a_stream,
+    a_zero_payload_limit_is_refused_at_startup,
 );
 
 // 1 ------------------------------------------------------------------------------------------
@@ -134,4 +137,89 @@ async fn published_headers_reach_the_context(env: &Env) {
         "headers do not leak to the next message"
     );
     assert!(without.headers.is_empty());
+}
+
+// 4 ------------------------------------------------------------------------------------------
+
+/// A payload of 20 bytes, over the limit of 16; `{"n":N}` payloads are under it.
+const LARGE: &str = r#"{"n":1,"pad":"xxxx"}"#;
+
+/// Asserts the one dead letter of `dead`: the large payload, unread, with reason `too-large`.
+async fn the_large_one_is_dead(env: &Env, dead: &str) {
+    let dead = env.frames(dead).await;
+    assert_eq!(dead.len(), 1, "one dead letter");
+    let reason = dead[0].headers.get("reason").cloned().unwrap_or_default();
+    assert_eq!(
+        reason, "too-large: 20 bytes, more than max_payload_bytes 16",
+        "reason"
+    );
+    assert_eq!(dead[0].payload, Bytes::from_static(LARGE.as_bytes()));
+}
+
+async fn a_payload_over_the_limit_is_dead_lettered_from_a_list(env: &Env) {
+    let broker = env.broker();
+    let probe = Probe::acking();
+    let source = RedisList::new("{jobs}").reliable().max_payload_bytes(16);
+    let app = start(app_with(&broker, source, &probe)).await;
+    env.lpush_raw("{jobs}", LARGE).await;
+    publish(&broker, "{jobs}", 3).await;
+    wait_until(
+        "the small one handled, the large one dead",
+        WAIT,
+        async || probe.count() == 1 && env.llen("{jobs}.dead").await == 1,
+    )
+    .await;
+    wait_until("the processing list to empty", WAIT, async || {
+        env.llen("{jobs}.processing").await == 0
+    })
+    .await;
+    stop(app).await;
+
+    assert_eq!(
+        probe.ns(),
+        [3],
+        "only the small payload reached the handler"
+    );
+    the_large_one_is_dead(env, "{jobs}.dead").await;
+}
+
+async fn a_payload_over_the_limit_is_dead_lettered_from_a_stream(env: &Env) {
+    let broker = env.broker();
+    let probe = Probe::acking();
+    let handler = probe.clone();
+    let source = RedisStream::new("{ev}").group("g").max_payload_bytes(16);
+    let app = RustStream::new(crate::lists::info()).with_broker(broker.clone(), move |b| {
+        b.include(subscriber(source, handler).build());
+    });
+    let app = start(app).await;
+    for payload in [LARGE, r#"{"n":4}"#] {
+        env.xadd_raw("{ev}", payload, &[]).await;
+    }
+    wait_until(
+        "the small one handled, the large one dead",
+        WAIT,
+        async || probe.count() == 1 && env.llen("{ev}.dead").await == 1,
+    )
+    .await;
+    stop(app).await;
+
+    assert_eq!(
+        probe.ns(),
+        [4],
+        "only the small payload reached the handler"
+    );
+    the_large_one_is_dead(env, "{ev}.dead").await;
+}
+
+async fn a_zero_payload_limit_is_refused_at_startup(env: &Env) {
+    let source = RedisList::new("{jobs}").reliable().max_payload_bytes(0);
+    let app = env.app(move |b| {
+        b.include(subscriber(source, Probe::acking()).build());
+    });
+    let e = env.refusal(app).await;
+    assert!(
+        e.contains("max_payload_bytes must be at least 1")
+            && e.contains(".max_payload_bytes(1 << 20)"),
+        "{e}"
+    );
 }

@@ -10,7 +10,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::bytes::Bytes;
 use fred::prelude::*;
 use harness::{Env, WAIT, on, start, stop, wait_until};
 use ruststream::prelude::*;
@@ -156,21 +155,8 @@ async fn a_stream_entry_is_handled_and_acknowledged(env: &Env) {
         b.include(subscriber(RedisStream::new("events").group("g"), handler).build());
     });
     let app = start(app).await;
-    let _: Bytes = env
-        .client
-        .custom(
-            fred::cmd!("XADD"),
-            vec![
-                env.key("events"),
-                "*".into(),
-                "payload".into(),
-                r#"{"n":5}"#.into(),
-                "tenant".into(),
-                "acme".into(),
-            ],
-        )
-        .await
-        .expect("XADD");
+    env.xadd_raw("events", r#"{"n":5}"#, &[("tenant", "acme")])
+        .await;
     wait_until("the stream entry", WAIT, async || {
         !probe.0.lock().expect("lock").is_empty()
     })
