@@ -360,6 +360,8 @@ fn the_grafana_dashboard_is_valid_and_uses_recorded_metrics() {
         "ruststream_queue_in_flight",
         "ruststream_queue_delayed",
         "ruststream_queue_dead",
+        "ruststream_queue_sleeping",
+        "ruststream_queue_parked",
         "ruststream_dead_lettered_total",
         "ruststream_recovered_total",
         "ruststream_delivery_lateness_seconds_bucket",
