@@ -2,7 +2,14 @@
 //! (`LLEN` queue, processing and dead-letter lists, `ZCARD` delayed set; for a stream `XLEN` and
 //! the group's pending count from `XPENDING`), published as `metrics` gauges labelled `queue`:
 //! `ruststream_queue_ready`, `ruststream_queue_in_flight`, `ruststream_queue_delayed`,
-//! `ruststream_queue_dead`. A Pub/Sub channel stores nothing but its dead letters: only
+//! `ruststream_queue_dead`; and of a queue with a delayed set, the messages in a durable sleep
+//! and those parked waiting for a signal (`crate::steps`): `ZCOUNT` of its sleeping and parked
+//! sets from now (this process's clock) on, as `ruststream_queue_sleeping` and
+//! `ruststream_queue_parked`. Those sets hold an id until its wake-up time (the settle of a
+//! sleep or a park adds it, a signal, a cancel and an operator's promote remove it), so what
+//! they count is what sleeps or waits now, on every worker. A queue that never sleeps nor
+//! waits has neither set: each `ZCOUNT` finds no key. A Pub/Sub channel stores nothing but its
+//! dead letters: only
 //! `ruststream_queue_dead` (`LLEN` of its dead-letter list), labelled with the channel.
 
 use std::time::Duration;
@@ -23,20 +30,24 @@ pub(crate) fn spawn(pool: Pool, keys: SourceKeys, stop: CancellationToken) {
         let ready = metrics::gauge!("ruststream_queue_ready", "queue" => label.clone());
         let in_flight = metrics::gauge!("ruststream_queue_in_flight", "queue" => label.clone());
         let delayed = metrics::gauge!("ruststream_queue_delayed", "queue" => label.clone());
-        let dead = metrics::gauge!("ruststream_queue_dead", "queue" => label);
+        let dead = metrics::gauge!("ruststream_queue_dead", "queue" => label.clone());
+        let sleeping = metrics::gauge!("ruststream_queue_sleeping", "queue" => label.clone());
+        let parked = metrics::gauge!("ruststream_queue_parked", "queue" => label);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 () = tokio::time::sleep(SAMPLE_EVERY) => {}
             }
             match sample(&pool, &keys).await {
-                Ok([r, f, d, x]) => {
+                Ok([r, f, d, x, s, p]) => {
                     #[allow(clippy::cast_precision_loss)]
                     {
                         ready.set(r as f64);
                         in_flight.set(f as f64);
                         delayed.set(d as f64);
                         dead.set(x as f64);
+                        sleeping.set(s as f64);
+                        parked.set(p as f64);
                     }
                 }
                 Err(e) => tracing::debug!(queue = %keys.queue, error = %e, "queue gauges not read"),
@@ -65,7 +76,8 @@ pub(crate) fn spawn_dead(pool: Pool, label: String, dead: Option<String>, stop: 
     });
 }
 
-async fn sample(pool: &Pool, k: &SourceKeys) -> Result<[i64; 4], fred::error::Error> {
+/// The sizes: ready, in flight, delayed, dead, sleeping, parked.
+pub(crate) async fn sample(pool: &Pool, k: &SourceKeys) -> Result<[i64; 6], fred::error::Error> {
     let p = pool.next().pipeline();
     match &k.group {
         None => {
@@ -93,11 +105,29 @@ async fn sample(pool: &Pool, k: &SourceKeys) -> Result<[i64; 4], fred::error::Er
         Some(dead) => p.llen(dead).await?,
         None => p.custom(fred::cmd!("ECHO"), vec!["0"]).await?,
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    for index in [".sleeping", ".parked"] {
+        match &k.delayed {
+            Some(delayed) => {
+                let args = vec![
+                    format!("{delayed}{index}"),
+                    format!("({now}"),
+                    "+inf".into(),
+                ];
+                let () = p.custom(fred::cmd!("ZCOUNT"), args).await?;
+            }
+            None => {
+                let () = p.custom(fred::cmd!("ECHO"), vec!["0"]).await?;
+            }
+        }
+    }
     let out: Vec<Value> = p.all().await?;
     let n = |v: Option<&Value>| match v {
         Some(Value::Array(items)) => items.first().and_then(Value::as_i64).unwrap_or(0),
         Some(v) => v.as_i64().unwrap_or(0),
         None => 0,
     };
-    Ok([n(out.first()), n(out.get(1)), n(out.get(2)), n(out.get(3))])
+    Ok([0, 1, 2, 3, 4, 5].map(|i| n(out.get(i))))
 }

@@ -176,7 +176,7 @@ pub use {
     list::settle::{SettleKeys, SettleList},
     operate::dead::{Purge, Requeue, Taken},
     settle::{Op, Settled},
-    steps::{BeginWait, SendSignal},
+    steps::{BeginWait, SendSignal, WriteStep},
     stream::consumers::ForgetConsumers,
     stream::settle::SettleStream,
     transport::InBatch,

@@ -33,6 +33,9 @@ pub(crate) struct SourceOptions {
     pub(crate) schedule_interval: Option<Duration>,
     /// The mover's batch, when the source sets its own (else the broker's).
     pub(crate) move_batch: Option<u32>,
+    /// How long an ack or a dead letter keeps its message's step record (`keep_steps`);
+    /// `None` (the default): it deletes it.
+    pub(crate) keep_steps: Option<Duration>,
     /// Concurrency, attempts, backoff: what the core's dispatch loop reads.
     pub(crate) core: SubscribeOptions,
 }
@@ -46,6 +49,7 @@ impl Default for SourceOptions {
             scheduling: true,
             schedule_interval: None,
             move_batch: None,
+            keep_steps: None,
             core: SubscribeOptions::default(),
         }
     }
@@ -81,6 +85,13 @@ impl SourceOptions {
         if self.block.is_zero() {
             return Err(Error::config(format!(
                 "{what}: block must be longer than zero (it would block forever)"
+            )));
+        }
+        if self.keep_steps.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config(format!(
+                "{what}: keep_steps must be longer than zero (the record would be gone at once); \
+                 give how long an operator may inspect or requeue a finished message, \
+                 e.g. `.keep_steps(Duration::from_secs(24 * 3600))`, or leave it unset"
             )));
         }
         self.dead_bound.validate(what)?;
@@ -245,6 +256,16 @@ macro_rules! source_setters {
             /// during which Redis serves no other client.
             pub fn move_batch(mut self, n: u32) -> Self {
                 self.options.move_batch = Some(n);
+                self
+            }
+
+            /// Keeps a finished message's step record (`ctx.step`) for `keep` after its ack or
+            /// its dead letter, instead of deleting it (the default). An operator then sees
+            /// the steps of a finished message (`job show`, the dashboard), and a dead letter
+            /// requeued within `keep` replays its recorded steps instead of running them again.
+            /// Zero is refused at startup.
+            pub fn keep_steps(mut self, keep: ::std::time::Duration) -> Self {
+                self.options.keep_steps = Some(keep);
                 self
             }
         }

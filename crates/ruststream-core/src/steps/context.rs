@@ -72,7 +72,7 @@ impl Context<'_> {
     {
         if super::reserved(name) {
             return Err(StepError::Record(Error::config(format!(
-                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:`, `signal:` or `failed:` are the record's own; give the step another name"
+                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:`, `signal:`, `failed:` or `t:` are the record's own; give the step another name"
             ))));
         }
         if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
@@ -80,13 +80,16 @@ impl Context<'_> {
                 .map(|value| (value, true))
                 .map_err(StepError::Record);
         }
+        let began = std::time::Instant::now();
         let value = match run().await {
             Ok(value) => value,
             Err(e) => {
-                self.record_failure(name, e.to_string()).await;
+                self.record_failure(name, e.to_string(), began.elapsed())
+                    .await;
                 return Err(StepError::Failed(e));
             }
         };
+        let took = began.elapsed();
         let json = crate::job::encode(&value).map_err(StepError::Record)?;
         if json.len() > MAX_STEP_BYTES {
             return Err(StepError::Record(Error::config(format!(
@@ -94,7 +97,12 @@ impl Context<'_> {
                 json.len()
             ))));
         }
-        self.write_step(name, StepWrite::Result(json))
+        let write = StepWrite::Timed {
+            value: json,
+            step: name.to_owned(),
+            took,
+        };
+        self.write_step(name, write)
             .await
             .map_err(StepError::Record)?;
         Ok((value, false))
@@ -102,7 +110,7 @@ impl Context<'_> {
 
     /// Records step `name`'s error for the operator (`failed:<name>`, the last one), best
     /// effort: a write that fails is logged, and the step's own error is what the handler gets.
-    async fn record_failure(&self, name: &str, mut text: String) {
+    async fn record_failure(&self, name: &str, mut text: String, took: Duration) {
         if text.len() > MAX_FAILURE_BYTES {
             let mut end = MAX_FAILURE_BYTES;
             while !text.is_char_boundary(end) {
@@ -111,9 +119,13 @@ impl Context<'_> {
             text.truncate(end);
         }
         let written = match crate::job::encode(&text) {
-            Ok(json) => {
-                self.write_step(&super::failed_field(name), StepWrite::Result(json))
-                    .await
+            Ok(value) => {
+                let write = StepWrite::Timed {
+                    value,
+                    step: name.to_owned(),
+                    took,
+                };
+                self.write_step(&super::failed_field(name), write).await
             }
             Err(e) => Err(e),
         };

@@ -9,10 +9,12 @@
 //!
 //! The core keeps nothing itself: a broker stores one record per message, through a
 //! [`StepStore`] (its [`PublishBackend::steps`](crate::PublishBackend::steps)). A handler reads
-//! the record once, at its first step, and writes one field per step it runs. The settle that
-//! acknowledges or dead-letters the message removes the record in the same atomic call (the
-//! dispatch loop tells the broker's settler which messages have one:
-//! [`Settler::steps_recorded`](crate::Settler::steps_recorded)).
+//! the record once, at its first step, and writes one step's result and its timing (when it
+//! began, how long it took: [`timing_field`]) in one call. The settle that acknowledges or
+//! dead-letters the message removes the record in the same atomic call, or keeps it a while
+//! when the source says so (the Redis broker's `keep_steps`); the dispatch loop tells the
+//! broker's settler which messages have one:
+//! [`Settler::steps_recorded`](crate::Settler::steps_recorded).
 //!
 //! The promise: a step whose result was recorded never runs again for that message. A step runs
 //! again only when its process died (or its record's write failed) between its effect and its
@@ -35,6 +37,11 @@ pub const STEPS_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The most steps (sleeps included) one message may record: 1,000.
 pub const MAX_STEPS: u32 = 1_000;
 
+/// The most fields one message's record holds: 2,000, so that [`MAX_STEPS`] steps fit with
+/// their timing (`t:<name>`, [`timing_field`]). A failed step's error, a wait and a signal take
+/// a field each too, so a message that has them records fewer steps.
+pub const MAX_STEP_FIELDS: u32 = 2 * MAX_STEPS;
+
 /// The largest result one step may record, as JSON: 1 MiB.
 pub const MAX_STEP_BYTES: usize = 1 << 20;
 
@@ -45,8 +52,20 @@ pub enum StepWrite {
     /// A step's result (JSON), kept [`STEPS_TTL`].
     Result(Bytes),
     /// A sleep of this long from the server's now: the record stores the wake-up time (ms since
-    /// the epoch, on the server's clock) and lives until it, then [`STEPS_TTL`] more.
+    /// the epoch, on the server's clock) and lives until it, then [`STEPS_TTL`] more. Its timing
+    /// (`t:<name>`) is when it began and this length.
     Sleep(Duration),
+    /// A step's result or error (JSON) and how long its closure ran, kept [`STEPS_TTL`]. The
+    /// same write records the step's timing in the field [`timing_field`]`(step)`: when the
+    /// run began (the server's now less `took`) and `took`.
+    Timed {
+        /// The result or error, as JSON.
+        value: Bytes,
+        /// The step's name (a failure is written to `failed:<step>`, its timing to `t:<step>`).
+        step: String,
+        /// How long its closure ran.
+        took: Duration,
+    },
 }
 
 /// A message's step record as read at its handler's first step.
@@ -137,7 +156,7 @@ pub const CURSOR: &str = "cursor";
 /// Whether `name` is a field the record keeps for itself, not a step's.
 pub(crate) fn reserved(name: &str) -> bool {
     name == CURSOR
-        || ["sleep:", "wait:", "signal:", "failed:"]
+        || ["sleep:", "wait:", "signal:", "failed:", "t:"]
             .iter()
             .any(|p| name.starts_with(p))
 }
@@ -146,6 +165,19 @@ pub(crate) fn reserved(name: &str) -> bool {
 /// operator.
 pub fn failed_field(name: &str) -> String {
     format!("failed:{name}")
+}
+
+/// The field of a message's step record that holds the timing of its step (or sleep) `name`:
+/// `<began, ms since the epoch on the server's clock>,<took, ms>` (a sleep's: its length).
+pub fn timing_field(name: &str) -> String {
+    format!("t:{name}")
+}
+
+/// A step's timing as its field holds it ([`timing_field`]): when it began (ms since the epoch)
+/// and how long it took (ms). `None` when the value is not two numbers.
+pub fn parse_timing(value: &str) -> Option<(u64, u64)> {
+    let (began, took) = value.split_once(',')?;
+    Some((began.parse().ok()?, took.parse().ok()?))
 }
 
 /// The field of a message's step record that holds the signal `name`'s payload.
@@ -299,6 +331,9 @@ pub struct StepsNote {
     pub record: String,
     /// The signal the message is parked for (its record's field, `signal:<name>`).
     pub signal: Option<String>,
+    /// Whether the handler began a durable sleep (not a wait): its retry later is a sleep, which
+    /// the broker may count.
+    pub sleeping: bool,
 }
 
 /// What the settle of a handled delivery must know of its steps, when it may have a record. It
@@ -319,6 +354,7 @@ pub(crate) fn record_of(
     Some(StepsNote {
         record: store.steps_key(&info.source, &info.message_id),
         signal: info.steps.waiting().map(signal_field),
+        sleeping: info.steps.sleeping().is_some() && info.steps.waiting().is_none(),
     })
 }
 

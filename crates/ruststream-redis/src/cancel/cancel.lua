@@ -26,7 +26,8 @@ if not most or not ttl or not nlevels or not ARGV[6] or #KEYS < 3 + nlevels or #
 end
 local record, delayed, payloads = KEYS[1], KEYS[2], KEYS[3]
 local processing = KEYS[4 + nlevels]
-local checks = {{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {ARGV[6], 'hash'}}
+local checks = {{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {ARGV[6], 'hash'},
+  {delayed .. '.sleeping', 'zset'}, {delayed .. '.parked', 'zset'}}
 for i = 4, 3 + nlevels do checks[#checks + 1] = {KEYS[i], 'list'} end
 if processing then checks[#checks + 1] = {processing, 'list'} end
 local bad = wrong_types(checks)

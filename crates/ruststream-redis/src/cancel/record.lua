@@ -4,7 +4,7 @@
 --
 -- `missing`: nothing written. Else, past the record's `most` ids a new cancel is refused with
 -- `RSFULL` before any write; `removed` deletes the delayed entry (the set's member and the
--- payload field are the id); `removed` and `marked` delete the message's step record
+-- payload field are the id, also in the sleeping and parked sets, delayed/schedule_retry.lua); `removed` and `marked` delete the message's step record
 -- (`c.steps`, crate::steps: a sleeping or parked message waits in the delayed set, and a
 -- message marked never runs again); the outcome is recorded and the record's ttl re-armed; and, but
 -- for `removed`, the id is PUBLISHed on the signal channel. Returns the outcome (or the error).
@@ -17,6 +17,8 @@ local function record_cancel(c, outcome)
   if outcome == 'removed' then
     redis.call('ZREM', c.delayed, c.id)
     redis.call('HDEL', c.payloads, c.id)
+    redis.call('ZREM', c.delayed .. '.sleeping', c.id)
+    redis.call('ZREM', c.delayed .. '.parked', c.id)
   end
   if outcome ~= 'signalled' then redis.call('DEL', c.steps) end
   redis.call('HSET', c.record, c.id, outcome)

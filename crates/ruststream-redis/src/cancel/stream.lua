@@ -24,7 +24,8 @@ if not most or not ttl or not inflight or inflight < 1 or not ARGV[6] or #KEYS ~
   return redis.error_reply('RSARGS cancel/stream.lua takes an id, a channel, a bound, a ttl a pending bound and a step record, and 4 keys; got ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys')
 end
 local record, delayed, payloads, stream = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local bad = wrong_types({{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {stream, 'stream'}, {ARGV[6], 'hash'}})
+local bad = wrong_types({{record, 'hash'}, {delayed, 'zset'}, {payloads, 'hash'}, {stream, 'stream'}, {ARGV[6], 'hash'},
+  {delayed .. '.sleeping', 'zset'}, {delayed .. '.parked', 'zset'}})
 if bad then return redis.error_reply(bad) end
 
 -- The value of field `name` in a flat {name, value, ..} list.

@@ -3,8 +3,12 @@
 -- A message parked for a signal passes its step record `steps` and the signal's field there:
 -- when the signal is recorded already (sent while the handler ran), the entry is due now, and
 -- `PUBLISH <delayed set> ''` wakes the readers, so the signal is not lost to the park.
+-- A durable sleep or a park also passes `index`, `sleeping` or `parked`: the id goes into the
+-- set `<delayed set>.<index>` with its wake-up time as its score, which the queue gauges count
+-- (crate::steps). That set drops the ids woken already (score at or before now) and lives until
+-- its latest wake-up; a park due now (its signal recorded) is not added.
 local now = nil
-local function schedule_retry(zset, hash, arg, frame, steps, field)
+local function schedule_retry(zset, hash, arg, frame, steps, field, index)
   if not now then
     local t = redis.call('TIME')
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -14,8 +18,15 @@ local function schedule_retry(zset, hash, arg, frame, steps, field)
   local due = now + tonumber(string.sub(arg, 1, sep - 1))
   if steps and redis.call('HEXISTS', steps, field) == 1 then
     due = now
+    index = nil
     redis.call('PUBLISH', zset, '')
   end
   redis.call('ZADD', zset, due, id)
   redis.call('HSET', hash, id, frame)
+  if index and due > now then
+    local set = zset .. '.' .. index
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+    redis.call('ZADD', set, due, id)
+    if redis.call('PTTL', set) < due - now then redis.call('PEXPIRE', set, due - now) end
+  end
 end

@@ -74,7 +74,7 @@ pub(super) fn open_reliable(
         pool,
         &keys,
         &reader_id,
-        list.options.dead_bound,
+        &list.options,
         clock,
         leases.clone(),
     );

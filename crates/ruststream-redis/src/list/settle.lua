@@ -18,10 +18,17 @@
 --   x  dead (claimed, new, arg): remove, then LPUSH dead new (with its `dead-at`); arg = the
 --      dead-letter list's bound (dead/trim.lua), to which the list is trimmed after the last push
 --   w  retry later of a message parked for a signal (claimed, new, arg, steps, field): as `d`,
---      due now when its step record `steps` holds the signal's field
+--      due now when its step record `steps` holds the signal's field, else also in the parked
+--      set (delayed/schedule_retry.lua)
+--   s  retry later of a message in a durable sleep (claimed, new, arg): as `d`, and also in the
+--      sleeping set (delayed/schedule_retry.lua)
 --   A  ack of a message with steps (claimed, steps): as `a`, then DEL steps, its step record
 --   X  dead of a message with steps (claimed, new, arg, steps): as `x`, then DEL steps
---      (a step record is deleted only when the claim was still this worker's and found)
+--   K  ack of a message whose steps are kept (claimed, steps, keep): as `a`, then PEXPIRE steps
+--      keep (ms): the source's `keep_steps`
+--   Y  dead of a message whose steps are kept (claimed, new, arg, steps, keep): as `x`, then
+--      PEXPIRE steps keep
+--      (a step record is deleted or kept only when the claim was still this worker's and found)
 --       With recovery (the token is ''), `ops` is followed by `runs`: the entries (in their
 --       batches' order) as runs of consecutive indices in one batch list, eight bytes a run:
 --       the batch's number (from 1) among the members that follow, two bytes; the run's first
@@ -60,8 +67,14 @@ if not dest then return redis.error_reply(derr) end
 local first = dest.arg_end
 -- The op's bytes (string.byte), and how many arguments an entry of each op sends.
 local ACK, RETRY, LATER, DEAD, ACK_STEPS, DEAD_STEPS, PARK = 97, 114, 100, 120, 65, 88, 119 -- a r d x A X w
+local ACK_KEEP, DEAD_KEEP, SLEEP = 75, 89, 115 -- K Y s
 local ARGS = {[ACK] = 1, [RETRY] = 2, [LATER] = 3, [DEAD] = 3, [ACK_STEPS] = 2, [DEAD_STEPS] = 4,
-  [PARK] = 5}
+  [PARK] = 5, [ACK_KEEP] = 3, [DEAD_KEEP] = 5, [SLEEP] = 3}
+-- Whether `v` is a kept step record's ttl: a whole number of ms, at least 1.
+local function kept(v)
+  local ms = tonumber(v)
+  return ms and ms >= 1 and ms == math.floor(ms)
+end
 local call, processing, record, argv = redis.call, KEYS[1], KEYS[5], ARGV
 local token = argv[1]
 local nargs = #argv
@@ -126,12 +139,16 @@ else
       return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
     end
     if op ~= ACK then
-      if ((op == LATER or op == PARK) and not string.match(argv[i + 2], '^%d+:'))
-        or ((op == DEAD or op == DEAD_STEPS) and not dead_bound(argv[i + 2])) then
+      if ((op == LATER or op == PARK or op == SLEEP) and not string.match(argv[i + 2], '^%d+:'))
+        or ((op == DEAD or op == DEAD_STEPS or op == DEAD_KEEP) and not dead_bound(argv[i + 2]))
+        or (op == ACK_KEEP and not kept(argv[i + 2]))
+        or (op == DEAD_KEEP and not kept(argv[i + 4])) then
         return redis.error_reply('RSARGS settle.lua: malformed entry at argument ' .. i)
       end
       if op == PARK then parks[#parks + 1] = {argv[i + 3], 'hash'} end
-      has[op == DEAD_STEPS and DEAD or op == PARK and LATER or op] = true
+      if op == PARK or op == SLEEP then has[op] = true end
+      has[(op == DEAD_STEPS or op == DEAD_KEEP) and DEAD or (op == PARK or op == SLEEP) and LATER
+        or op] = true
     end
     at[k] = i
     i = i + n
@@ -182,6 +199,8 @@ if has[LATER] then
   checks[#checks + 1] = {KEYS[3], 'zset'}
   checks[#checks + 1] = {KEYS[4], 'hash'}
 end
+if has[PARK] then checks[#checks + 1] = {KEYS[3] .. '.parked', 'zset'} end
+if has[SLEEP] then checks[#checks + 1] = {KEYS[3] .. '.sleeping', 'zset'} end
 if next(has) then checks[#checks + 1] = {KEYS[6], 'hash'} end
 if has[RETRY] then dest_checks(dest, checks) end
 bad = wrong_types(checks)
@@ -218,15 +237,22 @@ for k = 1, acks and 0 or count do
         call('DEL', argv[i + 1])
       elseif op == DEAD_STEPS then
         call('DEL', argv[i + 3])
+      elseif op == ACK_KEEP then
+        call('PEXPIRE', argv[i + 1], argv[i + 2])
+      elseif op == DEAD_KEEP then
+        call('PEXPIRE', argv[i + 3], argv[i + 4])
       end
-      if op ~= ACK and op ~= ACK_STEPS and not cancelled(argv[i]) then
+      if op ~= ACK and op ~= ACK_STEPS and op ~= ACK_KEEP and not cancelled(argv[i]) then
         if op == RETRY then
           retried[#retried + 1] = dest_item(dest, argv[i + 1])
-        elseif op == DEAD or op == DEAD_STEPS then
+        elseif op == DEAD or op == DEAD_STEPS or op == DEAD_KEEP then
           bound, now = dead_bound(argv[i + 2]), now or dead_now()
           call('LPUSH', KEYS[2], dead_letter(argv[i + 1], now))
         elseif op == PARK then
-          schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1], argv[i + 3], argv[i + 4])
+          schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1], argv[i + 3], argv[i + 4],
+            'parked')
+        elseif op == SLEEP then
+          schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1], nil, nil, 'sleeping')
         else
           schedule_retry(KEYS[3], KEYS[4], argv[i + 2], argv[i + 1])
         end

@@ -24,6 +24,7 @@ use crate::back::Dest;
 use crate::dead::{DeadBound, Trims, discarded, logged};
 use crate::delayed::DueClock;
 use crate::lua::{self, Call};
+use crate::options::SourceOptions;
 use crate::settle::{Op, Settled};
 use crate::transport::{InBatch, Settle, Token};
 
@@ -177,6 +178,9 @@ pub(super) struct ReliableSettle {
     has_dead: bool,
     /// The dead-letter list's bound.
     bound: DeadBound,
+    /// How long an ack or a dead letter keeps its message's step record (`keep_steps`);
+    /// `None`: it deletes it.
+    keep_steps: Option<Duration>,
     /// What the bound trimmed.
     trims: Trims,
     /// The reader's due clock, so a delayed retry is not slept through.
@@ -190,7 +194,7 @@ impl ReliableSettle {
         pool: Pool,
         keys: &ListKeys,
         reader_id: &str,
-        bound: DeadBound,
+        options: &SourceOptions,
         clock: Option<Arc<DueClock>>,
         leases: Arc<Leases>,
     ) -> Self {
@@ -216,7 +220,8 @@ impl ReliableSettle {
             dest: Dest::list(levels),
             token_prefix: keys.recovery.is_none().then(|| reader_id.to_owned()),
             has_dead: keys.dead.is_some(),
-            bound,
+            bound: options.dead_bound,
+            keep_steps: options.keep_steps,
             trims: Trims::new(&keys.queue, &dead),
             clock,
             leases,
@@ -236,16 +241,18 @@ impl ReliableSettle {
             .iter()
             .map(|(t, s)| {
                 let op = match s {
-                    Settlement::Ack | Settlement::Cancelled => Op::ack(t.steps.as_ref()),
+                    Settlement::Ack => Op::ack(t.steps.as_ref(), self.keep_steps),
+                    Settlement::Cancelled => Op::ack(t.steps.as_ref(), None),
                     Settlement::Dead { reason } if !self.has_dead => {
                         discarded(t, reason);
-                        Op::ack(t.steps.as_ref())
+                        Op::ack(t.steps.as_ref(), None)
                     }
-                    Settlement::Dead { reason } => Op::Dead {
-                        frame: t.dead_frame(reason),
-                        bound: self.bound,
-                        steps: t.steps.clone(),
-                    },
+                    Settlement::Dead { reason } => Op::dead(
+                        t.dead_frame(reason),
+                        self.bound,
+                        t.steps.as_ref(),
+                        self.keep_steps,
+                    ),
                     Settlement::Retry {
                         delay: None,
                         snooze,

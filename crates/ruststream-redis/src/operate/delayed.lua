@@ -9,8 +9,11 @@
 -- promote: the entries become due now (ZADD XX with the server's time), and
 --          `PUBLISH <delayed set> ''` wakes the readers so they move them at once.
 -- cancel:  the entries leave the set and their payloads the hash (ZREM, HDEL).
+-- Either way the entries leave the sleeping and parked sets (delayed/schedule_retry.lua): they
+-- are no longer asleep or parked.
 -- Returns how many entries were changed.
-local bad = wrong_types({{KEYS[1], 'zset'}, {KEYS[2], 'hash'}})
+local bad = wrong_types({{KEYS[1], 'zset'}, {KEYS[2], 'hash'}, {KEYS[1] .. '.sleeping', 'zset'},
+  {KEYS[1] .. '.parked', 'zset'}})
 if bad then return redis.error_reply(bad) end
 if ARGV[1] ~= 'promote' and ARGV[1] ~= 'cancel' then
   return redis.error_reply('RSARGS delayed.lua: ARGV[1] must be promote or cancel')
@@ -29,6 +32,11 @@ else
   for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 end
 local changed = 0
+for _, index in ipairs({'.sleeping', '.parked'}) do
+  if #ids > 0 and redis.call('EXISTS', KEYS[1] .. index) == 1 then
+    redis.call('ZREM', KEYS[1] .. index, unpack(ids))
+  end
+end
 if ARGV[1] == 'promote' then
   for _, id in ipairs(ids) do
     changed = changed + redis.call('ZADD', KEYS[1], 'XX', 'CH', now, id)

@@ -51,7 +51,7 @@ pub use self::jobs::{GROUPS_LISTED, JOBS_SCANNED, Job, JobPage, JobState};
 pub use self::limits::{KEYS_SHOWN, RateUse};
 pub use self::periodic::PeriodicJob;
 pub use self::scan::SCAN_CALLS;
-pub use self::story::{Step, Steps};
+pub use self::story::{Step, StepState, Steps};
 pub use self::stream_jobs::STREAM_PAGED;
 use crate::conn::Connections;
 use crate::keys::SourceKeys;

@@ -4,11 +4,14 @@
 //! or for a durable sleep (`sleep:<n>`) its wake-up time in ms on the server's clock.
 //!
 //! Bounds: the record expires [`STEPS_TTL`] after its last write (a sleep's, that long after its
-//! wake-up); it holds at most [`MAX_STEPS`] steps (`RSFULL` past them) of at most
-//! `MAX_STEP_BYTES` each (checked by the core).
+//! wake-up); it holds at most [`MAX_STEP_FIELDS`] fields (`RSFULL` past them: [`MAX_STEPS`]
+//! steps with their timing `t:<name>`) of at most `MAX_STEP_BYTES` each (checked by the core).
+//! The settle that acknowledges or dead-letters the message deletes it, or with the source's
+//! `keep_steps` sets its expiry to that.
 //!
 //! Commands: a handler's first step reads the record with `read.lua` (`TIME`, `HGETALL`); each
-//! step it runs is one `write.lua` (`HSET`, `PEXPIRE` never shortening the expiry); a wait for a
+//! step it runs is one `write.lua` (`TIME`, `HSET` of its result and timing, `PEXPIRE` never
+//! shortening the expiry); a wait for a
 //! signal and a signal are one script each (`signal.rs`).
 
 use std::collections::HashMap;
@@ -18,7 +21,7 @@ use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use futures::future::BoxFuture;
-use ruststream_core::steps::{MAX_STEPS, STEPS_TTL};
+use ruststream_core::steps::{MAX_STEP_FIELDS, STEPS_TTL, timing_field};
 use ruststream_core::{Result, StepRecord, StepStore, StepWrite};
 
 use crate::lua::{self, Call};
@@ -37,13 +40,13 @@ static READ: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("read.
 
 /// One call of `steps/write.lua`: records one step (or sleep) of one message.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct WriteStep<'a> {
+pub struct WriteStep<'a> {
     /// The record (full name).
-    pub(crate) key: &'a str,
+    pub key: &'a str,
     /// The step's name.
-    pub(crate) name: &'a str,
+    pub name: &'a str,
     /// What it records.
-    pub(crate) write: &'a StepWrite,
+    pub write: &'a StepWrite,
 }
 
 impl Call for WriteStep<'_> {
@@ -56,13 +59,20 @@ impl Call for WriteStep<'_> {
 
     /// KEYS and ARGV: see `steps/write.lua`'s header.
     fn build(&self) -> (Vec<String>, Vec<Value>) {
-        let (value, sleep) = match self.write {
-            StepWrite::Result(json) => (Value::Bytes(json.clone()), Value::from_static_str("")),
-            StepWrite::Sleep(d) => (
-                Value::from_static_str(""),
-                Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)),
+        let none = || Value::from_static_str("");
+        let ms = |d: &std::time::Duration| {
+            Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2))
+        };
+        let (value, sleep, timing, took) = match self.write {
+            StepWrite::Result(json) => (Value::Bytes(json.clone()), none(), none(), none()),
+            StepWrite::Sleep(d) => (none(), ms(d), Value::from(timing_field(self.name)), none()),
+            StepWrite::Timed { value, step, took } => (
+                Value::Bytes(value.clone()),
+                none(),
+                Value::from(timing_field(step)),
+                ms(took),
             ),
-            _ => (Value::from_static_str(""), Value::from_static_str("")),
+            _ => (none(), none(), none(), none()),
         };
         (
             vec![self.key.to_owned()],
@@ -70,8 +80,10 @@ impl Call for WriteStep<'_> {
                 Value::from(self.name),
                 value,
                 Value::Integer(crate::list::ttl_ms(STEPS_TTL)),
-                Value::Integer(i64::from(MAX_STEPS)),
+                Value::Integer(i64::from(MAX_STEP_FIELDS)),
                 sleep,
+                timing,
+                took,
             ],
         )
     }

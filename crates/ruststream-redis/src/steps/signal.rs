@@ -12,7 +12,7 @@ use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use futures::future::BoxFuture;
-use ruststream_core::steps::{MAX_STEPS, STEPS_TTL, signal_field, wait_field};
+use ruststream_core::steps::{MAX_STEP_FIELDS, STEPS_TTL, signal_field, wait_field};
 use ruststream_core::{Error, ErrorKind, Result, Signalled, Waited};
 
 use crate::lua::{self, Call};
@@ -49,7 +49,7 @@ impl Call for BeginWait<'_> {
                 Value::from(signal_field(self.name)),
                 Value::Integer(crate::list::ttl_ms(self.timeout)),
                 Value::Integer(crate::list::ttl_ms(STEPS_TTL)),
-                Value::Integer(i64::from(MAX_STEPS)),
+                Value::Integer(i64::from(MAX_STEP_FIELDS)),
             ],
         )
     }
@@ -104,7 +104,7 @@ impl Call for SendSignal<'_> {
                 Value::from(wait_field(self.name)),
                 Value::Bytes(self.payload.clone()),
                 Value::Integer(crate::list::ttl_ms(STEPS_TTL)),
-                Value::Integer(i64::from(MAX_STEPS)),
+                Value::Integer(i64::from(MAX_STEP_FIELDS)),
             ],
         )
     }

@@ -163,7 +163,7 @@ async fn open_one(
         &keys,
         group.clone(),
         bound.script_arg(),
-        stream.options.dead_bound,
+        &stream.options,
         clock,
         held,
     );

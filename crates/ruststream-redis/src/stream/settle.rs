@@ -21,6 +21,7 @@ use crate::dead::{DeadBound, Trims, discarded, logged};
 use crate::delayed::DueClock;
 use crate::error::core;
 use crate::lua::{self, Call};
+use crate::options::SourceOptions;
 use crate::settle::{Op, Settled};
 use crate::transport::{Settle, Token};
 
@@ -95,6 +96,9 @@ pub(super) struct StreamSettle {
     has_dead: bool,
     /// The dead-letter list's bound.
     bound: DeadBound,
+    /// How long an ack or a dead letter keeps its message's step record (`keep_steps`);
+    /// `None`: it deletes it.
+    keep_steps: Option<Duration>,
     /// What the bound trimmed.
     trims: Trims,
     /// The reader's due clock, so a delayed retry is not slept through.
@@ -109,7 +113,7 @@ impl StreamSettle {
         keys: &StreamKeys,
         group: String,
         bound: String,
-        dead_bound: DeadBound,
+        options: &SourceOptions,
         clock: Option<Arc<DueClock>>,
         held: Option<Arc<Held>>,
     ) -> Self {
@@ -127,7 +131,8 @@ impl StreamSettle {
             cancels: keys.cancels.clone(),
             group,
             has_dead: keys.dead.is_some(),
-            bound: dead_bound,
+            bound: options.dead_bound,
+            keep_steps: options.keep_steps,
             trims: Trims::new(&keys.stream, keys.dead.as_deref().unwrap_or_default()),
             clock,
             held,
@@ -150,11 +155,12 @@ impl StreamSettle {
                 _ => None,
             };
             let op = match (s, dead) {
-                (_, Some(reason)) if self.has_dead => Op::Dead {
-                    frame: t.dead_frame(reason),
-                    bound: self.bound,
-                    steps: t.steps.clone(),
-                },
+                (_, Some(reason)) if self.has_dead => Op::dead(
+                    t.dead_frame(reason),
+                    self.bound,
+                    t.steps.as_ref(),
+                    self.keep_steps,
+                ),
                 (_, Some(reason)) => {
                     discarded(t, reason);
                     match &t.steps {
@@ -188,6 +194,9 @@ impl StreamSettle {
                     frame: t.retry_frame(*snooze),
                 },
                 _ => match &t.steps {
+                    Some(steps) if matches!(s, Settlement::Ack) => {
+                        Op::ack(Some(steps), self.keep_steps)
+                    }
                     Some(steps) => Op::AckSteps {
                         steps: steps.clone(),
                     },

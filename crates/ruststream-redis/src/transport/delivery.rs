@@ -29,6 +29,7 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
             claim: None,
             partition: 0,
             steps: None,
+            sleeping: false,
             signal: None,
         },
         unreadable: None,

@@ -42,6 +42,7 @@ impl Settler for RedisSettler {
     fn steps_recorded(&self, token: &mut Token, note: StepsNote) {
         token.steps = Some(note.record);
         token.signal = note.signal;
+        token.sleeping = note.sleeping;
     }
 
     fn unsettled(&self) -> String {

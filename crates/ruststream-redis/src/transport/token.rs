@@ -24,6 +24,9 @@ pub struct Token {
     /// The field of the signal the message parks for (`signal:<name>`, `crate::steps`): a
     /// park that finds it recorded makes the message due at once.
     pub(crate) signal: Option<String>,
+    /// Whether the handler began a durable sleep: its retry later goes into the queue's
+    /// sleeping set too (`crate::settle::Op::Sleep`).
+    pub(crate) sleeping: bool,
 }
 
 /// A claim's place in a reliable list's recovery record (`list/claim.lua`): its batch's member

@@ -96,6 +96,115 @@ async fn a_settle_removes_the_step_records_of_what_it_acks_or_dead_letters() {
     .await;
 }
 
+/// Three claims with a step record each, settled as an ack and a dead letter that keep their
+/// records a minute (`K`, `Y`) and a durable sleep of a minute (`s`): whether each kept record
+/// lives at most the minute, how many dead letters there are, and who is in the sleeping set.
+async fn settle_keeping_steps(client: Client, prefix: String) -> (Vec<bool>, i64, Vec<String>) {
+    let k = |s: &str| key(&prefix, s);
+    let ids = ["k1", "k2", "k3"];
+    let claimed: Vec<Bytes> = ids
+        .iter()
+        .map(|id| encode_parts(id, 1, &Default::default(), b"{}"))
+        .collect();
+    let records: Vec<String> = ids.iter().map(|id| k(&format!("q.steps:{id}"))).collect();
+    for r in &records {
+        let _: i64 = client.hset(r, ("charge", "\"paid\"")).await.expect("HSET");
+    }
+    let keep = Duration::from_secs(60);
+    let ops = [
+        Op::AckKeep {
+            steps: records[0].clone(),
+            keep,
+        },
+        Op::DeadKeep {
+            frame: claimed[1].clone(),
+            bound: DeadBound {
+                max_len: 10,
+                max_age: Duration::from_secs(3600),
+            },
+            steps: records[1].clone(),
+            keep,
+        },
+        Op::Sleep {
+            frame: claimed[2].clone(),
+            after: keep,
+            id: "k3".into(),
+        },
+    ];
+    settle(&client, &prefix, &claimed, ops).await;
+    let mut kept = Vec::new();
+    for r in &records[..2] {
+        let ttl: i64 = client.pttl(r).await.expect("PTTL");
+        kept.push(ttl > 0 && ttl <= 60_000);
+    }
+    let dead: i64 = client.llen(k("q.dead")).await.expect("LLEN");
+    let sleeping: Vec<String> = client
+        .zrange(k("q.delayed.sleeping"), 0, -1, None, false, None, false)
+        .await
+        .expect("ZRANGE");
+    let mut all = records.clone();
+    all.extend(
+        [
+            "q",
+            "q.dead",
+            "q.processing",
+            "q.settles",
+            "q.delayed",
+            "q.delayed.payloads",
+            "q.delayed.sleeping",
+        ]
+        .map(k),
+    );
+    let _: i64 = client.del(all).await.unwrap_or(0);
+    (kept, dead, sleeping)
+}
+
+#[tokio::test]
+async fn a_settle_keeps_step_records_with_keep_steps_and_indexes_a_sleep() {
+    on_both(
+        "keepsteps",
+        (vec![true, true], 1, vec!["k3".to_owned()]),
+        settle_keeping_steps,
+    )
+    .await;
+}
+
+/// `steps/write.lua` through `WriteStep`: a timed step records its result and its timing
+/// `t:<name>` (began, took) in one call; the record's fields are bounded at
+/// `MAX_STEP_FIELDS`.
+async fn write_timed(client: Client, prefix: String) -> (String, i64, bool) {
+    use ruststream_redis::WriteStep;
+    let record = key(&prefix, "q.steps:t1");
+    let write = ruststream_core::StepWrite::Timed {
+        value: Bytes::from_static(b"\"paid\""),
+        step: "charge".into(),
+        took: Duration::from_millis(25),
+    };
+    let before = now_ms(&client).await;
+    let stored = WriteStep {
+        key: &record,
+        name: "charge",
+        write: &write,
+    }
+    .call(&client)
+    .await
+    .expect("write.lua runs");
+    let timing: String = client.hget(&record, "t:charge").await.expect("HGET");
+    let (began, took) = ruststream_core::steps::parse_timing(&timing).expect("a timing");
+    let began = i64::try_from(began).expect("ms");
+    let _: i64 = client.del(&record).await.unwrap_or(0);
+    (
+        String::from_utf8_lossy(&stored).into_owned(),
+        i64::try_from(took).expect("ms"),
+        began >= before - 25 && began <= before + 1000,
+    )
+}
+
+#[tokio::test]
+async fn a_timed_step_records_its_timing_in_the_same_call() {
+    on_both("timedstep", ("\"paid\"".to_owned(), 25, true), write_timed).await;
+}
+
 /// The server's now, in ms since the epoch.
 async fn now_ms(client: &Client) -> i64 {
     let t: Vec<String> = client

@@ -5,11 +5,12 @@
 
 use maud::{Markup, html};
 use ruststream_core::{ChildOutcome, FlowState, JobRecord};
-use ruststream_redis::operate::{Job, JobState, Steps};
+use ruststream_redis::operate::{Job, JobState, StepState, Steps};
 
 use super::jobs::{badge, job_href};
 use super::page::{Ctx, action_back, layout, ms};
 use super::view::{headers, payload};
+use crate::operate::print::utc_text;
 
 /// What one job's page shows.
 pub(super) struct JobView<'a> {
@@ -71,12 +72,15 @@ pub(super) fn job_page(ctx: &Ctx<'_>, v: &JobView<'_>) -> Markup {
         @if let Some(s) = v.steps {
             h2 { "Steps " small { (s.steps.len()) " recorded" @if let Some(left) = s.expires_in_ms { ", the record expires in " (ms(left)) } } }
             div.scroll { table #steps {
-                tr { th { "step" } th { "result size" } th { "wakes up" } }
+                tr { th { "step" } th { "state" } th { "began" } th { "took" } th { "result size or error" } th { "until" } }
                 @for st in &s.steps {
                     tr {
                         td { code { (st.name) } }
-                        td.n { (st.size) " bytes" }
-                        td { @if let Some(w) = st.wakes_in_ms { @if w >= 0 { "in " (ms(w)) } @else { (ms(-w)) " ago" } } }
+                        td { (st.state.as_str()) @if st.state == StepState::Waiting { " for the signal " code { (st.name.strip_prefix("wait:").unwrap_or(&st.name)) } } }
+                        td { @if let Some(b) = st.began_ms { (utc_text(b)) } }
+                        td.n { @if let Some(t) = st.took_ms { (ms(i64::try_from(t).unwrap_or(i64::MAX))) } }
+                        td { @if let Some(e) = &st.error { (e) } @else { (st.size) " bytes" } }
+                        td { @if let (Some(u), Some(w)) = (st.until_ms, st.wakes_in_ms) { (utc_text(u)) @if w >= 0 { " (in " (ms(w)) ")" } @else { " (" (ms(-w)) " ago)" } } }
                     }
                 }
             } }
@@ -148,24 +152,26 @@ mod tests {
         Job::of_frame("orders", JobState::Dead, &raw)
     }
 
+    /// `job`'s page, with `steps`.
+    fn page_of(app: &AppLabel, job: &Job, steps: Option<&Steps>) -> String {
+        let view = JobView {
+            b: 0,
+            job,
+            record: None,
+            flow: None,
+            parent: None,
+            steps,
+        };
+        job_page(&ctx_for_test(app), &view).into_string()
+    }
+
     #[test]
     fn html_in_a_payload_or_header_renders_as_text() {
         let app = AppLabel::default();
         let mut h = ruststream_core::Headers::new();
         h.insert("tenant".into(), "<b>acme</b>".into());
         let job = job(&h, br#"{"note":"</script><script>alert(1)</script>"}"#);
-        let page = job_page(
-            &ctx_for_test(&app),
-            &JobView {
-                b: 0,
-                job: &job,
-                record: None,
-                flow: None,
-                parent: None,
-                steps: None,
-            },
-        )
-        .into_string();
+        let page = page_of(&app, &job, None);
         assert!(
             !page.contains("<b>acme") && !page.contains("<script>"),
             "{page}"
@@ -176,36 +182,43 @@ mod tests {
     }
 
     #[test]
+    fn steps_show_their_state_time_duration_and_wait() {
+        let app = AppLabel::default();
+        let job = job(&ruststream_core::Headers::new(), b"{}");
+        let steps: Steps = serde_json::from_value(serde_json::json!({
+            "expires_in_ms": 60_000,
+            "steps": [
+                {"name": "charge", "state": "recorded", "size": 6,
+                 "began_ms": 1_796_659_419_123_u64, "took_ms": 25, "wakes_in_ms": null,
+                 "error": null, "until_ms": null},
+                {"name": "wait:go", "state": "waiting", "size": 0,
+                 "began_ms": 1_796_659_419_200_u64, "took_ms": 60_000, "wakes_in_ms": 30_000,
+                 "error": null, "until_ms": 1_796_659_479_200_u64}
+            ]
+        }))
+        .expect("steps");
+        let page = page_of(&app, &job, Some(&steps));
+        assert!(page.contains("2026-12-07 16:03:39.123 UTC"), "{page}");
+        assert!(page.contains("25 ms"), "{page}");
+        assert!(
+            page.contains("waiting for the signal <code>go</code>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("2026-12-07 16:04:39.200 UTC (in 30.0 s)"),
+            "{page}"
+        );
+    }
+
+    #[test]
     fn a_binary_or_huge_payload_renders_safely() {
         let app = AppLabel::default();
         let h = ruststream_core::Headers::new();
         let binary = job(&h, &[0xff, 0xfe, 0x00, 0x80]);
-        let page = job_page(
-            &ctx_for_test(&app),
-            &JobView {
-                b: 0,
-                job: &binary,
-                record: None,
-                flow: None,
-                parent: None,
-                steps: None,
-            },
-        )
-        .into_string();
+        let page = page_of(&app, &binary, None);
         assert!(page.contains("not UTF-8"), "{page}");
         let huge = job(&h, "x".repeat(1_000_000).as_bytes());
-        let page = job_page(
-            &ctx_for_test(&app),
-            &JobView {
-                b: 0,
-                job: &huge,
-                record: None,
-                flow: None,
-                parent: None,
-                steps: None,
-            },
-        )
-        .into_string();
+        let page = page_of(&app, &huge, None);
         assert!(page.len() < 100_000, "{}", page.len());
         assert!(page.contains("cut at"));
         let list = super::super::jobs::job_list(

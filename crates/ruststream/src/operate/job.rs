@@ -6,11 +6,11 @@
 use std::process::ExitCode;
 
 use ruststream_core::FlowState;
-use ruststream_redis::operate::{Job, JobState, Operator, Steps};
+use ruststream_redis::operate::{Job, JobState, Operator, Step, StepState, Steps};
 
 use super::flow::{FlowView, flow_text};
 
-use super::print::{ms_text, print_out};
+use super::print::{ms_text, print_out, utc_text};
 use super::{JobCommand, NOTHING_MATCHED, USAGE};
 use crate::Result;
 
@@ -129,11 +129,7 @@ impl Story {
             out.push_str(&format!("  stream entry {e}, delivered {n} time(s)\n"));
         }
         for st in self.steps.iter().flat_map(|s| &s.steps) {
-            out.push_str(&format!("  step {} ({} bytes)", st.name, st.size));
-            if let Some(w) = st.wakes_in_ms {
-                out.push_str(&format!(" wakes in {}", ms_text(w)));
-            }
-            out.push('\n');
+            out.push_str(&step_text(st));
         }
         for (what, f) in [("child of", &self.parent), ("parent of", &self.flow)] {
             if let Some(f) = f {
@@ -144,6 +140,46 @@ impl Story {
         out.push_str(&format!("  payload ({} bytes):\n{payload}\n", j.size));
         out
     }
+}
+
+/// One step of a job on one line: its name and state, when it began and how long it took,
+/// its result's size or its error, and for a sleep or a wait until when.
+fn step_text(st: &Step) -> String {
+    let mut out = format!("  step {} {}", st.name, st.state.as_str());
+    if let Some(began) = st.began_ms {
+        out.push_str(&format!(" at {}", utc_text(began)));
+    }
+    if let Some(took) = st.took_ms {
+        out.push_str(&format!(
+            " took {}",
+            ms_text(i64::try_from(took).unwrap_or(i64::MAX))
+        ));
+    }
+    match &st.error {
+        Some(e) => out.push_str(&format!(" error: {e}")),
+        None => out.push_str(&format!(" ({} bytes)", st.size)),
+    }
+    if let Some(w) = st.wakes_in_ms {
+        let until = st.until_ms.map(utc_text).unwrap_or_default();
+        match st.state {
+            StepState::Waiting => out.push_str(&format!(
+                ", waits for the signal `{}` until {until} (in {})",
+                wait_name(&st.name),
+                ms_text(w)
+            )),
+            StepState::Sleeping => {
+                out.push_str(&format!(", sleeps until {until} (in {})", ms_text(w)));
+            }
+            _ => out.push_str(&format!(", ended {} ago", ms_text(w.saturating_neg()))),
+        }
+    }
+    out.push('\n');
+    out
+}
+
+/// The signal a wait's step name (`wait:<signal>`) waits for.
+fn wait_name(name: &str) -> &str {
+    name.strip_prefix("wait:").unwrap_or(name)
 }
 
 /// One job on one line: id, subscription, state, attempt, where it stands, payload.
@@ -181,4 +217,43 @@ fn show_text(stories: &[Story], record: &serde_json::Value) -> String {
         out.push_str(&format!("record: {record}\n"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_shows_its_state_time_duration_and_what_it_waits_for() {
+        let step =
+            |json: serde_json::Value| -> Step { serde_json::from_value(json).expect("a step") };
+        let charge = step(
+            serde_json::json!({"name": "charge", "state": "recorded", "size": 6,
+            "began_ms": 1_796_659_419_123_u64, "took_ms": 25, "wakes_in_ms": null,
+            "error": null, "until_ms": null}),
+        );
+        assert_eq!(
+            step_text(&charge),
+            "  step charge recorded at 2026-12-07 16:03:39.123 UTC took 25ms (6 bytes)\n"
+        );
+        let wait = step(
+            serde_json::json!({"name": "wait:go", "state": "waiting", "size": 0,
+            "began_ms": 1_796_659_419_123_u64, "took_ms": 60_000, "wakes_in_ms": 30_000,
+            "error": null, "until_ms": 1_796_659_479_123_u64}),
+        );
+        let text = step_text(&wait);
+        assert!(
+            text.contains("waits for the signal `go` until 2026-12-07 16:04:39.123 UTC (in 30.0s)"),
+            "{text}"
+        );
+        let failed = step(
+            serde_json::json!({"name": "reserve", "state": "failed", "size": 0,
+            "began_ms": null, "took_ms": 7, "wakes_in_ms": null, "error": "down",
+            "until_ms": null}),
+        );
+        assert_eq!(
+            step_text(&failed),
+            "  step reserve failed took 7ms error: down\n"
+        );
+    }
 }

@@ -11,7 +11,7 @@
 mod commands;
 pub(crate) mod flow;
 mod job;
-mod print;
+pub(crate) mod print;
 #[cfg(feature = "prometheus")]
 pub mod rates;
 

@@ -70,6 +70,7 @@ mod sharded;
 mod snooze;
 mod steps;
 mod steps_checkpoints;
+mod steps_kept;
 mod steps_records;
 mod steps_signals;
 mod streams;

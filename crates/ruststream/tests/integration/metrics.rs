@@ -17,7 +17,7 @@ use ruststream::prelude::*;
 
 // Standalone only: the labels name the subscription, not its prefixed key, so two topologies in
 // one process would count into the same series (and the proxy is for one server).
-on!([standalone] handled_dead_lettered_and_lateness_are_recorded, the_metrics_server_serves_metrics_health_and_readiness, steps_and_sleeps_are_counted);
+on!([standalone] handled_dead_lettered_and_lateness_are_recorded, the_metrics_server_serves_metrics_health_and_readiness, steps_and_sleeps_are_counted, sleeping_and_parked_messages_are_gauged);
 
 #[derive(Debug, Deserialize, Serialize, JsonSchema)]
 struct Job {
@@ -280,6 +280,74 @@ async fn the_metrics_server_serves_metrics_health_and_readiness(env: &Env) {
     server.stop().await;
 }
 
+/// Order 1 sleeps 12 s; order 2 waits for the signal `go` for at most a minute.
+struct SleepOrWait;
+
+impl Handle<Job> for SleepOrWait {
+    async fn handle(&self, job: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        if job.n == 1 {
+            ctx.sleep(Duration::from_secs(12)).await?;
+        } else {
+            let _ = ctx
+                .wait_for::<String>("go", Duration::from_secs(60))
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A message in a durable sleep and one parked for a signal are gauged 1 and 1 (sampled from
+/// Redis every 5 s), then 0 and 0 once the sleep is over and the signal came.
+async fn sleeping_and_parked_messages_are_gauged(env: &Env) {
+    let prometheus = prometheus();
+    let list = RedisList::new("{mgauges}").reliable();
+    let app = RustStream::new(AppInfo::new("metrics", "0")).with_broker(env.broker(), |b| {
+        b.include(subscriber(list, SleepOrWait).build());
+    });
+    let running = start(app).await;
+    let publisher = env.broker().publisher();
+    for (n, id) in [(1, "sleeper"), (2, "parker")] {
+        publisher
+            .message(&Job { n })
+            .to("{mgauges}")
+            .id(id)
+            .publish()
+            .await
+            .unwrap();
+    }
+    let queue = "{mgauges}\"";
+    let gauged = |text: &str| {
+        (
+            sample(text, "ruststream_queue_sleeping", &[queue]),
+            sample(text, "ruststream_queue_parked", &[queue]),
+        )
+    };
+    wait_until(
+        "one sleeping, one parked",
+        Duration::from_secs(11),
+        async || gauged(&prometheus.render()) == (Some(1.0), Some(1.0)),
+    )
+    .await;
+    let sent = publisher
+        .signal("{mgauges}", "parker", "go", &"now".to_owned())
+        .await
+        .unwrap();
+    assert_eq!(sent, ruststream::steps::Signalled::Woken);
+    wait_until(
+        "none sleeping, none parked",
+        Duration::from_secs(25),
+        async || gauged(&prometheus.render()) == (Some(0.0), Some(0.0)),
+    )
+    .await;
+    let handled = sample(
+        &prometheus.render(),
+        "ruststream_handled_total",
+        &["subscription=\"{mgauges}\"", "outcome=\"ack\""],
+    );
+    assert_eq!(handled, Some(2.0), "both woke and finished");
+    stop(running).await;
+}
+
 /// `docs/grafana-dashboard.json` is valid JSON, every panel has a query, every query names a
 /// metric RustStream records, and every quantile comes from summed histogram buckets.
 #[test]
@@ -292,6 +360,8 @@ fn the_grafana_dashboard_is_valid_and_uses_recorded_metrics() {
         "ruststream_queue_in_flight",
         "ruststream_queue_delayed",
         "ruststream_queue_dead",
+        "ruststream_queue_sleeping",
+        "ruststream_queue_parked",
         "ruststream_dead_lettered_total",
         "ruststream_recovered_total",
         "ruststream_delivery_lateness_seconds_bucket",

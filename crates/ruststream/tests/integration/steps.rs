@@ -41,6 +41,11 @@ pub(crate) struct Order {
 
 outgoing!(Order);
 
+/// Order `n`.
+pub(crate) fn order(n: u32) -> Order {
+    Order { n }
+}
+
 /// A checkout of three steps (charge, reserve, email), with a sleep before the email when
 /// `nap` is set; `reserve` fails on its first run when `flaky`.
 #[derive(Clone, Default)]

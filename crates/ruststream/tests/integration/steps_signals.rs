@@ -335,6 +335,11 @@ async fn a_cancelled_parked_message_leaves_no_record(env: &Env) {
     env.eventually("parked", async || env.zcard("{sc}.delayed").await == 1)
         .await;
     assert!(env.exists("{sc}.steps:order-1").await);
+    assert_eq!(
+        env.zcard("{sc}.delayed.parked").await,
+        1,
+        "the park's settle indexed it for the parked gauge"
+    );
     let cancelled = producer
         .publisher()
         .cancel("{sc}", "order-1")
@@ -343,6 +348,11 @@ async fn a_cancelled_parked_message_leaves_no_record(env: &Env) {
     env.stop(running).await;
     assert_eq!(cancelled, ruststream::CancelOutcome::Removed);
     assert_eq!(env.zcard("{sc}.delayed").await, 0);
+    assert_eq!(
+        env.zcard("{sc}.delayed.parked").await,
+        0,
+        "the cancel took it out of the parked set"
+    );
     assert!(
         !env.exists("{sc}.steps:order-1").await,
         "its record went with it"

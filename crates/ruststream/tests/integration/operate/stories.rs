@@ -9,7 +9,7 @@ use std::time::Duration;
 use ruststream::Mount;
 use ruststream::operate::run_args;
 use ruststream::prelude::*;
-use ruststream::redis::operate::JobState;
+use ruststream::redis::operate::{JobState, StepState};
 use tokio::sync::Semaphore;
 
 use crate::harness;
@@ -233,6 +233,20 @@ async fn completed_jobs_steps_and_flows_tell_the_story(env: &Env) {
     assert_eq!(steps.steps.len(), 1);
     assert_eq!(steps.steps[0].name, "charge");
     assert_eq!(steps.steps[0].size, "\"receipt-2\"".len() as u64);
+    assert_eq!(steps.steps[0].state, StepState::Recorded);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis();
+    let began = u128::from(steps.steps[0].began_ms.expect("when the step began"));
+    assert!(
+        began > now - 60_000 && began < now + 60_000,
+        "began {began}, now {now}"
+    );
+    assert!(
+        steps.steps[0].took_ms.is_some_and(|ms| ms < 60_000),
+        "how long the step took"
+    );
     assert!(steps.expires_in_ms.is_some_and(|ms| ms > 0));
     assert!(
         op.steps("{story}", "paid-1")
