@@ -117,6 +117,8 @@ pub struct Subscriber<B: Broker> {
     pub(crate) handler: Handler,
     pub(crate) input: MessageDoc,
     pub(crate) reply: Option<Reply<B>>,
+    /// Whether its handler uses durable steps (see [`SubscriberBuilder::uses_steps`]).
+    pub(crate) uses_steps: bool,
 }
 
 impl<B: Broker> std::fmt::Debug for Subscriber<B> {
@@ -156,11 +158,15 @@ impl<B: Broker> Subscriber<B> {
         self.reply.as_ref().and_then(|r| r.to.as_deref())
     }
 
-    /// Refuses a reply with nowhere to go (no `.to(..)` and no outgoing name on its type), and a
-    /// batch that does not fit the subscription's concurrency.
+    /// Refuses a reply with nowhere to go (no `.to(..)` and no outgoing name on its type), a
+    /// batch that does not fit the subscription's concurrency, and steps on a source that cannot
+    /// redeliver.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if let Handler::Batch(_, batch) = &self.handler {
             batch.validate(self.source.key(), self.source.options().concurrency.max(1))?;
+        }
+        if self.uses_steps {
+            crate::steps::check_source(self.source.key(), self.source.retries())?;
         }
         match &self.reply {
             Some(reply) if reply.to.is_none() && reply.message.name.is_none() => {
@@ -205,7 +211,11 @@ impl<B: Broker> IntoSubscriber for Subscriber<B> {
 
 /// Starts a hand-written subscriber: `subscriber(RedisList::new("jobs"), Render).build()`.
 pub fn subscriber<S: Source, H>(source: S, handler: H) -> SubscriberBuilder<S, H> {
-    SubscriberBuilder { source, handler }
+    SubscriberBuilder {
+        source,
+        handler,
+        uses_steps: false,
+    }
 }
 
 /// A subscriber being built.
@@ -213,6 +223,7 @@ pub fn subscriber<S: Source, H>(source: S, handler: H) -> SubscriberBuilder<S, H
 pub struct SubscriberBuilder<S, H> {
     pub(crate) source: S,
     pub(crate) handler: H,
+    uses_steps: bool,
 }
 
 impl<S: std::fmt::Debug, H> std::fmt::Debug for SubscriberBuilder<S, H> {
@@ -224,6 +235,16 @@ impl<S: std::fmt::Debug, H> std::fmt::Debug for SubscriberBuilder<S, H> {
 }
 
 impl<S: Source, H> SubscriberBuilder<S, H> {
+    /// Says that the handler uses durable steps (`ctx.step`, `ctx.sleep`, `ctx.wait_for`,
+    /// `ctx.checkpoint`, `ctx.resume_from`; see [`crate::steps`]). The app then refuses to start
+    /// when the source cannot redeliver (a simple list, Pub/Sub), instead of the first step
+    /// failing when a message comes. `#[subscriber]` calls it when the function's body calls one
+    /// of them on its context.
+    pub fn uses_steps(mut self) -> Self {
+        self.uses_steps = true;
+        self
+    }
+
     /// A subscriber whose handler acknowledges with no reply.
     pub fn build<In: MessageType>(self) -> Subscriber<S::Broker>
     where
@@ -238,6 +259,7 @@ impl<S: Source, H> SubscriberBuilder<S, H> {
             })),
             input: MessageDoc::of::<In>(),
             reply: None,
+            uses_steps: self.uses_steps,
         }
     }
 
@@ -293,6 +315,7 @@ impl<S: Source, H> ReplyBuilder<S, H> {
                 message: MessageDoc::of::<Out>(),
                 policy: None,
             }),
+            uses_steps: self.inner.uses_steps,
         }
     }
 }

@@ -72,6 +72,7 @@ mod steps;
 mod steps_checkpoints;
 mod steps_records;
 mod steps_signals;
+mod steps_sources;
 mod streams;
 mod testapp;
 mod topologies;
