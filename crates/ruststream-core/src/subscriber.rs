@@ -25,13 +25,16 @@ impl<H: Handle<In, ()>, In: MessageType> ErasedHandler for Typed<H, In, ()> {
         payload: &'a [u8],
         publisher: &'a Publisher,
         deadline: Option<tokio::time::Instant>,
+        stop: &'a tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
             let msg = match In::decode(payload) {
                 Ok(m) => m,
                 Err(e) => return Handled::Failed(e),
             };
-            let mut ctx = Context::new(info, publisher).with_deadline(deadline);
+            let mut ctx = Context::new(info, publisher)
+                .with_deadline(deadline)
+                .with_stop(stop);
             match self.handler.handle(&msg, &(), &mut ctx).await {
                 Ok(()) => Handled::Ack(None),
                 Err(outcome) => Handled::Outcome(outcome),
@@ -50,13 +53,16 @@ impl<H: Handle<In, Out>, In: MessageType, Out: MessageType> ErasedHandler for Re
         payload: &'a [u8],
         publisher: &'a Publisher,
         deadline: Option<tokio::time::Instant>,
+        stop: &'a tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
             let msg = match In::decode(payload) {
                 Ok(m) => m,
                 Err(e) => return Handled::Failed(e),
             };
-            let mut ctx = Context::new(info, publisher).with_deadline(deadline);
+            let mut ctx = Context::new(info, publisher)
+                .with_deadline(deadline)
+                .with_stop(stop);
             let out = match self.0.handler.handle(&msg, &(), &mut ctx).await {
                 Ok(out) => out,
                 Err(outcome) => return Handled::Outcome(outcome),

@@ -73,6 +73,7 @@ mod steps_checkpoints;
 mod steps_records;
 mod steps_signals;
 mod steps_sources;
+mod steps_stop;
 mod streams;
 mod testapp;
 mod topologies;
