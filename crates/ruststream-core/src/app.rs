@@ -127,7 +127,9 @@ impl RustStream {
 
     /// How long in-flight handlers get to finish on shutdown, and their settles to go through
     /// (default 30 s); what is unfinished then, or whose settle still fails, stays claimed and
-    /// is recovered later, and the shutdown ends (within this plus a quarter second).
+    /// is recovered later, and the shutdown ends (within this plus a quarter second). A handler
+    /// that used steps and is still running then is cut off, and its message put back on its
+    /// queue at once (see [`Context::stopping`](crate::Context::stopping)).
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self

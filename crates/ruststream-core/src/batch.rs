@@ -413,6 +413,7 @@ impl<S: Source, H> BatchBuilder<S, H> {
             handler: Handler::Batch(Arc::new(handler), self.options),
             input: MessageDoc::of::<In>(),
             reply: None,
+            uses_steps: false,
         }
     }
 }

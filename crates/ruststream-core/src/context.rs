@@ -51,6 +51,8 @@ pub struct Context<'a> {
     pub(crate) info: &'a DeliveryInfo,
     publisher: &'a Publisher,
     deadline: Option<Instant>,
+    /// The subscription's stop, when the dispatch loop runs the handler.
+    stop: Option<&'a tokio_util::sync::CancellationToken>,
     /// This run's steps (`crate::steps`).
     pub(crate) steps: std::sync::Mutex<crate::steps::Replay>,
 }
@@ -62,8 +64,16 @@ impl<'a> Context<'a> {
             info,
             publisher,
             deadline: None,
+            stop: None,
             steps: std::sync::Mutex::default(),
         }
+    }
+
+    /// This context with the stop [`stopping`](Self::stopping) waits for.
+    #[must_use]
+    pub(crate) fn with_stop(mut self, stop: &'a tokio_util::sync::CancellationToken) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// This context with the deadline [`deadline`](Self::deadline) returns.
@@ -182,6 +192,41 @@ impl<'a> Context<'a> {
             .0
             .as_ref()
             .is_some_and(|s| s.is_signalled(&self.info.message_id))
+    }
+
+    /// Resolves once the app begins to stop (a SIGTERM, `shutdown()`): the handler has the
+    /// app's `shutdown_timeout` to finish. A long loop records a checkpoint and returns a retry
+    /// (`Err(HandlerOutcome::retry())`, or a step error with `?`): the message then goes back
+    /// to its queue at once, with no attempt spent, and the next worker resumes at the
+    /// checkpoint. Outside a running app (a context made by hand) it never resolves.
+    ///
+    /// ```no_run
+    /// use ruststream_core::{Context, HandlerOutcome};
+    ///
+    /// async fn import(ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+    ///     let mut page = ctx.resume_from::<u32>().await?.unwrap_or(0);
+    ///     while page < 100 {
+    ///         tokio::select! {
+    ///             () = ctx.stopping() => return Err(HandlerOutcome::retry()),
+    ///             () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+    ///         }
+    ///         page += 1;
+    ///         ctx.checkpoint(&page).await?;
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub async fn stopping(&self) {
+        match self.stop {
+            Some(stop) => stop.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Whether the app began to stop (see [`stopping`](Self::stopping)), without waiting.
+    pub fn is_stopping(&self) -> bool {
+        self.stop
+            .is_some_and(tokio_util::sync::CancellationToken::is_cancelled)
     }
 
     /// The children of the flow this message is the parent of (see [`crate::flow`]), in the

@@ -21,9 +21,11 @@
 //!   running at its deadline has its future dropped, and its messages are settled at once as
 //!   retries (dead-lettered `timeout` once their attempts are spent). So a hung handler holds
 //!   its permit, its lease and its claim (and a capped queue's slot) only until its deadline.
-//! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled;
-//!   whatever is still unfinished, or whose settle still fails when the timeout is over, is left
-//!   to the broker's recovery (see `settle`). Nothing is lost, and the stop is bounded.
+//! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled.
+//!   A handler that returns a retry once the stop began, or that used steps and is cut off when
+//!   the timeout is over, has its message put back at once (see `stopping`). Whatever else is
+//!   unfinished then, or whose settle still fails, is left to the broker's recovery (see
+//!   `settle`). Nothing is lost, and the stop is bounded.
 
 mod again;
 mod batcher;
@@ -34,6 +36,7 @@ mod meters;
 mod observing;
 mod runners;
 mod settle;
+mod stopping;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -49,6 +52,7 @@ use tracing::Instrument;
 use self::again::{retry, snooze};
 use self::meters::Meters;
 use self::settle::{Giving, settle_loop};
+use self::stopping::Cut;
 use crate::cancel::{Signals, Watch};
 use crate::erased::{ErasedHandler, Handled, Handler, panic_message};
 use crate::health::{StateCell, SubscriptionState};
@@ -96,6 +100,10 @@ struct Lane<B: Broker> {
     meters: Arc<Meters>,
     /// The cancel signals, when the source's receiver hears of them.
     signals: Option<Arc<Signals>>,
+    /// The subscription's stop, which handlers see as `ctx.stopping()`.
+    stop: CancellationToken,
+    /// The cut-off of the handlers still running when `shutdown_timeout` is over.
+    cut: Arc<Cut>,
 }
 
 impl<B: Broker> Clone for Lane<B> {
@@ -105,6 +113,8 @@ impl<B: Broker> Clone for Lane<B> {
             opts: self.opts.clone(),
             meters: self.meters.clone(),
             signals: self.signals.clone(),
+            stop: self.stop.clone(),
+            cut: self.cut.clone(),
         }
     }
 }
@@ -128,6 +138,7 @@ impl<B: Broker> Subscription<B> {
             signals
         });
         let meters = Arc::new(Meters::new(&self.name));
+        let cut = Arc::new(Cut::default());
         // The history is written until every settle is done, then once more.
         let written = CancellationToken::new();
         let history = self.broker.history(&self.source).map(|sink| {
@@ -156,6 +167,8 @@ impl<B: Broker> Subscription<B> {
                 opts: opts.clone(),
                 meters: meters.clone(),
                 signals: signals.clone(),
+                stop: stop.clone(),
+                cut: cut.clone(),
             };
             // A task each: the receivers decode their replies on both workers at once.
             let read =
@@ -178,7 +191,8 @@ impl<B: Broker> Subscription<B> {
 
         self.state.set(SubscriptionState::Stopped);
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
-        self.drain(batches, &permits, concurrency).await;
+        self.drain(batches, &permits, concurrency, deadline, (&cut, &giving))
+            .await;
         // Settles get the rest of the shutdown timeout; those still failing then are abandoned.
         let mut settlers = futures::future::join_all(settlers);
         let settled = match tokio::time::timeout_at(deadline, &mut settlers).await {
@@ -313,14 +327,14 @@ impl<B: Broker> Subscription<B> {
         }
         self.observe_called(d);
         let deadline = deadline(&lane.opts);
-        let run = AssertUnwindSafe(handler.call(&d.info, &d.payload, &self.publisher, deadline))
-            .catch_unwind()
-            .map(|handled| {
-                handled.unwrap_or_else(|panic| {
-                    Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
-                })
-            });
+        let call = handler.call(&d.info, &d.payload, &self.publisher, deadline, &lane.stop);
+        let run = AssertUnwindSafe(call).catch_unwind().map(|handled| {
+            handled.unwrap_or_else(|panic| {
+                Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
+            })
+        });
         let run = within(deadline, run, || Handled::TimedOut);
+        let run = stopping::cut_off(run, &lane.cut, &d.info.steps);
         let handled = match &d.info.cancel.0 {
             None => run.await,
             Some(signals) => tokio::select! {
@@ -387,6 +401,12 @@ impl<B: Broker> Subscription<B> {
         if let Some(asleep) = crate::steps::asleep(info, handled.decided()) {
             return asleep;
         }
+        if stopping::stopped(&handled, &lane.stop) {
+            tracing::info!(subscription = %self.name, message_id = %info.message_id,
+                cut_off = matches!(handled, Handled::CutOff),
+                "stopping: the message goes back to its queue, no attempt spent");
+            return stopping::put_back();
+        }
         match handled {
             Handled::Ack(None) => Settlement::Ack,
             // Boxed, like the job record in `finish`: a rare await kept out of every runner's slot.
@@ -439,6 +459,8 @@ impl<B: Broker> Subscription<B> {
                     again => again,
                 }
             }
+            // Settled above, by `stopping::stopped`.
+            Handled::CutOff => stopping::put_back(),
         }
     }
 

@@ -23,6 +23,9 @@ pub(crate) enum Handled {
     /// The handler was still running at its deadline and was stopped: the message is retried,
     /// or dead-lettered `timeout` once its attempts are spent.
     TimedOut,
+    /// The handler, which used steps, was still running when the app's `shutdown_timeout` was
+    /// over, and was stopped: the message goes back to its queue at once.
+    CutOff,
 }
 
 impl Handled {
@@ -31,7 +34,7 @@ impl Handled {
         match self {
             Self::Ack(_) => Some(HandlerOutcome::ack()),
             Self::Outcome(o) => Some(*o),
-            Self::Failed(_) | Self::Broken(_) | Self::TimedOut => None,
+            Self::Failed(_) | Self::Broken(_) | Self::TimedOut | Self::CutOff => None,
         }
     }
 }
@@ -52,7 +55,8 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// A handler with its message types erased: decode, handle, encode the reply. `deadline` is what
-/// its context's `deadline()` says (the dispatch loop enforces it).
+/// its context's `deadline()` says (the dispatch loop enforces it); `stop` is what its
+/// `stopping()` waits for.
 pub(crate) trait ErasedHandler: Send + Sync + 'static {
     fn call<'a>(
         &'a self,
@@ -60,6 +64,7 @@ pub(crate) trait ErasedHandler: Send + Sync + 'static {
         payload: &'a [u8],
         publisher: &'a Publisher,
         deadline: Option<tokio::time::Instant>,
+        stop: &'a tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'a, Handled>;
 }
 

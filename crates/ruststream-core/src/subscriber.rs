@@ -25,13 +25,16 @@ impl<H: Handle<In, ()>, In: MessageType> ErasedHandler for Typed<H, In, ()> {
         payload: &'a [u8],
         publisher: &'a Publisher,
         deadline: Option<tokio::time::Instant>,
+        stop: &'a tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
             let msg = match In::decode(payload) {
                 Ok(m) => m,
                 Err(e) => return Handled::Failed(e),
             };
-            let mut ctx = Context::new(info, publisher).with_deadline(deadline);
+            let mut ctx = Context::new(info, publisher)
+                .with_deadline(deadline)
+                .with_stop(stop);
             match self.handler.handle(&msg, &(), &mut ctx).await {
                 Ok(()) => Handled::Ack(None),
                 Err(outcome) => Handled::Outcome(outcome),
@@ -50,13 +53,16 @@ impl<H: Handle<In, Out>, In: MessageType, Out: MessageType> ErasedHandler for Re
         payload: &'a [u8],
         publisher: &'a Publisher,
         deadline: Option<tokio::time::Instant>,
+        stop: &'a tokio_util::sync::CancellationToken,
     ) -> BoxFuture<'a, Handled> {
         Box::pin(async move {
             let msg = match In::decode(payload) {
                 Ok(m) => m,
                 Err(e) => return Handled::Failed(e),
             };
-            let mut ctx = Context::new(info, publisher).with_deadline(deadline);
+            let mut ctx = Context::new(info, publisher)
+                .with_deadline(deadline)
+                .with_stop(stop);
             let out = match self.0.handler.handle(&msg, &(), &mut ctx).await {
                 Ok(out) => out,
                 Err(outcome) => return Handled::Outcome(outcome),
@@ -117,6 +123,8 @@ pub struct Subscriber<B: Broker> {
     pub(crate) handler: Handler,
     pub(crate) input: MessageDoc,
     pub(crate) reply: Option<Reply<B>>,
+    /// Whether its handler uses durable steps (see [`SubscriberBuilder::uses_steps`]).
+    pub(crate) uses_steps: bool,
 }
 
 impl<B: Broker> std::fmt::Debug for Subscriber<B> {
@@ -156,11 +164,15 @@ impl<B: Broker> Subscriber<B> {
         self.reply.as_ref().and_then(|r| r.to.as_deref())
     }
 
-    /// Refuses a reply with nowhere to go (no `.to(..)` and no outgoing name on its type), and a
-    /// batch that does not fit the subscription's concurrency.
+    /// Refuses a reply with nowhere to go (no `.to(..)` and no outgoing name on its type), a
+    /// batch that does not fit the subscription's concurrency, and steps on a source that cannot
+    /// redeliver.
     pub(crate) fn validate(&self) -> Result<(), Error> {
         if let Handler::Batch(_, batch) = &self.handler {
             batch.validate(self.source.key(), self.source.options().concurrency.max(1))?;
+        }
+        if self.uses_steps {
+            crate::steps::check_source(self.source.key(), self.source.retries())?;
         }
         match &self.reply {
             Some(reply) if reply.to.is_none() && reply.message.name.is_none() => {
@@ -205,7 +217,11 @@ impl<B: Broker> IntoSubscriber for Subscriber<B> {
 
 /// Starts a hand-written subscriber: `subscriber(RedisList::new("jobs"), Render).build()`.
 pub fn subscriber<S: Source, H>(source: S, handler: H) -> SubscriberBuilder<S, H> {
-    SubscriberBuilder { source, handler }
+    SubscriberBuilder {
+        source,
+        handler,
+        uses_steps: false,
+    }
 }
 
 /// A subscriber being built.
@@ -213,6 +229,7 @@ pub fn subscriber<S: Source, H>(source: S, handler: H) -> SubscriberBuilder<S, H
 pub struct SubscriberBuilder<S, H> {
     pub(crate) source: S,
     pub(crate) handler: H,
+    uses_steps: bool,
 }
 
 impl<S: std::fmt::Debug, H> std::fmt::Debug for SubscriberBuilder<S, H> {
@@ -224,6 +241,16 @@ impl<S: std::fmt::Debug, H> std::fmt::Debug for SubscriberBuilder<S, H> {
 }
 
 impl<S: Source, H> SubscriberBuilder<S, H> {
+    /// Says that the handler uses durable steps (`ctx.step`, `ctx.sleep`, `ctx.wait_for`,
+    /// `ctx.checkpoint`, `ctx.resume_from`; see [`crate::steps`]). The app then refuses to start
+    /// when the source cannot redeliver (a simple list, Pub/Sub), instead of the first step
+    /// failing when a message comes. `#[subscriber]` calls it when the function's body calls one
+    /// of them on its context.
+    pub fn uses_steps(mut self) -> Self {
+        self.uses_steps = true;
+        self
+    }
+
     /// A subscriber whose handler acknowledges with no reply.
     pub fn build<In: MessageType>(self) -> Subscriber<S::Broker>
     where
@@ -238,6 +265,7 @@ impl<S: Source, H> SubscriberBuilder<S, H> {
             })),
             input: MessageDoc::of::<In>(),
             reply: None,
+            uses_steps: self.uses_steps,
         }
     }
 
@@ -293,6 +321,7 @@ impl<S: Source, H> ReplyBuilder<S, H> {
                 message: MessageDoc::of::<Out>(),
                 policy: None,
             }),
+            uses_steps: self.inner.uses_steps,
         }
     }
 }

@@ -58,6 +58,9 @@ mod subscriber;
 /// - The function takes the message as `&T` and optionally `ctx: &mut Context<'_>`, and returns
 ///   `HandlerOutcome`, `()`, `Result<(), E>`, `Result<HandlerOutcome, E>`, or with `reply` the
 ///   reply type or `Result<Reply, E>`.
+/// - A body that calls `step`, `sleep`, `sleep_until`, `wait_for`, `checkpoint` or `resume_from`
+///   on its context uses durable steps: the subscriber is built with `.uses_steps()`, and the app
+///   refuses to start on a source that cannot redeliver. Steps in a helper function are not seen.
 ///
 /// It expands to a unit struct named like the function, implementing `Handle` (the body becomes an
 /// associated `async fn` of the same name) and `IntoSubscriber` through

@@ -11,9 +11,10 @@
 //! `RedisList::new("k").reliable()` gives `RedisList`.
 
 mod args;
+mod steps;
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{
     Attribute, Error, Expr, FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Type,
@@ -69,6 +70,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         quote!(#name::#name(msg))
     };
 
+    // A batch context has no steps.
+    let steps = match sig.ctx {
+        Some(ctx) if args.batch.is_none() && steps::uses_steps(block.to_token_stream(), ctx) => {
+            quote!(.uses_steps())
+        }
+        _ => quote!(),
+    };
     let parts = Parts {
         name,
         in_ty,
@@ -122,7 +130,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             type Broker = #broker;
 
             fn into_subscriber(self) -> ::ruststream::Subscriber<Self::Broker> {
-                ::ruststream::subscriber(#source, self)#build
+                ::ruststream::subscriber(#source, self)#steps #build
             }
         }
     })
@@ -253,6 +261,8 @@ struct Signature<'a> {
     message: &'a Type,
     /// Whether a `ctx: &mut Context<'_>` (`&mut BatchContext<'_>`) follows.
     has_ctx: bool,
+    /// The context parameter's name, when it is a plain name.
+    ctx: Option<&'a syn::Ident>,
 }
 
 fn checked_signature(func: &ItemFn, batch: bool) -> syn::Result<Signature<'_>> {
@@ -291,10 +301,14 @@ fn checked_signature(func: &ItemFn, batch: bool) -> syn::Result<Signature<'_>> {
             }
         },
     };
-    let has_ctx = match inputs.next() {
-        None => false,
+    let (has_ctx, ctx) = match inputs.next() {
+        None => (false, None),
         Some(FnArg::Typed(p)) if matches!(&*p.ty, Type::Reference(r) if r.mutability.is_some()) => {
-            true
+            let ctx = match &*p.pat {
+                syn::Pat::Ident(i) => Some(&i.ident),
+                _ => None,
+            };
+            (true, ctx)
         }
         Some(other) => {
             return Err(Error::new(
@@ -309,7 +323,11 @@ fn checked_signature(func: &ItemFn, batch: bool) -> syn::Result<Signature<'_>> {
             "a subscriber takes at most two parameters: the message `&T` and `ctx: &mut Context<'_>`",
         ));
     }
-    Ok(Signature { message, has_ctx })
+    Ok(Signature {
+        message,
+        has_ctx,
+        ctx,
+    })
 }
 
 /// The message type of a handler taking `&elem`: `elem`, or `T` of `[T]` for a batch.

@@ -11,7 +11,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::runners::Runners;
-use super::settle::ErrorBackoff;
+use super::settle::{ErrorBackoff, GRACE, Giving};
+use super::stopping::Cut;
 use super::{Held, Lane, Subscription, Token};
 use crate::erased::Handler;
 use crate::health::SubscriptionState;
@@ -147,13 +148,18 @@ impl<B: Broker> Subscription<B> {
         }
     }
 
-    /// On stop: gives the running batches (of every claim loop) `shutdown_timeout` to finish,
-    /// then aborts the rest, whose messages stay claimed for the broker's recovery.
+    /// On stop: gives the running batches (of every claim loop) until `deadline`
+    /// (`shutdown_timeout` after the stop) to finish. Then cuts off the handlers still running
+    /// (`cut`; those that used steps settle as put back) and tells the settler to give up on
+    /// failing settles (`giving`), gives the batches [`GRACE`] more, and aborts the rest, whose
+    /// messages stay claimed for the broker's recovery.
     pub(super) async fn drain(
         &self,
         mut batches: Vec<JoinSet<()>>,
         permits: &Semaphore,
         concurrency: usize,
+        deadline: tokio::time::Instant,
+        (cut, giving): (&Cut, &Giving),
     ) {
         for set in &mut batches {
             while set.try_join_next().is_some() {}
@@ -162,23 +168,34 @@ impl<B: Broker> Subscription<B> {
         if in_flight > 0 {
             tracing::info!(subscription = %self.name, in_flight, "stopping: waiting for handlers");
         }
-        let finished = tokio::time::timeout(self.shutdown_timeout, async {
-            for set in &mut batches {
-                while set.join_next().await.is_some() {}
-            }
-        })
-        .await;
-        if finished.is_err() {
-            let abandoned = concurrency - permits.available_permits().min(concurrency);
-            tracing::warn!(
-                subscription = %self.name,
-                abandoned,
-                "shutdown timeout: unfinished messages stay claimed and will be recovered"
-            );
-            for set in &mut batches {
-                set.abort_all();
-                while set.join_next().await.is_some() {}
-            }
+        if join_all(&mut batches, deadline).await {
+            return;
+        }
+        let running = concurrency - permits.available_permits().min(concurrency);
+        tracing::warn!(
+            subscription = %self.name,
+            running,
+            "shutdown timeout: handlers still running are stopped; the messages of those that used steps go back to their queue, the others stay claimed and will be recovered"
+        );
+        cut.cut();
+        giving.up();
+        if join_all(&mut batches, deadline + GRACE).await {
+            return;
+        }
+        for set in &mut batches {
+            set.abort_all();
+            while set.join_next().await.is_some() {}
         }
     }
+}
+
+/// Waits until every task of `batches` ended, or `deadline`: whether they all ended.
+async fn join_all(batches: &mut [JoinSet<()>], deadline: tokio::time::Instant) -> bool {
+    tokio::time::timeout_at(deadline, async {
+        for set in batches.iter_mut() {
+            while set.join_next().await.is_some() {}
+        }
+    })
+    .await
+    .is_ok()
 }

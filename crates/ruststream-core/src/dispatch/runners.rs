@@ -2,8 +2,9 @@
 //! claimed batch at a time, concurrently (`FuturesUnordered`), then waiting idle for the next
 //! batch. A new runner starts only when every one is busy, so a batch never waits; at most
 //! [`IDLE_RUNNERS`] wait idle, so a pool keeps no more runners (each with slots for at most
-//! half of `concurrency`) than the batches running and that many more. Sends no commands
-//! itself.
+//! half of `concurrency`) than the batches running and that many more. At a stop's cut-off a
+//! runner polls each of its running handlers once more, so that each sees the cut-off
+//! (`stopping`). Sends no commands itself.
 //!
 //! A runner keeps each delivery's dispatch future (`Subscription::handle_one`, about 2 kB) in a
 //! slot it reuses from batch to batch: the futures of a batch are not allocated and freed by the
@@ -123,13 +124,37 @@ async fn run<B: Broker>(
                 None => slots.push(Box::pin(Some(handled))),
             }
         }
-        let mut running: FuturesUnordered<_> = slots
-            .iter_mut()
-            .take(n)
-            .map(|slot| Slot(Pin::as_mut(slot)))
-            .collect();
-        while running.next().await.is_some() {}
-        drop(running);
+        // A pass polls the handlers still running; the first also waits for the cut-off, which
+        // starts a pass over them all, so each sees it (`stopping::cut_off`).
+        let mut cut = false;
+        loop {
+            let mut running: FuturesUnordered<_> = slots
+                .iter_mut()
+                .take(n)
+                .filter(|slot| slot.is_some())
+                .map(|slot| Piece::Slot(Slot(Pin::as_mut(slot))))
+                .collect();
+            let mut left = running.len();
+            if left == 0 {
+                break;
+            }
+            if !cut {
+                running.push(Piece::Cut(Box::pin(lane.cut.cutting())));
+            }
+            while left > 0 {
+                match running.next().await {
+                    Some(Ended::Slot) => left -= 1,
+                    Some(Ended::Cut) => {
+                        cut = true;
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            if left == 0 {
+                break;
+            }
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut idle = idle.lock().unwrap_or_else(PoisonError::into_inner);
@@ -141,6 +166,29 @@ async fn run<B: Broker>(
         match rx.await {
             Ok(next) => batch = next,
             Err(_) => return,
+        }
+    }
+}
+
+/// What a runner waits on: a slot, or the cut-off of the running handlers.
+enum Piece<'a, F> {
+    Slot(Slot<'a, F>),
+    Cut(Pin<Box<tokio_util::sync::WaitForCancellationFuture<'a>>>),
+}
+
+/// Which [`Piece`] ended.
+enum Ended {
+    Slot,
+    Cut,
+}
+
+impl<F: Future<Output = ()>> Future for Piece<'_, F> {
+    type Output = Ended;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Ended> {
+        match self.get_mut() {
+            Self::Slot(slot) => Pin::new(slot).poll(cx).map(|()| Ended::Slot),
+            Self::Cut(cut) => cut.as_mut().poll(cx).map(|()| Ended::Cut),
         }
     }
 }

@@ -241,9 +241,8 @@ impl Context<'_> {
     }
 
     /// Records `cursor` as this message's checkpoint, replacing the last one, before this
-    /// returns: a later delivery of the message (a retry, a recovery after a crash or after a
-    /// shutdown stopped the handler) reads it with [`resume_from`](Self::resume_from) and goes
-    /// on from there. Record one after each unit of work is done (a page imported): what ran
+    /// returns: a later delivery of the message (a retry, a put-back at a stop, a recovery after
+    /// a crash) reads it with [`resume_from`](Self::resume_from) and goes on from there. Record one after each unit of work is done (a page imported): what ran
     /// after the last checkpoint runs again.
     ///
     /// # Errors

@@ -373,3 +373,6 @@ pub(crate) struct Replay {
 mod context;
 mod meters;
 mod patience;
+mod source;
+
+pub(crate) use self::source::check_source;

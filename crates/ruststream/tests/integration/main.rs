@@ -73,6 +73,8 @@ mod steps_checkpoints;
 mod steps_kept;
 mod steps_records;
 mod steps_signals;
+mod steps_sources;
+mod steps_stop;
 mod streams;
 mod testapp;
 mod topologies;

@@ -1,7 +1,7 @@
 //! Checkpoints (`ctx.checkpoint`, `ctx.resume_from`): an import of ten pages records the next
-//! page after each one, so a retry, or a recovery after a stop that cut the handler off,
-//! resumes at its last checkpoint and imports each page once. On a reliable list and a stream
-//! group, on the model and on Redis.
+//! page after each one, so a retry resumes at its last checkpoint and imports each page once.
+//! On a reliable list and a stream group, on the model and on Redis. A stop that cuts the
+//! handler off is in `steps_stop`.
 
 use crate::harness;
 
@@ -20,18 +20,15 @@ on!(
     a_retry_resumes_at_the_last_checkpoint_on_a_stream,
 );
 
-on!([memory, standalone] multi_thread: a_stop_mid_import_resumes_after_recovery);
-
 const PAGES: u32 = 10;
 
 /// Imports pages from its last checkpoint to `PAGES`, recording the next page after each; on
-/// its first run it fails (`fail_at`) or never returns (`hang_at`) at that page.
+/// its first run it fails at page `fail_at`.
 #[derive(Clone, Default)]
 struct Import {
     imported: Arc<Mutex<Vec<u32>>>,
     starts: Arc<Mutex<Vec<Option<u32>>>>,
     fail_at: Option<u32>,
-    hang_at: Option<u32>,
 }
 
 impl Import {
@@ -55,9 +52,6 @@ impl Handle<Order> for Import {
         for page in from.unwrap_or(0)..PAGES {
             if first && self.fail_at == Some(page) {
                 return Err(HandlerOutcome::retry());
-            }
-            if first && self.hang_at == Some(page) {
-                std::future::pending::<()>().await;
             }
             self.imported.lock().expect("lock").push(page);
             ctx.checkpoint(&(page + 1)).await?;
@@ -109,41 +103,4 @@ async fn a_retry_resumes_at_the_last_checkpoint_on_a_stream(env: &Env) {
         env.pending("{cks}", "g").await
     })
     .await;
-}
-
-/// The app stops while the import is at page 6 (its handler does not return within the
-/// shutdown timeout, so it is cut off and the message stays claimed, its checkpoint recorded).
-/// The next app recovers the message after `min_idle` and resumes at page 6.
-async fn a_stop_mid_import_resumes_after_recovery(env: &Env) {
-    let import = Import {
-        hang_at: Some(6),
-        ..Import::default()
-    };
-    let list = || {
-        RedisList::new("{ckr}")
-            .reliable()
-            .min_idle(Duration::from_millis(500))
-    };
-    let first = start(env, list(), &env.broker(), "{ckr}", &import).await;
-    env.eventually("at page 6", async || import.imported().len() == 6)
-        .await;
-    env.stop(first).await;
-    assert_eq!(
-        env.llen("{ckr}.processing").await,
-        1,
-        "cut off at the stop: still claimed"
-    );
-    let h = import.clone();
-    let second = env
-        .start_with(move |b| {
-            b.include(ruststream::subscriber(list(), h).build());
-        })
-        .await;
-    env.eventually("recovered and imported", async || {
-        import.imported().len() == PAGES as usize && env.llen("{ckr}.processing").await == 0
-    })
-    .await;
-    env.stop(second).await;
-    assert_eq!(import.imported(), (0..PAGES).collect::<Vec<_>>());
-    assert_eq!(import.starts(), [None, Some(6)]);
 }

@@ -126,6 +126,10 @@ async fn import_file(file: &Import, ctx: &mut Context<'_>) -> Result<(), Handler
     for page in from..pages {
         import(page).await.map_err(|_| HandlerOutcome::retry())?;
         ctx.checkpoint(&(page + 1)).await?;
+        if ctx.is_stopping() {
+            // The app stops: back to the queue now, to go on at the next page.
+            return Err(HandlerOutcome::retry());
+        }
     }
     // ANCHOR_END: checkpoint
     Ok(())

@@ -1,0 +1,36 @@
+//! The start's check that a subscriber whose handler uses steps reads a source that redelivers
+//! ([`check_source`]). A step the check cannot see (a handler not marked as using steps) fails
+//! at run time instead, with `StepError::Record`.
+
+use crate::{Error, Result, Retries};
+
+/// Refuses, as a configuration error, steps on the source `key` whose retries are `retries`:
+/// only a source that redelivers replays a step record.
+pub(crate) fn check_source(key: &str, retries: Retries) -> Result<()> {
+    let why = match retries {
+        Retries::Redeliver => return Ok(()),
+        Retries::Ignored => "it pops each message before its handler runs",
+        Retries::DeadLetter(_) => "it delivers each message once and keeps nothing",
+    };
+    Err(Error::config(format!(
+        "the subscriber of `{key}` uses durable steps (ctx.step, sleep, wait_for, checkpoint or resume_from), but `{key}` cannot redeliver: {why}. A step record would never be replayed. Read it as a reliable list (`.reliable()`) or a stream group (`RedisStream::new(..).group(..)`)"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn only_a_source_that_redelivers_takes_steps() {
+        assert!(check_source("jobs", Retries::Redeliver).is_ok());
+        for retries in [Retries::Ignored, Retries::DeadLetter("no-redelivery")] {
+            let e = check_source("jobs", retries).expect_err("refused");
+            assert_eq!(e.kind(), ErrorKind::Configuration);
+            let text = e.to_string();
+            assert!(text.contains("`jobs`"), "{text}");
+            assert!(text.contains(".reliable()"), "{text}");
+        }
+    }
+}
