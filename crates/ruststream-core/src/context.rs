@@ -196,9 +196,9 @@ impl<'a> Context<'a> {
 
     /// Resolves once the app begins to stop (a SIGTERM, `shutdown()`): the handler has the
     /// app's `shutdown_timeout` to finish. A long loop records a checkpoint and returns a retry
-    /// (`Err(HandlerOutcome::retry())`, or a step error with `?`): the message then goes back
-    /// to its queue at once, with no attempt spent, and the next worker resumes at the
-    /// checkpoint. Outside a running app (a context made by hand) it never resolves.
+    /// (`Err(HandlerOutcome::retry())`, or a step error with `?`): as it used steps, the
+    /// message then goes back to its queue at once, with no attempt spent (a snooze, bounded by
+    /// `max_snoozes`), and the next worker resumes at the checkpoint. Outside a running app (a context made by hand) it never resolves.
     ///
     /// ```no_run
     /// use ruststream_core::{Context, HandlerOutcome};

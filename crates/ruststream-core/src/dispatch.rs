@@ -22,8 +22,8 @@
 //!   retries (dead-lettered `timeout` once their attempts are spent). So a hung handler holds
 //!   its permit, its lease and its claim (and a capped queue's slot) only until its deadline.
 //! - On stop: no more claims; in-flight handlers get `shutdown_timeout` to finish and are settled.
-//!   A handler that returns a retry once the stop began, or that used steps and is cut off when
-//!   the timeout is over, has its message put back at once (see `stopping`). Whatever else is
+//!   A handler that used steps and returns a retry once the stop began, or is cut off when the
+//!   timeout is over, has its message put back at once (see `stopping`). Whatever else is
 //!   unfinished then, or whose settle still fails, is left to the broker's recovery (see
 //!   `settle`). Nothing is lost, and the stop is bounded.
 
@@ -401,11 +401,11 @@ impl<B: Broker> Subscription<B> {
         if let Some(asleep) = crate::steps::asleep(info, handled.decided()) {
             return asleep;
         }
-        if stopping::stopped(&handled, &lane.stop) {
+        if stopping::stopped(&handled, &lane.stop, &info.steps) {
             tracing::info!(subscription = %self.name, message_id = %info.message_id,
                 cut_off = matches!(handled, Handled::CutOff),
                 "stopping: the message goes back to its queue, no attempt spent");
-            return stopping::put_back();
+            return snooze(info, Duration::ZERO, opts);
         }
         match handled {
             Handled::Ack(None) => Settlement::Ack,
@@ -460,7 +460,7 @@ impl<B: Broker> Subscription<B> {
                 }
             }
             // Settled above, by `stopping::stopped`.
-            Handled::CutOff => stopping::put_back(),
+            Handled::CutOff => snooze(info, Duration::ZERO, opts),
         }
     }
 

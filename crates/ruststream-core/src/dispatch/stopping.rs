@@ -1,9 +1,9 @@
-//! What a stop does to the messages being handled. Two kinds go back to their queue at once,
-//! with no attempt spent: a message whose handler returns a retry once the stop began, and one
-//! whose handler used steps and is cut off when `shutdown_timeout` is over. The step record
-//! stays, so the next worker resumes at the last checkpoint without waiting for `min_idle`. The
-//! way back is the settle's retry without a delay, as a snooze: the attempt stays, and
-//! `max_snoozes` is not checked. Sends no command.
+//! What a stop does to the messages being handled. A message whose handler used steps in this
+//! run goes back to its queue at once, with no attempt spent, when its handler returns a retry
+//! once the stop began or is cut off when `shutdown_timeout` is over. The step record stays, so
+//! the next worker resumes at the last checkpoint without waiting for `min_idle`. The way back
+//! is a snooze without a delay: the attempt stays, and `max_snoozes` bounds how many stops a
+//! message sits through. Any other handler's retry is an ordinary retry. Sends no command.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +11,6 @@ use std::task::Poll;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::Settlement;
 use crate::erased::Handled;
 use crate::steps::StepsMark;
 
@@ -59,19 +58,12 @@ pub(super) async fn cut_off(
     .await
 }
 
-/// The settlement that puts a message back on its queue at once, with no attempt spent.
-pub(super) fn put_back() -> Settlement {
-    Settlement::Retry {
-        delay: None,
-        snooze: true,
-    }
-}
-
 /// Whether the handler's `outcome` puts its message back at once: a cut-off, or a retry decided
-/// once the stop began. The stop is looked at only for a retry, so an ack costs nothing more.
-pub(super) fn stopped(outcome: &Handled, stop: &CancellationToken) -> bool {
+/// once the stop began by a handler that used steps. The stop is looked at only for a retry, so
+/// an ack costs nothing more.
+pub(super) fn stopped(outcome: &Handled, stop: &CancellationToken, steps: &StepsMark) -> bool {
     match outcome {
-        Handled::Outcome(o) => o.is_retry() && stop.is_cancelled(),
+        Handled::Outcome(o) => o.is_retry() && steps.used() && stop.is_cancelled(),
         Handled::CutOff => true,
         _ => false,
     }
