@@ -1,13 +1,14 @@
 //! The publish backend of a [`RedisBroker`](crate::RedisBroker): [`RedisPublisher`], which
 //! hands plain messages to `crate::publish`, flows to `crate::flow`, cancels to
-//! `crate::cancel`, signals to `crate::steps`, and is the job and step store (`crate::results`, `crate::steps`). It sits
-//! above those modules so that none of them reaches back to another through it. Sends no
-//! command itself.
+//! `crate::cancel`, signals and step records to `crate::steps`, and is the job store
+//! (`crate::results`). It sits above those modules so that none of them reaches back to
+//! another through it. Sends no command itself.
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
-use ruststream_core::{OutMessage, PublishBackend, Result};
+use ruststream_core::{OutMessage, PublishBackend, Result, StepRecord, StepStore, StepWrite};
 
 use crate::conn::Connections;
 use crate::policy::Routes;
@@ -46,7 +47,13 @@ impl PublishBackend for RedisPublisher {
         name: &'a str,
         payload: bytes::Bytes,
     ) -> BoxFuture<'a, Result<ruststream_core::Signalled>> {
-        Box::pin(crate::steps::signal(self, destination, id, name, payload))
+        Box::pin(crate::steps::signal(
+            &self.conns,
+            destination,
+            id,
+            name,
+            payload,
+        ))
     }
 
     /// `cancel.lua` on each partition of the list (`crate::cancel`).
@@ -92,5 +99,43 @@ impl PublishBackend for RedisPublisher {
             self.conns.connect().await?;
             crate::flow::read(self.conns.pool()?.next(), record).await
         })
+    }
+}
+
+/// Step records are hashes beside their queue (`crate::steps`).
+impl StepStore for RedisPublisher {
+    fn read_steps<'a>(&'a self, source: &'a str, id: &'a str) -> BoxFuture<'a, Result<StepRecord>> {
+        Box::pin(crate::steps::read_steps(&self.conns, source, id))
+    }
+
+    fn write_step<'a>(
+        &'a self,
+        source: &'a str,
+        id: &'a str,
+        name: &'a str,
+        write: StepWrite,
+    ) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(crate::steps::write_step(
+            &self.conns,
+            source,
+            id,
+            name,
+            write,
+        ))
+    }
+
+    fn begin_wait<'a>(
+        &'a self,
+        source: &'a str,
+        id: &'a str,
+        name: &'a str,
+        timeout: std::time::Duration,
+    ) -> BoxFuture<'a, Result<ruststream_core::Waited>> {
+        let key = crate::steps::record_key(&self.conns, source, id);
+        crate::steps::begin_wait(&self.conns, key, name, timeout)
+    }
+
+    fn steps_key(&self, source: &str, id: &str) -> String {
+        crate::steps::record_key(&self.conns, source, id)
     }
 }

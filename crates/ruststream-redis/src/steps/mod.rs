@@ -1,4 +1,4 @@
-//! Step records (the core's [`StepStore`], see `ruststream_core::steps`): one hash per message,
+//! Step records (the core's [`StepStore`](ruststream_core::StepStore)): one hash per message,
 //! `K.steps:<id>` beside its queue `K` (in `K`'s slot, so the settle that acknowledges or
 //! dead-letters the message removes it in the same script), step name → the step's JSON result,
 //! or for a durable sleep (`sleep:<n>`) its wake-up time in ms on the server's clock.
@@ -20,19 +20,18 @@ use std::sync::LazyLock;
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use futures::future::BoxFuture;
 use ruststream_core::steps::{MAX_STEP_FIELDS, STEPS_TTL, timing_field};
-use ruststream_core::{Result, StepRecord, StepStore, StepWrite};
+use ruststream_core::{Result, StepRecord, StepWrite};
 
+use crate::conn::Connections;
 use crate::lua::{self, Call};
-use crate::publisher::RedisPublisher;
 
 mod signal;
 
-pub(crate) use signal::signal;
 /// The typed calls of the wait and the signal, for the Lua tests of `ruststream-testing`.
 #[cfg(feature = "testing")]
 pub use signal::{BeginWait, SendSignal};
+pub(crate) use signal::{begin_wait, signal};
 
 static WRITE: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("write.lua")));
 
@@ -134,54 +133,36 @@ impl Call for ReadSteps<'_> {
 }
 
 /// The full key of message `id`'s step record on the (unprefixed) key `source`.
-fn record_key(p: &RedisPublisher, source: &str, id: &str) -> String {
-    let keys = &p.conns.keys;
+pub(crate) fn record_key(conns: &Connections, source: &str, id: &str) -> String {
+    let keys = &conns.keys;
     keys.steps(&keys.key(source), id)
 }
 
-impl StepStore for RedisPublisher {
-    fn read_steps<'a>(&'a self, source: &'a str, id: &'a str) -> BoxFuture<'a, Result<StepRecord>> {
-        Box::pin(async move {
-            self.conns.connect().await?;
-            let pool = self.conns.pool()?;
-            let key = record_key(self, source, id);
-            ReadSteps { key: &key }.call(pool.next()).await
-        })
-    }
+/// `read.lua` on message `id`'s record on `source`.
+pub(crate) async fn read_steps(conns: &Connections, source: &str, id: &str) -> Result<StepRecord> {
+    conns.connect().await?;
+    let pool = conns.pool()?;
+    let key = record_key(conns, source, id);
+    ReadSteps { key: &key }.call(pool.next()).await
+}
 
-    fn write_step<'a>(
-        &'a self,
-        source: &'a str,
-        id: &'a str,
-        name: &'a str,
-        write: StepWrite,
-    ) -> BoxFuture<'a, Result<Bytes>> {
-        Box::pin(async move {
-            self.conns.connect().await?;
-            let pool = self.conns.pool()?;
-            let key = record_key(self, source, id);
-            let call = WriteStep {
-                key: &key,
-                name,
-                write: &write,
-            };
-            call.call(pool.next()).await
-        })
-    }
-
-    fn begin_wait<'a>(
-        &'a self,
-        source: &'a str,
-        id: &'a str,
-        name: &'a str,
-        timeout: std::time::Duration,
-    ) -> BoxFuture<'a, Result<ruststream_core::Waited>> {
-        signal::begin_wait(self, record_key(self, source, id), name, timeout)
-    }
-
-    fn steps_key(&self, source: &str, id: &str) -> String {
-        record_key(self, source, id)
-    }
+/// `write.lua` of step `name` on message `id`'s record on `source`.
+pub(crate) async fn write_step(
+    conns: &Connections,
+    source: &str,
+    id: &str,
+    name: &str,
+    write: StepWrite,
+) -> Result<Bytes> {
+    conns.connect().await?;
+    let pool = conns.pool()?;
+    let key = record_key(conns, source, id);
+    let call = WriteStep {
+        key: &key,
+        name,
+        write: &write,
+    };
+    call.call(pool.next()).await
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@ use futures::future::BoxFuture;
 use ruststream_core::steps::{MAX_STEP_FIELDS, STEPS_TTL, signal_field, wait_field};
 use ruststream_core::{Error, ErrorKind, Result, Signalled, Waited};
 
+use crate::conn::Connections;
 use crate::lua::{self, Call};
-use crate::publisher::RedisPublisher;
 
 static WAIT: LazyLock<Script> = LazyLock::new(|| lua::script(include_str!("wait.lua")));
 
@@ -130,14 +130,14 @@ fn unexpected(script: &str) -> Error {
 
 /// `wait.lua` on message `id`'s record.
 pub(crate) fn begin_wait<'a>(
-    p: &'a RedisPublisher,
+    conns: &'a Connections,
     key: String,
     name: &'a str,
     timeout: Duration,
 ) -> BoxFuture<'a, Result<Waited>> {
     Box::pin(async move {
-        p.conns.connect().await?;
-        let pool = p.conns.pool()?;
+        conns.connect().await?;
+        let pool = conns.pool()?;
         let call = BeginWait {
             key: &key,
             name,
@@ -151,14 +151,14 @@ pub(crate) fn begin_wait<'a>(
 
 /// `signal.lua` on message `id` of `destination`, a list queue or a stream without partitions.
 pub(crate) async fn signal(
-    p: &RedisPublisher,
+    conns: &Connections,
     destination: &str,
     id: &str,
     name: &str,
     payload: Bytes,
 ) -> Result<Signalled> {
-    p.conns.connect().await?;
-    let route = p.conns.routes.get(destination).unwrap_or_default();
+    conns.connect().await?;
+    let route = conns.routes.get(destination).unwrap_or_default();
     let partitioned = match &route {
         crate::PublishPolicy::List(l) => l.partitions.is_some(),
         crate::PublishPolicy::Stream(s) => s.partitions.is_some(),
@@ -173,8 +173,8 @@ pub(crate) async fn signal(
             "signal `{name}` to `{destination}`: a destination with partitions cannot be signalled yet; signal a queue without partitions"
         )));
     }
-    let pool = p.conns.pool()?;
-    let keys = &p.conns.keys;
+    let pool = conns.pool()?;
+    let keys = &conns.keys;
     let full = keys.key(destination);
     let record = keys.steps(&full, id);
     let delayed = keys.delayed(&full);
