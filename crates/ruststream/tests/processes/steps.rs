@@ -116,8 +116,9 @@ async fn a_worker_killed_after_the_charge_does_not_charge_again(env: &Env) {
         .await
         .expect("publish");
     let record = format!("{QUEUE}.steps:order-1");
+    // The record holds the step's result and its timing (`t:charge`).
     wait_until("charged and recorded", WAIT, async || {
-        env.hlen("charges").await == 1 && env.hlen(&record).await == 1
+        env.hlen("charges").await == 1 && env.hlen(&record).await == 2
     })
     .await;
     worker.kill();
