@@ -313,15 +313,17 @@ impl<B: Broker> Subscription<B> {
         }
         self.observe_called(d);
         let deadline = deadline(&lane.opts);
-        let run = AssertUnwindSafe(handler.call(&d.info, &d.payload, &self.publisher, deadline))
+        let call = handler.call(&d.info, &d.payload, &self.publisher, deadline);
+        let run = AssertUnwindSafe(crate::outcome::noting_failure(call))
             .catch_unwind()
             .map(|handled| {
                 handled.unwrap_or_else(|panic| {
-                    Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
+                    let why = format!("handler panicked: {}", panic_message(&*panic));
+                    (Handled::Broken(why), None)
                 })
             });
-        let run = within(deadline, run, || Handled::TimedOut);
-        let handled = match &d.info.cancel.0 {
+        let run = within(deadline, run, || (Handled::TimedOut, None));
+        let (handled, failure) = match &d.info.cancel.0 {
             None => run.await,
             Some(signals) => tokio::select! {
                 handled = run => handled,
@@ -333,7 +335,7 @@ impl<B: Broker> Subscription<B> {
             },
         };
         *outcome = handled.decided();
-        self.settlement(&d.info, handled, lane).await
+        self.settlement(&d.info, handled, failure, lane).await
     }
 
     /// The dead letter of a delivery that must not reach the handler: unreadable, or past
@@ -364,13 +366,16 @@ impl<B: Broker> Subscription<B> {
         None
     }
 
-    /// The settlement of a delivery its handler ran on (publishing its reply, if any).
+    /// The settlement of a delivery its handler ran on (publishing its reply, if any);
+    /// `failure` is the error the handler ended with, for a retry's reason.
     async fn settlement(
         &self,
         info: &DeliveryInfo,
         handled: Handled,
+        failure: Option<String>,
         lane: &Lane<B>,
     ) -> Settlement {
+        let failure = failure.unwrap_or_default();
         let opts = &*lane.opts;
         if let Some(asleep) = crate::steps::asleep(info, handled.decided()) {
             return asleep;
@@ -382,7 +387,7 @@ impl<B: Broker> Subscription<B> {
                 Ok(()) => Settlement::Ack,
                 Err(e) => {
                     tracing::warn!(subscription = %self.name, error = %e, "reply not published; retrying the message");
-                    retry(info, None, opts)
+                    retry(info, None, opts, format!("reply not published: {e}"))
                 }
             },
             Handled::Outcome(outcome) => {
@@ -393,9 +398,9 @@ impl<B: Broker> Subscription<B> {
                         reason: "dropped".into(),
                     }
                 } else if let Some(delay) = outcome.snooze_delay() {
-                    snooze(info, delay, opts)
+                    snooze(info, delay, opts, failure)
                 } else {
-                    retry(info, outcome.retry_after_delay(), opts)
+                    retry(info, outcome.retry_after_delay(), opts, failure)
                 }
             }
             Handled::Failed(e) => {
@@ -410,7 +415,7 @@ impl<B: Broker> Subscription<B> {
                 tracing::error!(subscription = %self.name, message_id = %info.message_id, error = %why, "handler failed");
                 #[cfg(feature = "otel")]
                 crate::otel::failed(|| why.clone());
-                retry(info, None, opts)
+                retry(info, None, opts, why)
             }
             Handled::TimedOut => {
                 tracing::warn!(subscription = %self.name, message_id = %info.message_id,
@@ -420,7 +425,7 @@ impl<B: Broker> Subscription<B> {
                 crate::otel::failed(|| "handler timed out".to_owned());
                 lane.meters.timeouts.increment(1);
                 self.tally.timed_out();
-                match retry(info, None, opts) {
+                match retry(info, None, opts, "timeout".into()) {
                     Settlement::Dead { .. } => Settlement::Dead {
                         reason: "timeout".into(),
                     },

@@ -73,13 +73,18 @@ pub enum Op {
 impl Op {
     /// A retry of `t` due `after` from the server's now (`snooze`: no attempt spent); a message
     /// parked for a signal carries its record's signal field, which the settle looks up.
-    pub(crate) fn later(t: &crate::transport::Token, after: Duration, snooze: bool) -> Self {
+    pub(crate) fn later(
+        t: &crate::transport::Token,
+        after: Duration,
+        snooze: bool,
+        why: &ruststream_core::Why,
+    ) -> Self {
         let wake = match (&t.steps, &t.signal) {
             (Some(steps), Some(field)) => Some((steps.clone(), field.clone())),
             _ => None,
         };
         Self::Later {
-            frame: t.retry_frame(snooze),
+            frame: t.retry_frame(snooze, why),
             after,
             id: t.frame.id.clone(),
             wake,

@@ -17,6 +17,7 @@ use super::dead::{oldest_page, payload_view};
 use crate::error::core;
 use crate::frame::{Frame, REASON_HEADER};
 use crate::keys::SourceKeys;
+use crate::timeline::{Event, HISTORY_HEADER, events, published_ms};
 
 /// Most entries a search reads in each state of each subscription.
 pub const JOBS_SCANNED: usize = 1000;
@@ -107,6 +108,11 @@ pub struct Job {
     pub result: Option<serde_json::Value>,
     /// Completed: how long ago it finished, in ms.
     pub finished_ms_ago: Option<u64>,
+    /// Running: when it was claimed, in ms since the epoch on the server's clock (a stream:
+    /// when it was last delivered).
+    pub claimed_at_ms: Option<i64>,
+    /// The events its `rs.history` header recorded (`crate::timeline`), oldest first.
+    pub history: Vec<Event>,
 }
 
 impl Job {
@@ -124,6 +130,10 @@ impl Job {
     pub fn of_decoded(subscription: &str, state: JobState, frame: Frame) -> Self {
         let mut headers = frame.headers;
         let reason = headers.remove(REASON_HEADER);
+        let history = headers
+            .remove(HISTORY_HEADER)
+            .map(|h| events(&h))
+            .unwrap_or_default();
         Job {
             subscription: subscription.to_owned(),
             state,
@@ -140,7 +150,62 @@ impl Job {
             deliveries: None,
             result: None,
             finished_ms_ago: None,
+            claimed_at_ms: None,
+            history,
         }
+    }
+
+    /// The job with its `rs.history` header moved from its headers to its history.
+    fn with_history(mut self) -> Self {
+        if let Some(h) = self.headers.remove(HISTORY_HEADER) {
+            self.history = events(&h);
+        }
+        self
+    }
+
+    /// Its history as a short timeline, oldest first: published (its time when its id is a
+    /// UUIDv7),
+    /// the reasons of earlier dead letters that were requeued (their `dead-history`, without
+    /// a time, those its history does not hold), the events of its history, then claimed
+    /// (running) or dead (a dead letter whose history does not end with it: its `dead-at`).
+    pub fn timeline(&self) -> Vec<Event> {
+        let at = published_ms(&self.id);
+        let said = if at.is_some() {
+            ""
+        } else {
+            "its id is not a UUIDv7, so when is not known"
+        };
+        let mut out = vec![Event::new(at, "published", None, said)];
+        let dead = self.state == JobState::Dead;
+        let last_is_dead = self.history.last().is_some_and(|e| e.kind == "dead");
+        let recorded = self.history.iter().filter(|e| e.kind == "dead").count()
+            - usize::from(dead && last_is_dead);
+        let earlier: Vec<&str> = self
+            .headers
+            .get("dead-history")
+            .map(|h| h.split("; ").collect())
+            .unwrap_or_default();
+        let untimed = earlier.len().saturating_sub(recorded);
+        out.extend(
+            earlier[..untimed]
+                .iter()
+                .map(|r| Event::new(None, "dead", None, r)),
+        );
+        out.extend(self.history.iter().cloned());
+        if let (Some(w), true) = (&self.worker, self.state == JobState::Running) {
+            out.push(Event::new(
+                self.claimed_at_ms,
+                "claimed",
+                Some(self.attempt),
+                w,
+            ));
+        }
+        if dead && !last_is_dead {
+            let at = self.headers.get("dead-at").and_then(|t| t.parse().ok());
+            let reason = self.reason.as_deref().unwrap_or("");
+            out.push(Event::new(at, "dead", Some(self.attempt), reason));
+        }
+        out
     }
 }
 
@@ -209,6 +274,7 @@ impl Operator {
                         due_in_ms: Some(e.due_in_ms),
                         ..Job::blank(&q.name)
                     })
+                    .map(Job::with_history)
                     .filter(|j| j.state == state)
                     .collect();
                 Ok(JobPage { jobs, total })
@@ -232,6 +298,7 @@ impl Operator {
                         reason: d.reason,
                         ..Job::blank(&q.name)
                     })
+                    .map(Job::with_history)
                     .collect();
                 Ok(JobPage { jobs, total })
             }
@@ -372,6 +439,7 @@ async fn running(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -
             if held.contains(raw) {
                 job.worker = Some(worker.clone());
                 job.running_ms = claimed_at.map(|at| now.saturating_sub(at).max(0).unsigned_abs());
+                job.claimed_at_ms = claimed_at;
             }
         }
     }
