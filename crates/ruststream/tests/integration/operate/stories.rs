@@ -301,6 +301,16 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
             )
             .build(),
         );
+        b.include(
+            subscriber(
+                RedisList::new("parts")
+                    .reliable()
+                    .partitions(2)
+                    .rate_limit(5, per),
+                handler.clone(),
+            )
+            .build(),
+        );
     };
     let app = env.app(mount.clone());
     let op = operator_of(&app).await;
@@ -329,7 +339,18 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
             .await
             .expect("publish");
     }
-    wait_until("all six are handled", WAIT, async || seen.seen().len() == 6).await;
+    for (n, partition) in [(20, "{parts:0}"), (21, "{parts:1}")] {
+        publisher
+            .message(&job(n, false))
+            .to(partition)
+            .publish()
+            .await
+            .expect("publish");
+    }
+    wait_until("all eight are handled", WAIT, async || {
+        seen.seen().len() == 8
+    })
+    .await;
     let whole = op
         .rate_use("{limited}")
         .await
@@ -347,6 +368,21 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
         keyed.busiest,
         [("acme".to_owned(), 2), ("globex".to_owned(), 1)]
     );
+    // A partitioned queue's limit holds over the whole queue: its first partition carries it.
+    let limited: Vec<_> = op
+        .subscriptions()
+        .iter()
+        .filter(|q| q.partition_of.as_deref() == Some("parts") && q.rate_limit.is_some())
+        .collect();
+    assert_eq!(limited.len(), 1, "shown once: {limited:?}");
+    let parts = op
+        .rate_use(&limited[0].name)
+        .await
+        .expect("use")
+        .expect("a limit");
+    // The partitions' reader reserves permits ahead, so all it holds counts as spent.
+    assert_eq!(parts.limit.n, 5, "{parts:?}");
+    assert!((2..=5).contains(&parts.used), "{parts:?}");
     let keys = op.find("{limited}").expect("the subscription");
     assert_eq!(keys.max_in_flight, Some(2));
     env.stop(running).await;
