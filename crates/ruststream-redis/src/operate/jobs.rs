@@ -164,10 +164,10 @@ impl Job {
     }
 
     /// Its history as a short timeline, oldest first: published (its time when its id is a
-    /// UUIDv7),
-    /// the reasons of earlier dead letters that were requeued (their `dead-history`, without
-    /// a time, those its history does not hold), the events of its history, then claimed
-    /// (running) or dead (a dead letter whose history does not end with it: its `dead-at`).
+    /// UUIDv7), the reasons of earlier dead letters that were requeued (their `dead-history`,
+    /// without a time, those its history does not hold), the events of its history, then
+    /// claimed (running) or dead (a dead letter whose history does not end with it: its
+    /// `dead-at`).
     pub fn timeline(&self) -> Vec<Event> {
         let at = published_ms(&self.id);
         let said = if at.is_some() {
@@ -482,5 +482,48 @@ mod tests {
         assert_eq!(JobState::parse("nope"), None);
         assert_eq!(oldest_page(0, 10), (-10, -1));
         assert_eq!(oldest_page(10, 10), (-20, -11));
+    }
+
+    #[test]
+    fn a_requeued_dead_letter_folds_its_earlier_reasons_into_the_timeline() {
+        let mut h = Headers::new();
+        // Died twice: once before histories were kept (no event), once with one.
+        h.insert("dead-history".into(), "timeout; dropped".into());
+        h.insert(
+            HISTORY_HEADER.into(),
+            "1700000000100 retry 1 boom\n1700000000200 dead 2 dropped".into(),
+        );
+        let raw = crate::frame::encode_parts("order-7", 1, &h, b"{}");
+        let job = Job::of_frame("orders", JobState::Queued, &raw);
+        let seen: Vec<_> = job
+            .timeline()
+            .into_iter()
+            .map(|e| (e.kind, e.at_ms, e.detail))
+            .collect();
+        let event = |k: &str, at: Option<i64>, d: &str| (k.to_owned(), at, d.to_owned());
+        assert_eq!(
+            seen,
+            [
+                event(
+                    "published",
+                    None,
+                    "its id is not a UUIDv7, so when is not known"
+                ),
+                event("dead", None, "timeout"),
+                event("retry", Some(1_700_000_000_100), "boom"),
+                event("dead", Some(1_700_000_000_200), "dropped"),
+            ]
+        );
+        // Dead now, without a history: its `dead-at` and reason.
+        let mut h = Headers::new();
+        h.insert("dead-at".into(), "1700000000300".into());
+        h.insert(REASON_HEADER.into(), "max-attempts".into());
+        let raw = crate::frame::encode_parts("order-8", 3, &h, b"{}");
+        let dead = Job::of_frame("orders", JobState::Dead, &raw).timeline();
+        assert_eq!(dead[1].at_ms, Some(1_700_000_000_300));
+        assert_eq!(
+            (dead[1].attempt, dead[1].detail.as_str()),
+            (Some(3), "max-attempts")
+        );
     }
 }

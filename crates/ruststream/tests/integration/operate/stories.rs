@@ -52,6 +52,11 @@ impl Handle<Job> for Gate {
 }
 
 async fn a_stream_lists_its_pending_and_waiting_entries(env: &Env) {
+    let began = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .expect("a clock after 1970")
+        - 1000;
     let gate = Gate::shut();
     let handler = gate.clone();
     let mount = move |b: &mut Mount<RedisBroker>| {
@@ -99,6 +104,12 @@ async fn a_stream_lists_its_pending_and_waiting_entries(env: &Env) {
     assert!(first.worker.as_deref().is_some_and(|w| !w.is_empty()));
     assert!(first.entry.is_some() && first.running_ms.is_some());
     assert_eq!(first.deliveries, Some(1));
+    // Its timeline ends with its claim: the consumer, and when (the server's now less its idle
+    // time), not before the test began.
+    let claimed = first.timeline().pop().expect("a timeline");
+    assert_eq!(claimed.kind, "claimed");
+    assert_eq!(Some(&claimed.detail), first.worker.as_ref());
+    assert!(claimed.at_ms.is_some_and(|at| at >= began), "{claimed:?}");
     assert_eq!(
         first.headers.get("tenant").map(String::as_str),
         Some("acme")
