@@ -328,14 +328,17 @@ impl<B: Broker> Subscription<B> {
         self.observe_called(d);
         let deadline = deadline(&lane.opts);
         let call = handler.call(&d.info, &d.payload, &self.publisher, deadline, &lane.stop);
-        let run = AssertUnwindSafe(call).catch_unwind().map(|handled| {
-            handled.unwrap_or_else(|panic| {
-                Handled::Broken(format!("handler panicked: {}", panic_message(&*panic)))
-            })
-        });
-        let run = within(deadline, run, || Handled::TimedOut);
+        let run = AssertUnwindSafe(crate::outcome::noting_failure(call))
+            .catch_unwind()
+            .map(|handled| {
+                handled.unwrap_or_else(|panic| {
+                    let why = format!("handler panicked: {}", panic_message(&*panic));
+                    (Handled::Broken(why), None)
+                })
+            });
+        let run = within(deadline, run, || (Handled::TimedOut, None));
         let run = stopping::cut_off(run, &lane.cut, &d.info.steps);
-        let handled = match &d.info.cancel.0 {
+        let (handled, failure) = match &d.info.cancel.0 {
             None => run.await,
             Some(signals) => tokio::select! {
                 handled = run => handled,
@@ -347,7 +350,7 @@ impl<B: Broker> Subscription<B> {
             },
         };
         *outcome = handled.decided();
-        self.settlement(&d.info, handled, lane).await
+        self.settlement(&d.info, handled, failure, lane).await
     }
 
     /// The dead letter of a delivery that must not reach the handler: unreadable, larger than
@@ -390,13 +393,16 @@ impl<B: Broker> Subscription<B> {
         None
     }
 
-    /// The settlement of a delivery its handler ran on (publishing its reply, if any).
+    /// The settlement of a delivery its handler ran on (publishing its reply, if any);
+    /// `failure` is the error the handler ended with, for a retry's reason.
     async fn settlement(
         &self,
         info: &DeliveryInfo,
         handled: Handled,
+        failure: Option<String>,
         lane: &Lane<B>,
     ) -> Settlement {
+        let failure = failure.unwrap_or_default();
         let opts = &*lane.opts;
         if let Some(asleep) = crate::steps::asleep(info, handled.decided()) {
             return asleep;
@@ -405,7 +411,7 @@ impl<B: Broker> Subscription<B> {
             tracing::info!(subscription = %self.name, message_id = %info.message_id,
                 cut_off = matches!(handled, Handled::CutOff),
                 "stopping: the message goes back to its queue, no attempt spent");
-            return snooze(info, Duration::ZERO, opts);
+            return snooze(info, Duration::ZERO, opts, "the app stopped".into());
         }
         match handled {
             Handled::Ack(None) => Settlement::Ack,
@@ -414,7 +420,7 @@ impl<B: Broker> Subscription<B> {
                 Ok(()) => Settlement::Ack,
                 Err(e) => {
                     tracing::warn!(subscription = %self.name, error = %e, "reply not published; retrying the message");
-                    retry(info, None, opts)
+                    retry(info, None, opts, format!("reply not published: {e}"))
                 }
             },
             Handled::Outcome(outcome) => {
@@ -425,9 +431,9 @@ impl<B: Broker> Subscription<B> {
                         reason: "dropped".into(),
                     }
                 } else if let Some(delay) = outcome.snooze_delay() {
-                    snooze(info, delay, opts)
+                    snooze(info, delay, opts, failure)
                 } else {
-                    retry(info, outcome.retry_after_delay(), opts)
+                    retry(info, outcome.retry_after_delay(), opts, failure)
                 }
             }
             Handled::Failed(e) => {
@@ -442,7 +448,7 @@ impl<B: Broker> Subscription<B> {
                 tracing::error!(subscription = %self.name, message_id = %info.message_id, error = %why, "handler failed");
                 #[cfg(feature = "otel")]
                 crate::otel::failed(|| why.clone());
-                retry(info, None, opts)
+                retry(info, None, opts, why)
             }
             Handled::TimedOut => {
                 tracing::warn!(subscription = %self.name, message_id = %info.message_id,
@@ -452,7 +458,7 @@ impl<B: Broker> Subscription<B> {
                 crate::otel::failed(|| "handler timed out".to_owned());
                 lane.meters.timeouts.increment(1);
                 self.tally.timed_out();
-                match retry(info, None, opts) {
+                match retry(info, None, opts, "timeout".into()) {
                     Settlement::Dead { .. } => Settlement::Dead {
                         reason: "timeout".into(),
                     },
@@ -460,7 +466,7 @@ impl<B: Broker> Subscription<B> {
                 }
             }
             // Settled above, by `stopping::stopped`.
-            Handled::CutOff => snooze(info, Duration::ZERO, opts),
+            Handled::CutOff => snooze(info, Duration::ZERO, opts, "the app stopped".into()),
         }
     }
 

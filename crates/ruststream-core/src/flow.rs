@@ -482,6 +482,7 @@ mod tests {
         let retry = Settlement::Retry {
             delay: None,
             snooze: false,
+            why: crate::Why::retry(""),
         };
         assert_eq!(child_outcome(&retry, true), None);
         assert_eq!(child_outcome(&retry, false), Some(ChildOutcome::Dropped));

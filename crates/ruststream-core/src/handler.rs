@@ -96,5 +96,6 @@ impl<T: MessageType, E: Display> IntoHandlerResult<T> for Result<T, E> {
 
 fn failed(e: impl Display) -> HandlerOutcome {
     tracing::warn!(error = %e, "handler failed; the message will be retried");
+    crate::outcome::note_failure(e.to_string());
     HandlerOutcome::retry()
 }

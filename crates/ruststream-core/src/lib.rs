@@ -56,7 +56,7 @@ pub use handler::{Handle, IntoHandlerResult};
 pub use health::{Health, Probe, SubscriptionState};
 pub use job::{JobRecord, JobStore, JobWrite};
 pub use message::{Headers, MessageType};
-pub use outcome::{HandlerOutcome, Settlement};
+pub use outcome::{HandlerOutcome, Settlement, Why};
 pub use periodic::{CatchUp, IntoPeriodic, Periodic};
 pub use publish::{
     Due, Enqueued, GROUP_HEADER, OutMessage, PublishBackend, PublishBuilder, Publisher, Publishing,

@@ -138,6 +138,8 @@ pub enum Settlement {
         delay: Option<Duration>,
         /// A snooze: the next delivery keeps the attempt and counts one more snooze.
         snooze: bool,
+        /// What sent it back and why, for the message's history.
+        why: Why,
     },
     /// Remove the message without handling it; keep it in the dead-letter list when there is one.
     Dead {
@@ -148,4 +150,59 @@ pub enum Settlement {
     /// Remove the message: it was cancelled (`publisher.cancel(..)`) while it ran. It goes to
     /// no dead-letter list: a cancel is an order, not a failure.
     Cancelled,
+}
+
+/// What sent a message back for another delivery, and why: the broker records it in the
+/// message's history (the Redis broker's `rs.history` header).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Why {
+    /// `retry`, `snooze`, `sleep` (a durable sleep) or `wait` (a wait for a signal).
+    pub kind: &'static str,
+    /// The handler's error, a panic's text, `timeout`, a signal's name; empty when the
+    /// handler asked for it without saying why.
+    pub reason: String,
+}
+
+impl Why {
+    /// A retry for `reason`.
+    #[must_use]
+    pub fn retry(reason: impl Into<String>) -> Self {
+        Self {
+            kind: "retry",
+            reason: reason.into(),
+        }
+    }
+
+    /// A snooze for `reason`.
+    #[must_use]
+    pub fn snooze(reason: impl Into<String>) -> Self {
+        Self {
+            kind: "snooze",
+            reason: reason.into(),
+        }
+    }
+}
+
+thread_local! {
+    /// The error text of a handler that ended with `Err(e)` (see [`IntoHandlerResult`]), kept
+    /// for its retry's [`Why`]. The conversion that notes it runs at the end of the handler's
+    /// future, in the poll that completes it, and [`noting_failure`] takes it right after, on
+    /// the same thread: nothing runs between the two. So no handler call pays for it on every
+    /// poll, as it would for a task-local.
+    ///
+    /// [`IntoHandlerResult`]: crate::IntoHandlerResult
+    static FAILURE: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
+/// Notes `text` as the running handler's error.
+pub(crate) fn note_failure(text: String) {
+    FAILURE.with(|f| f.set(Some(text)));
+}
+
+/// Runs `handler` and returns what it returned with the error it noted (`note_failure`). A
+/// note left by a handler that did not complete through here is dropped first.
+pub(crate) async fn noting_failure<T>(handler: impl Future<Output = T>) -> (T, Option<String>) {
+    FAILURE.with(std::cell::Cell::take);
+    let out = handler.await;
+    (out, FAILURE.with(std::cell::Cell::take))
 }

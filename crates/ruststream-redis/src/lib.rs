@@ -105,6 +105,7 @@ mod setup;
 mod steps;
 pub mod stream;
 mod sweep_clock;
+pub mod timeline;
 mod tls;
 mod transport;
 mod unique;

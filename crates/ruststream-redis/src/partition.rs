@@ -101,17 +101,23 @@ pub(crate) fn validate(what: &str, key: &str, n: u16, named: &[&str]) -> Result<
 }
 
 /// The keys of every queue `source` reads: its own, or each partition's (named after its key,
-/// with `partition_of` the source's).
+/// with `partition_of` the source's). A rate limit holds over the whole queue, one limiter on
+/// the source's key: the first partition carries it, so it is shown once.
 pub(crate) fn queues(source: &dyn Transport, space: &KeySpace) -> Vec<SourceKeys> {
     let parts = source.partitions();
     if parts.is_empty() {
         return vec![source.source_keys(space)];
     }
+    let mut whole = source.source_keys(space).rate_limit;
     parts
         .iter()
-        .map(|p| SourceKeys {
-            partition_of: Some(source.key().to_owned()),
-            ..p.source_keys(space)
+        .map(|p| {
+            let keys = p.source_keys(space);
+            SourceKeys {
+                partition_of: Some(source.key().to_owned()),
+                rate_limit: whole.take().or(keys.rate_limit.clone()),
+                ..keys
+            }
         })
         .collect()
 }

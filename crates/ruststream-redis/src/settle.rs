@@ -101,10 +101,15 @@ pub enum Op {
 impl Op {
     /// A retry of `t` due `after` from the server's now (`snooze`: no attempt spent); a message
     /// parked for a signal carries its record's signal field, which the settle looks up.
-    pub(crate) fn later(t: &crate::transport::Token, after: Duration, snooze: bool) -> Self {
+    pub(crate) fn later(
+        t: &crate::transport::Token,
+        after: Duration,
+        snooze: bool,
+        why: &ruststream_core::Why,
+    ) -> Self {
         if t.sleeping && t.steps.is_some() {
             return Self::Sleep {
-                frame: t.retry_frame(snooze),
+                frame: t.retry_frame(snooze, why),
                 after,
                 id: t.frame.id.clone(),
             };
@@ -114,7 +119,7 @@ impl Op {
             _ => None,
         };
         Self::Later {
-            frame: t.retry_frame(snooze),
+            frame: t.retry_frame(snooze, why),
             after,
             id: t.frame.id.clone(),
             wake,

@@ -75,14 +75,17 @@ fn settlement(s: &Settlement) -> String {
         Settlement::Retry {
             delay: None,
             snooze: false,
+            ..
         } => "retry".to_owned(),
         Settlement::Retry {
             delay: Some(d),
             snooze: false,
+            ..
         } => format!("retry after {d:?}"),
         Settlement::Retry {
             delay,
             snooze: true,
+            ..
         } => format!("snooze for {:?}", delay.unwrap_or_default()),
         Settlement::Dead { reason } => format!("dead ({reason})"),
         Settlement::Cancelled => "cancelled".to_owned(),

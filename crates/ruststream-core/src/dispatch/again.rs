@@ -3,21 +3,27 @@
 
 use std::time::Duration;
 
-use crate::{DeliveryInfo, Settlement, SubscribeOptions};
+use crate::{DeliveryInfo, Settlement, SubscribeOptions, Why};
 
-/// A retry, or the dead-letter list once the attempts are used up.
+/// A retry for `reason`, or the dead-letter list once the attempts are used up.
 pub(super) fn retry(
     info: &DeliveryInfo,
     delay: Option<Duration>,
     opts: &SubscribeOptions,
+    reason: String,
 ) -> Settlement {
-    again(info, delay, false, opts)
+    again(info, delay, Why::retry(reason), opts)
 }
 
 /// A snooze: back after `delay` with the attempt unchanged, or the dead-letter list once the
 /// message was snoozed `max_snoozes` times.
-pub(super) fn snooze(info: &DeliveryInfo, delay: Duration, opts: &SubscribeOptions) -> Settlement {
-    again(info, Some(delay), true, opts)
+pub(super) fn snooze(
+    info: &DeliveryInfo,
+    delay: Duration,
+    opts: &SubscribeOptions,
+    reason: String,
+) -> Settlement {
+    again(info, Some(delay), Why::snooze(reason), opts)
 }
 
 /// Another delivery (a retry, or a snooze), or the dead-letter list once the limit it counts
@@ -26,9 +32,10 @@ pub(super) fn snooze(info: &DeliveryInfo, delay: Duration, opts: &SubscribeOptio
 fn again(
     info: &DeliveryInfo,
     delay: Option<Duration>,
-    snooze: bool,
+    why: Why,
     opts: &SubscribeOptions,
 ) -> Settlement {
+    let snooze = why.kind == "snooze";
     let (used, most, reason) = if snooze {
         (info.snoozes, opts.max_snoozes, "snoozed-too-often")
     } else {
@@ -51,5 +58,6 @@ fn again(
     Settlement::Retry {
         delay: (!delay.is_zero()).then_some(delay),
         snooze,
+        why,
     }
 }

@@ -168,7 +168,7 @@ impl<B: Broker> Subscription<B> {
                         .next()
                         .unwrap_or_else(|| Handled::Broken("no outcome".into()));
                     let outcome = h.decided();
-                    let settle = self.settlement(&d.info, h, lane);
+                    let settle = self.settlement(&d.info, h, None, lane);
                     // The item's span is the one a failure marks.
                     #[cfg(feature = "otel")]
                     let settle = opentelemetry::context::FutureExt::with_context(settle, span);

@@ -49,6 +49,7 @@ pub(super) async fn report(
             *settlement = Settlement::Retry {
                 delay: Some(REPORT_AGAIN),
                 snooze: true,
+                why: crate::Why::snooze(format!("flow child's end not recorded: {e}")),
             };
         } else {
             tracing::error!(message_id = %info.message_id, error = %e,

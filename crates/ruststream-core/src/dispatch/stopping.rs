@@ -41,17 +41,18 @@ impl Cut {
     }
 }
 
-/// `run`, or [`Handled::CutOff`] once `cut` is done and the handler has used steps. A handler
-/// without steps runs on until its batch is dropped, and its message is left to recovery.
+/// `run` (what the handler did, with the error it noted), or [`Handled::CutOff`] once `cut` is
+/// done and the handler has used steps. A handler without steps runs on until its batch is
+/// dropped, and its message is left to recovery.
 pub(super) async fn cut_off(
-    run: impl Future<Output = Handled>,
+    run: impl Future<Output = (Handled, Option<String>)>,
     cut: &Cut,
     steps: &StepsMark,
-) -> Handled {
+) -> (Handled, Option<String>) {
     let mut run = std::pin::pin!(run);
     std::future::poll_fn(|cx| {
         if cut.is_cut() && steps.used() {
-            return Poll::Ready(Handled::CutOff);
+            return Poll::Ready((Handled::CutOff, None));
         }
         run.as_mut().poll(cx)
     })

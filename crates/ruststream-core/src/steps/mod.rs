@@ -318,6 +318,16 @@ pub(crate) fn asleep(
         _ => Some(crate::Settlement::Retry {
             delay: Some(delay),
             snooze: true,
+            why: match info.steps.waiting() {
+                Some(signal) => crate::Why {
+                    kind: "wait",
+                    reason: signal.to_owned(),
+                },
+                None => crate::Why {
+                    kind: "sleep",
+                    reason: String::new(),
+                },
+            },
         }),
     }
 }

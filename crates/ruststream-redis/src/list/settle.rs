@@ -256,15 +256,17 @@ impl ReliableSettle {
                     Settlement::Retry {
                         delay: None,
                         snooze,
+                        why,
                     } => Op::Retry {
-                        frame: t.retry_frame(*snooze),
+                        frame: t.retry_frame(*snooze, why),
                     },
                     Settlement::Retry {
                         delay: Some(d),
                         snooze,
+                        why,
                     } => {
                         earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                        Op::later(t, *d, *snooze)
+                        Op::later(t, *d, *snooze, why)
                     }
                 };
                 (t.raw.clone(), t.batch.clone(), op)

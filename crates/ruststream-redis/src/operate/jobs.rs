@@ -17,6 +17,7 @@ use super::dead::{oldest_page, payload_view};
 use crate::error::core;
 use crate::frame::{Frame, REASON_HEADER};
 use crate::keys::SourceKeys;
+use crate::timeline::{Event, HISTORY_HEADER, events, published_ms};
 
 /// Most entries a search reads in each state of each subscription.
 pub const JOBS_SCANNED: usize = 1000;
@@ -107,6 +108,11 @@ pub struct Job {
     pub result: Option<serde_json::Value>,
     /// Completed: how long ago it finished, in ms.
     pub finished_ms_ago: Option<u64>,
+    /// Running: when it was claimed, in ms since the epoch on the server's clock (a stream:
+    /// when it was last delivered).
+    pub claimed_at_ms: Option<i64>,
+    /// The events its `rs.history` header recorded (`crate::timeline`), oldest first.
+    pub history: Vec<Event>,
 }
 
 impl Job {
@@ -124,6 +130,10 @@ impl Job {
     pub fn of_decoded(subscription: &str, state: JobState, frame: Frame) -> Self {
         let mut headers = frame.headers;
         let reason = headers.remove(REASON_HEADER);
+        let history = headers
+            .remove(HISTORY_HEADER)
+            .map(|h| events(&h))
+            .unwrap_or_default();
         Job {
             subscription: subscription.to_owned(),
             state,
@@ -140,7 +150,62 @@ impl Job {
             deliveries: None,
             result: None,
             finished_ms_ago: None,
+            claimed_at_ms: None,
+            history,
         }
+    }
+
+    /// The job with its `rs.history` header moved from its headers to its history.
+    fn with_history(mut self) -> Self {
+        if let Some(h) = self.headers.remove(HISTORY_HEADER) {
+            self.history = events(&h);
+        }
+        self
+    }
+
+    /// Its history as a short timeline, oldest first: published (its time when its id is a
+    /// UUIDv7), the reasons of earlier dead letters that were requeued (their `dead-history`,
+    /// without a time, those its history does not hold), the events of its history, then
+    /// claimed (running) or dead (a dead letter whose history does not end with it: its
+    /// `dead-at`).
+    pub fn timeline(&self) -> Vec<Event> {
+        let at = published_ms(&self.id);
+        let said = if at.is_some() {
+            ""
+        } else {
+            "its id is not a UUIDv7, so when is not known"
+        };
+        let mut out = vec![Event::new(at, "published", None, said)];
+        let dead = self.state == JobState::Dead;
+        let last_is_dead = self.history.last().is_some_and(|e| e.kind == "dead");
+        let recorded = self.history.iter().filter(|e| e.kind == "dead").count()
+            - usize::from(dead && last_is_dead);
+        let earlier: Vec<&str> = self
+            .headers
+            .get("dead-history")
+            .map(|h| h.split("; ").collect())
+            .unwrap_or_default();
+        let untimed = earlier.len().saturating_sub(recorded);
+        out.extend(
+            earlier[..untimed]
+                .iter()
+                .map(|r| Event::new(None, "dead", None, r)),
+        );
+        out.extend(self.history.iter().cloned());
+        if let (Some(w), true) = (&self.worker, self.state == JobState::Running) {
+            out.push(Event::new(
+                self.claimed_at_ms,
+                "claimed",
+                Some(self.attempt),
+                w,
+            ));
+        }
+        if dead && !last_is_dead {
+            let at = self.headers.get("dead-at").and_then(|t| t.parse().ok());
+            let reason = self.reason.as_deref().unwrap_or("");
+            out.push(Event::new(at, "dead", Some(self.attempt), reason));
+        }
+        out
     }
 }
 
@@ -209,6 +274,7 @@ impl Operator {
                         due_in_ms: Some(e.due_in_ms),
                         ..Job::blank(&q.name)
                     })
+                    .map(Job::with_history)
                     .filter(|j| j.state == state)
                     .collect();
                 Ok(JobPage { jobs, total })
@@ -232,6 +298,7 @@ impl Operator {
                         reason: d.reason,
                         ..Job::blank(&q.name)
                     })
+                    .map(Job::with_history)
                     .collect();
                 Ok(JobPage { jobs, total })
             }
@@ -372,6 +439,7 @@ async fn running(client: &Client, q: &SourceKeys, offset: usize, limit: usize) -
             if held.contains(raw) {
                 job.worker = Some(worker.clone());
                 job.running_ms = claimed_at.map(|at| now.saturating_sub(at).max(0).unsigned_abs());
+                job.claimed_at_ms = claimed_at;
             }
         }
     }
@@ -414,5 +482,48 @@ mod tests {
         assert_eq!(JobState::parse("nope"), None);
         assert_eq!(oldest_page(0, 10), (-10, -1));
         assert_eq!(oldest_page(10, 10), (-20, -11));
+    }
+
+    #[test]
+    fn a_requeued_dead_letter_folds_its_earlier_reasons_into_the_timeline() {
+        let mut h = Headers::new();
+        // Died twice: once before histories were kept (no event), once with one.
+        h.insert("dead-history".into(), "timeout; dropped".into());
+        h.insert(
+            HISTORY_HEADER.into(),
+            "1700000000100 retry 1 boom\n1700000000200 dead 2 dropped".into(),
+        );
+        let raw = crate::frame::encode_parts("order-7", 1, &h, b"{}");
+        let job = Job::of_frame("orders", JobState::Queued, &raw);
+        let seen: Vec<_> = job
+            .timeline()
+            .into_iter()
+            .map(|e| (e.kind, e.at_ms, e.detail))
+            .collect();
+        let event = |k: &str, at: Option<i64>, d: &str| (k.to_owned(), at, d.to_owned());
+        assert_eq!(
+            seen,
+            [
+                event(
+                    "published",
+                    None,
+                    "its id is not a UUIDv7, so when is not known"
+                ),
+                event("dead", None, "timeout"),
+                event("retry", Some(1_700_000_000_100), "boom"),
+                event("dead", Some(1_700_000_000_200), "dropped"),
+            ]
+        );
+        // Dead now, without a history: its `dead-at` and reason.
+        let mut h = Headers::new();
+        h.insert("dead-at".into(), "1700000000300".into());
+        h.insert(REASON_HEADER.into(), "max-attempts".into());
+        let raw = crate::frame::encode_parts("order-8", 3, &h, b"{}");
+        let dead = Job::of_frame("orders", JobState::Dead, &raw).timeline();
+        assert_eq!(dead[1].at_ms, Some(1_700_000_000_300));
+        assert_eq!(
+            (dead[1].attempt, dead[1].detail.as_str()),
+            (Some(3), "max-attempts")
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! A stream subscription's jobs: waiting (the entries after its group's last delivered id,
 //! `XRANGE key (last + COUNT n`; how many: the group's lag) and running (the group's pending
 //! entries, `XPENDING key group - + n`, each with its consumer and idle time, then one
-//! `XRANGE key id id` each, in one pipeline). A page is read from the start of its range, so
+//! `XRANGE key id id` each, in one pipeline, and `TIME` for when each was last delivered). A page is read from the start of its range, so
 //! pages past [`STREAM_PAGED`] entries are not listed.
 
 use bytes::Bytes;
@@ -138,6 +138,7 @@ pub(super) async fn pending(
             .map_err(core)?;
     }
     let replies: Vec<Value> = pipeline.all().await.map_err(core)?;
+    let now = super::inspect::server_ms(client).await?;
     let jobs = held
         .into_iter()
         .zip(replies)
@@ -158,6 +159,7 @@ pub(super) async fn pending(
             job.entry = Some(String::from_utf8_lossy(&h.entry).into_owned());
             job.worker = Some(h.consumer);
             job.running_ms = Some(h.idle_ms);
+            job.claimed_at_ms = Some(now - i64::try_from(h.idle_ms).unwrap_or(0));
             job.deliveries = Some(h.deliveries);
             job
         })

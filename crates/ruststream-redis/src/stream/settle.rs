@@ -178,20 +178,22 @@ impl StreamSettle {
                     Settlement::Retry {
                         delay: Some(d),
                         snooze,
+                        why,
                     },
                     None,
                 ) => {
                     earliest = Some(earliest.map_or(*d, |e| e.min(*d)));
-                    Op::later(t, *d, *snooze)
+                    Op::later(t, *d, *snooze, why)
                 }
                 (
                     Settlement::Retry {
                         delay: None,
                         snooze,
+                        why,
                     },
                     None,
                 ) => Op::Retry {
-                    frame: t.retry_frame(*snooze),
+                    frame: t.retry_frame(*snooze, why),
                 },
                 _ => match &t.steps {
                     Some(steps) if matches!(s, Settlement::Ack) => {

@@ -14,9 +14,11 @@ pub(crate) fn delivery(source: Arc<str>, raw: Bytes, mut frame: Frame) -> Delive
     if frame.id.is_empty() {
         frame.id = crate::frame::new_id();
     }
-    // The snooze count is the library's, not a user header: the handler reads `ctx.snoozes()`.
+    // The snooze count and the history are the library's, not user headers: the handler reads
+    // `ctx.snoozes()`, an operator the history.
     let mut headers = frame.headers.clone();
     headers.remove(crate::frame::SNOOZES_HEADER);
+    headers.remove(crate::timeline::HISTORY_HEADER);
     let mut info = DeliveryInfo::new(frame.id.clone(), frame.attempt, source, headers);
     info.snoozes = frame.snoozes();
     Delivery {

@@ -3,7 +3,10 @@
 
 use bytes::Bytes;
 
+use ruststream_core::Why;
+
 use crate::frame::{Frame, SNOOZES_HEADER, encode_parts};
+use crate::timeline::with_event;
 
 /// What a settle needs of one delivered entry.
 #[derive(Debug, Clone)]
@@ -40,9 +43,14 @@ pub struct InBatch {
 }
 
 impl Token {
-    /// The frame to store as a dead letter: the entry with a `reason` header.
+    /// The frame to store as a dead letter: the entry with a `reason` header, and the dead
+    /// letter in its history (`crate::timeline`), which a requeue keeps.
     pub(crate) fn dead_frame(&self, reason: &str) -> Bytes {
-        let mut headers = self.frame.headers.clone();
+        let why = Why {
+            kind: "dead",
+            reason: reason.to_owned(),
+        };
+        let mut headers = with_event(&self.frame.headers, &why, self.frame.attempt);
         headers.insert(crate::frame::REASON_HEADER.to_owned(), reason.to_owned());
         encode_parts(
             &self.frame.id,
@@ -54,16 +62,17 @@ impl Token {
 
     /// The frame of the entry's next delivery: its attempt raised by one, or for a snooze, its
     /// attempt unchanged and its snooze count ([`SNOOZES_HEADER`]) raised by one.
-    pub(crate) fn retry_frame(&self, snooze: bool) -> Bytes {
+    /// Either way `why` joins its history (`crate::timeline`), on the attempt that ended.
+    pub(crate) fn retry_frame(&self, snooze: bool, why: &Why) -> Bytes {
+        let mut headers = with_event(&self.frame.headers, why, self.frame.attempt);
         if !snooze {
             return encode_parts(
                 &self.frame.id,
                 self.frame.attempt.saturating_add(1),
-                &self.frame.headers,
+                &headers,
                 &self.frame.payload,
             );
         }
-        let mut headers = self.frame.headers.clone();
         let snoozes = self.frame.snoozes().saturating_add(1);
         headers.insert(SNOOZES_HEADER.to_owned(), snoozes.to_string());
         encode_parts(
@@ -97,21 +106,21 @@ mod tests {
 
     #[test]
     fn a_snooze_keeps_the_attempt_and_counts_one_more() {
-        let snoozed = Frame::decode(token(3, Some("4")).retry_frame(true));
+        let snoozed = Frame::decode(token(3, Some("4")).retry_frame(true, &Why::snooze("")));
         assert_eq!((snoozed.attempt, snoozed.snoozes()), (3, 5));
         assert_eq!(
             snoozed.headers.get("tenant").map(String::as_str),
             Some("acme")
         );
-        let first = Frame::decode(token(1, None).retry_frame(true));
+        let first = Frame::decode(token(1, None).retry_frame(true, &Why::snooze("")));
         assert_eq!((first.attempt, first.snoozes()), (1, 1));
-        let retried = Frame::decode(token(3, Some("4")).retry_frame(false));
+        let retried = Frame::decode(token(3, Some("4")).retry_frame(false, &Why::retry("boom")));
         assert_eq!(
             (retried.attempt, retried.snoozes()),
             (4, 4),
             "a retry keeps the count"
         );
-        let garbled = Frame::decode(token(2, Some("many")).retry_frame(true));
+        let garbled = Frame::decode(token(2, Some("many")).retry_frame(true, &Why::snooze("")));
         assert_eq!(
             garbled.snoozes(),
             1,
@@ -120,9 +129,32 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_and_a_dead_letter_join_the_history() {
+        let retried = Frame::decode(token(2, None).retry_frame(false, &Why::retry("boom")));
+        let t = Token {
+            frame: retried,
+            ..token(3, None)
+        };
+        let dead = Frame::decode(t.dead_frame("max-attempts"));
+        let history = crate::timeline::events(&dead.headers[crate::timeline::HISTORY_HEADER]);
+        let seen: Vec<_> = history
+            .iter()
+            .map(|e| (e.kind.as_str(), e.attempt, e.detail.as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("retry", Some(2), "boom"),
+                ("dead", Some(3), "max-attempts")
+            ]
+        );
+    }
+
+    #[test]
     fn the_count_is_the_deliverys_not_a_user_header() {
         let mut headers = ruststream_core::Headers::new();
         headers.insert(SNOOZES_HEADER.into(), "2".into());
+        headers.insert(crate::timeline::HISTORY_HEADER.into(), "1 retry 1 x".into());
         let frame = Frame {
             id: "m".into(),
             attempt: 1,

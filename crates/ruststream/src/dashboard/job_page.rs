@@ -1,11 +1,13 @@
 //! One job's page, its whole story from what Redis holds: where it stands (state, attempt, a
 //! stream entry's consumer and deliveries, when it is due, the dead-letter reason), its
-//! headers and payload, its handler's progress and result, the steps it recorded, the flow it
+//! history (`Job::timeline`: published, each return to the queue with its reason, claimed,
+//! dead), its headers and payload, its handler's progress and result, the steps it recorded, the flow it
 //! is a child of and the flow it is the parent of, and the actions its state allows.
 
 use maud::{Markup, html};
 use ruststream_core::{ChildOutcome, FlowState, JobRecord};
 use ruststream_redis::operate::{Job, JobState, StepState, Steps};
+use ruststream_redis::timeline::Event;
 
 use super::jobs::{badge, job_href};
 use super::page::{Ctx, action_back, layout, ms};
@@ -50,7 +52,6 @@ pub(super) fn job_page(ctx: &Ctx<'_>, v: &JobView<'_>) -> Markup {
             @if let Some(e) = &j.entry { dt { "stream entry" } dd { code { (e) } } }
             @if let Some(n) = j.deliveries { dt { "deliveries" } dd { (n) } }
             @if let Some(reason) = &j.reason { dt { @if j.state == JobState::Dead { "dead-letter reason" } @else { "error" } } dd #reason { (reason) } }
-            @if let Some(h) = j.headers.get("dead-history") { dt { "earlier reasons" } dd { (h) } }
             @if let Some(due) = j.due_in_ms { dt { @if j.state == JobState::Retrying { "retries in" } @else { "due in" } } dd #due { (ms(due)) } }
             @if let Some(w) = &j.worker { dt { @if j.entry.is_some() { "consumer" } @else { "worker" } } dd #worker { code { (w) } } }
             @if let Some(r) = j.running_ms { dt { @if j.entry.is_some() { "idle for" } @else { "running for" } } dd { (for_ms(r)) } }
@@ -58,6 +59,8 @@ pub(super) fn job_page(ctx: &Ctx<'_>, v: &JobView<'_>) -> Markup {
             @if let Some(g) = j.headers.get(ruststream_core::GROUP_HEADER) { dt { "fair group" } dd #group { (g) } }
             @if j.state != JobState::Completed { dt { "payload size" } dd { (j.size) " bytes" } }
         }
+        h2 { "History" }
+        (timeline(&j.timeline()))
         @if let Some(r) = v.record {
             h2 { "Progress and result" }
             dl.facts #record {
@@ -101,6 +104,23 @@ pub(super) fn job_page(ctx: &Ctx<'_>, v: &JobView<'_>) -> Markup {
         }
     };
     layout(&format!("Job {}", j.id), None, ctx, body)
+}
+
+/// A job's timeline, oldest first: each event's time, kind, attempt and detail.
+fn timeline(events: &[Event]) -> Markup {
+    html! {
+        div.scroll { table #history {
+            tr { th { "when" } th { "event" } th { "attempt" } th { "detail" } }
+            @for e in events {
+                tr {
+                    td { (e.at_text()) }
+                    td { (e.kind) }
+                    td.n { @if let Some(a) = e.attempt { (a) } }
+                    td { (e.detail) }
+                }
+            }
+        } }
+    }
 }
 
 /// A flow's children with their outcomes and results, `this` one marked.
@@ -207,6 +227,37 @@ mod tests {
         assert!(
             page.contains("2026-12-07 16:04:39.200 UTC (in 30.0 s)"),
             "{page}"
+        );
+    }
+
+    #[test]
+    fn the_history_shows_in_order_and_a_reason_with_html_or_bad_bytes_renders_as_text() {
+        let app = AppLabel::default();
+        let mut h = ruststream_core::Headers::new();
+        let history = "1700000000100 retry 1 <script>alert(1)</script>\n\
+                       1700000000200 retry 2 card \u{1}declined\n\
+                       1700000000300 dead 3 max-attempts";
+        h.insert("rs.history".into(), history.into());
+        h.insert("dead-at".into(), "1700000000300".into());
+        let id = "0190f2a1-0000-7000-8000-000000000000";
+        let raw = ruststream_redis::frame::encode_parts(id, 3, &h, b"{}");
+        // The reason's \x01 made a byte that is not UTF-8.
+        let mut raw = raw.to_vec();
+        let at = raw.windows(9).position(|w| w == b"\x01declined");
+        raw[at.expect("the marked reason")] = 0xff;
+        let job = Job::of_frame("orders", JobState::Dead, &raw.into());
+        let page = page_of(&app, &job, None);
+        assert!(!page.contains("<script>alert"), "{page}");
+        assert!(page.contains("&lt;script&gt;alert(1)"), "{page}");
+        assert!(page.contains("card \u{fffd}declined"), "{page}");
+        let at = |what: &str| page.find(what).unwrap_or_else(|| panic!("{what}: {page}"));
+        assert!(at("published") < at("&lt;script&gt;"));
+        assert!(at("&lt;script&gt;") < at("card \u{fffd}"));
+        assert!(at("card \u{fffd}") < at("max-attempts"));
+        assert!(page.contains("2023-11-14 22:13:20.300 UTC"), "{page}");
+        assert!(
+            !page.contains("rs.history"),
+            "not among the headers: {page}"
         );
     }
 

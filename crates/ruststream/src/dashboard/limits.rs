@@ -13,6 +13,8 @@ use super::page::{ms, subscription_href};
 pub(super) struct LimitRow {
     pub(super) b: usize,
     pub(super) name: String,
+    /// The partitioned queue whose whole limit this row shows, when it is one.
+    pub(super) whole: Option<String>,
     pub(super) rate: Option<RateUse>,
     pub(super) cap: Option<u32>,
     pub(super) in_flight: Option<u64>,
@@ -38,6 +40,8 @@ pub(super) async fn limits_of(
     Ok(Some(LimitRow {
         b,
         name: k.name.clone(),
+        // A partitioned queue's limit holds over the whole queue; its first partition carries it.
+        whole: k.partition_of.clone().filter(|_| k.rate_limit.is_some()),
         rate: op.rate_use(&k.name).await?,
         cap: k.max_in_flight,
         in_flight: i.in_flight,
@@ -72,6 +76,7 @@ pub(super) fn limits_table(rows: &[LimitRow]) -> Markup {
                     td { @if let Some(u) = &r.rate {
                         (u.limit.n) " per " (ms(i64::try_from(u.limit.per_ms).unwrap_or(i64::MAX)))
                         @if let Some(h) = &u.limit.by_header { " for each " code { (h) } }
+                        @if let Some(q) = &r.whole { ", over all of " code { (q) } "'s partitions" }
                     } @else { "–" } }
                     td.rate-use { @if let Some(u) = &r.rate {
                         @if u.limit.by_header.is_some() {

@@ -81,7 +81,7 @@ pub(super) async fn run(ops: &[Operator], command: JobCommand) -> Result<ExitCod
     }
 }
 
-/// One place a job is, with its story: steps, the flow it is a child of, the flow it parents.
+/// One place a job is, with its story: its timeline (`Job::timeline`), steps, the flow it is a child of, the flow it parents.
 struct Story {
     job: Job,
     steps: Option<Steps>,
@@ -113,6 +113,10 @@ impl Story {
                 "steps".into(),
                 serde_json::to_value(&self.steps).unwrap_or_default(),
             );
+            map.insert(
+                "timeline".into(),
+                serde_json::to_value(self.job.timeline()).unwrap_or_default(),
+            );
             map.insert("parent_flow".into(), flow(&self.parent));
             map.insert("flow".into(), flow(&self.flow));
         }
@@ -122,6 +126,16 @@ impl Story {
     fn text(&self) -> String {
         let j = &self.job;
         let mut out = line(j);
+        for e in j.timeline() {
+            out.push_str(&format!("  {}  {}", e.at_text(), e.kind));
+            if let Some(a) = e.attempt {
+                out.push_str(&format!(" (attempt {a})"));
+            }
+            if !e.detail.is_empty() {
+                out.push_str(&format!(": {}", e.detail));
+            }
+            out.push('\n');
+        }
         for (k, v) in &j.headers {
             out.push_str(&format!("  header {k}={v}\n"));
         }
@@ -255,5 +269,37 @@ mod tests {
             step_text(&failed),
             "  step reserve failed took 7ms error: down\n"
         );
+    }
+
+    #[test]
+    fn job_show_prints_the_history_in_order_with_times_attempts_and_reasons() {
+        let mut h = ruststream_core::Headers::new();
+        let history = "1700000000100 retry 1 card declined\n\
+                       1700000000200 retry 2 <b>card</b> expired\n\
+                       1700000000300 dead 3 max-attempts";
+        h.insert("rs.history".into(), history.into());
+        let raw = ruststream_redis::frame::encode_parts("order-7", 3, &h, b"{}");
+        let story = Story {
+            job: Job::of_frame("orders", JobState::Dead, &raw),
+            steps: None,
+            parent: None,
+            flow: None,
+        };
+        let text = story.text();
+        let lines: Vec<&str> = text.lines().skip(1).take(4).collect();
+        assert_eq!(
+            lines,
+            [
+                "  time not known  published: its id is not a UUIDv7, so when is not known",
+                "  2023-11-14 22:13:20.100 UTC  retry (attempt 1): card declined",
+                "  2023-11-14 22:13:20.200 UTC  retry (attempt 2): <b>card</b> expired",
+                "  2023-11-14 22:13:20.300 UTC  dead (attempt 3): max-attempts",
+            ],
+            "{text}"
+        );
+        assert!(!text.contains("header rs.history"), "{text}");
+        let json = story.json();
+        assert_eq!(json["timeline"][1]["detail"], "card declined");
+        assert_eq!(json["timeline"][3]["attempt"], 3);
     }
 }

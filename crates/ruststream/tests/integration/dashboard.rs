@@ -16,12 +16,13 @@ use crate::harness;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
 use harness::{Env, WAIT, bounded, on, wait_until};
+use ruststream::IntoHandlerResult;
 use ruststream::dashboard::Dashboard;
 use ruststream::prelude::*;
 
@@ -38,10 +39,12 @@ pub(crate) struct Order {
 
 outgoing!(Order);
 
-/// Drops poisoned orders (they dead-letter) while `broken`; records what it handles.
+/// Drops poisoned orders (they dead-letter) while `broken`, after failing the first `declines`
+/// deliveries with an error (HTML in it) and a retry 10 ms later; records what it handles.
 #[derive(Clone, Default)]
 pub(crate) struct Orders {
     pub(crate) broken: Arc<AtomicBool>,
+    pub(crate) declines: Arc<AtomicU32>,
     pub(crate) handled: Arc<Mutex<Vec<(Order, u32)>>>,
 }
 
@@ -53,7 +56,18 @@ impl Handle<Order> for Orders {
         ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
         if order.poison && self.broken.load(Ordering::SeqCst) {
-            return Err(HandlerOutcome::drop());
+            let declined = self
+                .declines
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if declined.is_err() {
+                return Err(HandlerOutcome::drop());
+            }
+            // An error as a `#[subscriber]` function returns it: its text is the retry's reason.
+            let failed: Result<(), String> =
+                Err(format!("<i>card</i> declined on attempt {}", ctx.attempt()));
+            return failed
+                .into_handler_result()
+                .map_err(|_| HandlerOutcome::retry_after(Duration::from_millis(10)));
         }
         self.handled
             .lock()

@@ -1,7 +1,7 @@
 //! The dashboard's charts and job pages in a real headless Chromium (the helpers of
 //! `dashboard.rs`): a published burst shows on the overview's throughput chart; a dead letter
-//! searched by its id opens its job page, with HTML in its payload and header shown as text, and
-//! is requeued from there; a huge, a non-UTF-8 and an HTML payload render safely on their job
+//! searched by its id opens its job page, with HTML in its payload, header and errors shown as
+//! text and its two retries before it died in its history, and is requeued from there; a huge, a non-UTF-8 and an HTML payload render safely on their job
 //! pages; a job list pages; an unknown id is a "not found" page; and on every page, nothing is
 //! refused by the CSP, logged as an error in the console, or fetched from elsewhere.
 
@@ -73,8 +73,10 @@ async fn charts_search_and_the_job_page_in_chromium(env: &Env) {
     assert!(!lines.is_empty(), "the chart draws the burst");
     nothing_refused(&driver, &browser, addr).await;
 
-    // A dead letter with HTML in its payload and a header, found by its id.
+    // A dead letter with HTML in its payload and a header, found by its id, that failed twice
+    // (with HTML in its errors) before it was dropped.
     orders.broken.store(true, Ordering::SeqCst);
+    orders.declines.store(2, Ordering::SeqCst);
     publisher
         .message(&Order { poison: true })
         .to("{shop}")
@@ -95,6 +97,24 @@ async fn charts_search_and_the_job_page_in_chromium(env: &Env) {
     click(&browser, "#search button").await;
     let reason = text_of(&browser, "#reason").await;
     assert!(reason.contains("dropped"), "{reason}");
+    let history = text_of(&browser, "#history").await;
+    let at = |what: &str| {
+        history
+            .find(what)
+            .unwrap_or_else(|| panic!("{what} in {history}"))
+    };
+    assert!(at("published") < at("<i>card</i> declined on attempt 1"));
+    assert!(at("declined on attempt 1") < at("declined on attempt 2"));
+    assert!(at("declined on attempt 2") < at("dropped"));
+    assert!(history.contains("not a UUIDv7"), "{history}");
+    let italics = browser
+        .find_all(Locator::Css("#history i"))
+        .await
+        .expect("a query");
+    assert!(
+        italics.is_empty(),
+        "the errors' HTML is text, not an element"
+    );
     let headers = text_of(&browser, "#headers").await;
     assert!(
         headers.contains("tenant=<img src=x onerror=alert(1)>"),

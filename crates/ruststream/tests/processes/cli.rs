@@ -1,6 +1,7 @@
 //! What an operator sees of a service run through `run_main`: its name and version in
 //! `-V`, no colour codes when stderr is not a terminal, `--log-format json`, one startup line a
 //! subscription naming its keys and mode without the password, and one error line in words.
+//! `job show` prints a dead job's history: published, its two retries with their errors, dead.
 //!
 //! Each test runs this binary's `#[ignore]`d [`service`] as a process, with stderr in a file;
 //! the service takes its command line from `RUSTSTREAM_TEST_ARGS` and its Redis from
@@ -246,5 +247,80 @@ async fn cancel_removes_a_delayed_message_and_says_not_found_for_an_unknown_id()
         ])
         .await
         .unwrap_or(0);
+    let _ = client.quit().await;
+}
+
+/// Fails every delivery with an error naming its attempt, as a `#[subscriber]` function's
+/// `Err(e)` does.
+struct Declines;
+
+impl Handle<Job> for Declines {
+    async fn handle(&self, _: &Job, _: &(), ctx: &mut Context<'_>) -> Result<(), HandlerOutcome> {
+        let failed: Result<(), String> = Err(format!("declined on attempt {}", ctx.attempt()));
+        ruststream::IntoHandlerResult::into_handler_result(failed)
+    }
+}
+
+/// `job show ID`: a message that failed twice, then died, prints its history in order, each
+/// event with its time: published (its id is a producer's own UUIDv7), the two retries with the
+/// handler's errors and their attempts, then the dead letter.
+#[tokio::test]
+async fn job_show_prints_a_dead_jobs_history_in_order() {
+    let Some(url) = redis_url() else { return };
+    let prefix = format!("{}:", unique("cli-story"));
+    let broker = RedisBroker::standalone(url.clone()).prefix(prefix.clone());
+    let source = RedisList::new("{jobs}")
+        .reliable()
+        .max_attempts(3)
+        .retry(Backoff::fixed(Duration::from_millis(10)));
+    let app = RustStream::new(AppInfo::new("cli-demo", "1.2.3")).with_broker(broker.clone(), |b| {
+        b.include(subscriber(source, Declines).build());
+    });
+    let running = harness::start(app).await;
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_millis();
+    let id = format!(
+        "{:08x}-{:04x}-7000-8000-00000000002a",
+        ms >> 16,
+        ms & 0xffff
+    );
+    broker
+        .publisher()
+        .message(&Job { n: 1 })
+        .to("{jobs}")
+        .id(id.clone())
+        .publish()
+        .await
+        .expect("publish");
+    let client = harness::stand::node_client(&url).await;
+    let dead = format!("{prefix}{{jobs}}.dead");
+    harness::wait_until("the job is dead", harness::WAIT, async || {
+        client.llen::<i64, _>(&dead).await.unwrap_or(0) == 1
+    })
+    .await;
+    harness::stop(running).await;
+
+    let shown = run(&format!("job show {id}"), &url, &prefix).await;
+    assert_eq!(shown.code, Some(0), "{}", shown.stderr);
+    let events: Vec<&str> = shown
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" UTC  "))
+        .map(|l| l.split(" UTC  ").nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "published",
+            "retry (attempt 1): declined on attempt 1",
+            "retry (attempt 2): declined on attempt 2",
+            "dead (attempt 3): max-attempts",
+        ],
+        "{}",
+        shown.stdout
+    );
+    let _: i64 = client.del(dead).await.unwrap_or(0);
     let _ = client.quit().await;
 }

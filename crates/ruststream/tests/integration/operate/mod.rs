@@ -8,6 +8,7 @@ mod inspect;
 mod jobs;
 mod pause;
 mod stories;
+mod timeline;
 
 use std::future::Future;
 use std::process::ExitCode;

@@ -52,6 +52,11 @@ impl Handle<Job> for Gate {
 }
 
 async fn a_stream_lists_its_pending_and_waiting_entries(env: &Env) {
+    let began = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .expect("a clock after 1970")
+        - 1000;
     let gate = Gate::shut();
     let handler = gate.clone();
     let mount = move |b: &mut Mount<RedisBroker>| {
@@ -99,6 +104,12 @@ async fn a_stream_lists_its_pending_and_waiting_entries(env: &Env) {
     assert!(first.worker.as_deref().is_some_and(|w| !w.is_empty()));
     assert!(first.entry.is_some() && first.running_ms.is_some());
     assert_eq!(first.deliveries, Some(1));
+    // Its timeline ends with its claim: the consumer, and when (the server's now less its idle
+    // time), not before the test began.
+    let claimed = first.timeline().pop().expect("a timeline");
+    assert_eq!(claimed.kind, "claimed");
+    assert_eq!(Some(&claimed.detail), first.worker.as_ref());
+    assert!(claimed.at_ms.is_some_and(|at| at >= began), "{claimed:?}");
     assert_eq!(
         first.headers.get("tenant").map(String::as_str),
         Some("acme")
@@ -315,6 +326,16 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
             )
             .build(),
         );
+        b.include(
+            subscriber(
+                RedisList::new("parts")
+                    .reliable()
+                    .partitions(2)
+                    .rate_limit(5, per),
+                handler.clone(),
+            )
+            .build(),
+        );
     };
     let app = env.app(mount.clone());
     let op = operator_of(&app).await;
@@ -343,7 +364,18 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
             .await
             .expect("publish");
     }
-    wait_until("all six are handled", WAIT, async || seen.seen().len() == 6).await;
+    for (n, partition) in [(20, "{parts:0}"), (21, "{parts:1}")] {
+        publisher
+            .message(&job(n, false))
+            .to(partition)
+            .publish()
+            .await
+            .expect("publish");
+    }
+    wait_until("all eight are handled", WAIT, async || {
+        seen.seen().len() == 8
+    })
+    .await;
     let whole = op
         .rate_use("{limited}")
         .await
@@ -361,6 +393,21 @@ async fn rate_limits_show_their_use_and_caps_their_bound(env: &Env) {
         keyed.busiest,
         [("acme".to_owned(), 2), ("globex".to_owned(), 1)]
     );
+    // A partitioned queue's limit holds over the whole queue: its first partition carries it.
+    let limited: Vec<_> = op
+        .subscriptions()
+        .iter()
+        .filter(|q| q.partition_of.as_deref() == Some("parts") && q.rate_limit.is_some())
+        .collect();
+    assert_eq!(limited.len(), 1, "shown once: {limited:?}");
+    let parts = op
+        .rate_use(&limited[0].name)
+        .await
+        .expect("use")
+        .expect("a limit");
+    // The partitions' reader reserves permits ahead, so all it holds counts as spent.
+    assert_eq!(parts.limit.n, 5, "{parts:?}");
+    assert!((2..=5).contains(&parts.used), "{parts:?}");
     let keys = op.find("{limited}").expect("the subscription");
     assert_eq!(keys.max_in_flight, Some(2));
     env.stop(running).await;

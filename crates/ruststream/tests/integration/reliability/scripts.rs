@@ -222,9 +222,15 @@ async fn a_stream_retry_with_too_many_headers_is_dead_lettered(env: &Env) {
     assert!(reason.starts_with("too-many-headers"), "{reason}");
     assert_eq!(
         dead[0].headers.len(),
-        4002,
-        "the dead letter keeps every header, with its reason and dead-at"
+        4003,
+        "the dead letter keeps every header, with its reason, dead-at and history"
     );
+    let history = dead[0]
+        .headers
+        .get("rs.history")
+        .cloned()
+        .unwrap_or_default();
+    assert!(history.contains(" dead 1 too-many-headers"), "{history}");
     assert_eq!(
         serde_json::from_slice::<Job>(&dead[0].payload).unwrap(),
         Job { n: 7 }
