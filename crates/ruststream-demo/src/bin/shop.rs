@@ -11,6 +11,7 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use ruststream::IntoHandlerResult;
 use ruststream::dashboard::Dashboard;
 use ruststream::periodic::Tz;
 use ruststream::prelude::*;
@@ -56,7 +57,10 @@ impl Handle<ChargeOrder> for Payments {
         async move {
             work(5, 60).await;
             if declined {
-                return Err(HandlerOutcome::drop());
+                // An error's text is the retry's reason in the job's history; after its third
+                // attempt the order is dead-lettered (`max-attempts`).
+                let declined = Err::<(), _>(format!("card declined: {} cents", order.cents));
+                return declined.into_handler_result();
             }
             if flaky {
                 return Err(HandlerOutcome::retry());

@@ -122,6 +122,8 @@ pub struct DeadLetter {
     pub payload: serde_json::Value,
     /// The stored value's size in bytes.
     pub size: usize,
+    /// The payload's size in bytes.
+    pub payload_size: usize,
 }
 
 impl DeadLetter {
@@ -140,6 +142,7 @@ impl DeadLetter {
             headers,
             payload: payload_view(&frame.payload),
             size: raw.len(),
+            payload_size: frame.payload.len(),
         }
     }
 }

@@ -294,7 +294,7 @@ impl Operator {
                         attempt: d.attempt,
                         headers: d.headers,
                         payload: d.payload,
-                        size: d.size,
+                        size: d.payload_size,
                         reason: d.reason,
                         ..Job::blank(&q.name)
                     })
