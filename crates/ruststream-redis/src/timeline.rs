@@ -49,12 +49,16 @@ impl Event {
     /// Its time for people, `2026-01-31 09:15:02.250 UTC`, or `time not known`.
     pub fn at_text(&self) -> String {
         self.at_ms
-            .and_then(chrono::DateTime::from_timestamp_millis)
-            .map_or_else(
-                || "time not known".to_owned(),
-                |t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
-            )
+            .and_then(utc_text)
+            .unwrap_or_else(|| "time not known".to_owned())
     }
+}
+
+/// A time in ms since the epoch for people, in UTC to the ms: `2026-01-31 09:15:02.250 UTC`;
+/// `None` outside the range a date can show.
+pub fn utc_text(ms: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f UTC").to_string())
 }
 
 /// `headers` with the event `why` on `attempt` appended to their history, now on this clock,

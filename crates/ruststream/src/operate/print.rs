@@ -25,27 +25,13 @@ pub(super) fn pretty<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).map_or_else(|e| e.to_string(), |s| s + "\n")
 }
 
-/// A time as ms since the epoch, in UTC to the ms: `2026-12-07 16:03:39.123 UTC`.
+/// A time as ms since the epoch, in UTC to the ms: `2026-12-07 16:03:39.123 UTC`, as a job's
+/// history shows its events (`timeline::utc_text`); empty past the dates it can show.
 pub(crate) fn utc_text(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's `civil_from_days`).
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        ms % 1000
-    )
+    i64::try_from(ms)
+        .ok()
+        .and_then(ruststream_redis::timeline::utc_text)
+        .unwrap_or_default()
 }
 
 /// `1.5s`, `-200ms`.
