@@ -61,7 +61,10 @@ impl RedisBroker {
     /// A broker on one Redis server: `redis://[user:password@]host:port[/db]`.
     pub fn standalone(url: impl Into<String>) -> Self {
         Self {
-            conns: Arc::new(Connections::new(Settings::standalone(url.into()))),
+            conns: Arc::new(Connections::new(
+                Settings::standalone(url.into()),
+                crate::flow::repair_boxed,
+            )),
         }
     }
 
@@ -77,7 +80,7 @@ impl RedisBroker {
     fn with(self, f: impl FnOnce(&mut Settings)) -> Self {
         let mut settings = self.conns.settings.clone();
         f(&mut settings);
-        let mut conns = Connections::new(settings);
+        let mut conns = Connections::new(settings, crate::flow::repair_boxed);
         conns.routes = Arc::new(self.conns.routes.copy());
         Self {
             conns: Arc::new(conns),

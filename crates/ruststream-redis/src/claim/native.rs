@@ -3,43 +3,45 @@
 //! key n`, `XREADGROUP`), and stays exact against the operator's pause and the queue's cancels
 //! with a `WATCH` of their keys: the pause key `K.paused` and the cancel record `K.cancels`.
 //!
-//! Each read is one round trip on the reader's own connection: `MULTI`, `EXISTS` of the keys,
-//! the read, `EXEC`, then `WATCH` of the keys and `EXISTS` of them, for the next read. fred
-//! writes a command to the socket at once when nothing else waits in its queue, and always
-//! after a command of its own kind, `MULTI` and `EXEC` here: so the round trip goes as two
-//! pipelines queued together, the last `EXISTS` alone in the second, and fred writes it in
-//! three writes (`MULTI`; the `EXISTS`, the read and `EXEC`; `WATCH` and `EXISTS`), not one
-//! per command. Splitting it there loses nothing: a reconnect between the two pipelines is one
-//! between two round trips, which the `EXISTS` inside the `MULTI` covers (below). The next
-//! read is sent natively only when that `EXISTS` found neither key, and its `EXEC` fails (takes
-//! nothing) when either key was written since that `WATCH`: a `pause` that returned before the
-//! read reached Redis, or a cancel's record. A failed `EXEC` reads again. While either key
-//! exists (a pause; a cancel record, which lives `crate::cancel::TTL` after the last cancel) the
-//! reader claims through its script, whose gates handle both, and looks at the keys again
-//! every [`RECHECK`] (`WATCH` and `EXISTS`, one round trip).
+//! Each read is one round trip, written at once on a connection of the reader's own outside fred
+//! (`crate::conn::wire`): `MULTI`, `EXISTS` of the keys, the read, `EXEC`, then `WATCH` of the
+//! keys and `EXISTS` of them, for the next read. fred flushes its socket after `MULTI` and after
+//! `EXEC`, and Redis then wakes two or three times a read, which more than doubled its time a
+//! message (docs/benchmarks.md, "Native read paths"). The next read is sent natively only when
+//! that `EXISTS` found neither key, and its `EXEC` fails (takes nothing) when either key was
+//! written since that `WATCH`: a `pause` that returned before the read reached Redis, or a
+//! cancel's record. A failed `EXEC` reads again. While either key exists (a pause; a cancel
+//! record, which lives `crate::cancel::TTL` after the last cancel) the reader claims through its
+//! script, whose gates handle both, and looks at the keys again every [`RECHECK`] (`WATCH` and
+//! `EXISTS`, one round trip).
 //!
-//! The `EXISTS` inside the `MULTI` covers a read that ran without its `WATCH`: fred
-//! reconnected between two round trips, and a new connection watches nothing. It says whether a
-//! key existed when the read ran; if one did, the read is [`Native::Unsure`] and the caller puts
-//! back or holds what it got. Every command here is sent to run when sent or not at all
-//! (`crate::lua::once`): a round trip cut by a dropped connection fails and is not sent again,
-//! and Redis drops a `MULTI` its connection did not finish.
+//! The connection goes where the reader's fred client is connected (the URL's server, or the
+//! primary sentinel names); on a cluster, to the node a `MOVED` reply names. Any failure (the
+//! connection's, a timeout, an error reply outside the transaction) closes it, and the next
+//! read connects again. A new connection watches nothing, so it is watched (`WATCH`, `EXISTS`)
+//! before its first read. The `EXISTS` inside the `MULTI` still says whether a key existed when
+//! the read ran; if one did, the read is [`Native::Unsure`] and the caller puts back or holds
+//! what it got. Redis drops a `MULTI` its connection did not finish; a reply lost after `EXEC`
+//! ran loses what a simple list popped (at most once, as the list promises) and leaves a
+//! group's entries pending, for its recovery.
 //!
 //! An error reply of the read (a key of the wrong type, a missing group) sends the reader to the
 //! script, which reports it as it always has. Not for the in-memory model (`crate::memory`),
 //! which has no transactions: its readers use the script.
 //!
-//! Commands: `MULTI`, `EXISTS`, the [`Read`], `EXEC`, `WATCH`.
+//! Commands: `MULTI`, `EXISTS`, the [`Read`], `EXEC`, `WATCH`, and those of connecting
+//! (`crate::conn::wire`).
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-use fred::clients::{Pipeline, WithOptions};
+use bytes::Bytes;
+use fred::error::{Error as FredError, ErrorKind as FredKind};
 use fred::prelude::*;
-use fred::types::{ClusterHash, CustomCommand};
+use fred::types::config::Server;
 use ruststream_core::Result;
 use tokio::time::Instant;
 
+use crate::conn::wire::{Dial, Frame, Wire, moved_to};
 use crate::error::core;
 
 /// How often a reader claiming through its script because a key was set looks again.
@@ -54,8 +56,8 @@ const ATTEMPTS: usize = 3;
 pub(crate) enum Native {
     /// Neither key existed when the read ran: each command's reply, in order.
     Read(Vec<Value>),
-    /// A key existed when the read ran (it ran without its `WATCH`, after a reconnect): each
-    /// command's reply, for the caller to put back or hold.
+    /// A key existed when the read ran: each command's reply, for the caller to put back or
+    /// hold.
     Unsure(Vec<Value>),
     /// A key is set (or the read got an error reply): claim through the script.
     Script,
@@ -77,152 +79,200 @@ pub(crate) enum Read<'a> {
 }
 
 impl Read<'_> {
-    /// How many commands it is.
-    fn len(&self) -> usize {
-        match self {
-            Read::Pop { .. } => 1,
-            Read::Group { .. } => 2,
-        }
-    }
-
-    /// Queues its commands on `p`, as fred's own commands: unlike a custom command, one of
-    /// them is written without a flush of the socket while more waits in fred's queue.
-    async fn queue(&self, p: &Pipe) -> std::result::Result<(), fred::error::Error> {
+    /// Its commands' arguments.
+    fn commands(&self) -> Vec<Vec<Vec<u8>>> {
+        let b = |s: &str| s.as_bytes().to_vec();
         match *self {
-            Read::Pop { key, count } => p.rpop(key, Some(count)).await,
+            Read::Pop { key, count } => vec![vec![b("RPOP"), b(key), b(&count.to_string())]],
             Read::Group {
                 key,
                 group,
                 consumer,
                 count,
-            } => {
-                let count = u64::try_from(count).unwrap_or(u64::MAX);
-                let () = p
-                    .xreadgroup(group, consumer, Some(count), None, false, key, ">")
-                    .await?;
-                p.xrevrange(key, "+", "-", Some(1)).await
-            }
+            } => vec![
+                [
+                    "XREADGROUP",
+                    "GROUP",
+                    group,
+                    consumer,
+                    "COUNT",
+                    &count.to_string(),
+                    "STREAMS",
+                    key,
+                    ">",
+                ]
+                .map(b)
+                .to_vec(),
+                ["XREVRANGE", key, "+", "-", "COUNT", "1"].map(b).to_vec(),
+            ],
         }
     }
 }
 
-/// A reply of a pipeline.
-type Replied = std::result::Result<Value, fred::error::Error>;
-
-/// A pipeline of a reader's client, its commands sent once (`crate::lua::once`).
-type Pipe = Pipeline<WithOptions<Client>>;
-
-/// One reader's watch of its pause key and cancel record.
+/// One reader's watch of its pause key and cancel record, on its own connection.
 pub(crate) struct Watched {
     keys: Vec<String>,
-    hash: ClusterHash,
-    state: Mutex<State>,
+    dial: Dial,
+    /// The longest a round trip may take.
+    timeout: Duration,
+    conn: tokio::sync::Mutex<Conn>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct State {
+/// The connection and what is known of it.
+#[derive(Default)]
+struct Conn {
+    wire: Option<Wire>,
+    /// The node a `MOVED` reply named: where the next connection goes.
+    owner: Option<Server>,
     /// The connection watches the keys, and the `EXISTS` after the `WATCH` found neither.
     armed: bool,
     /// When a set key was seen: not before then is the native read tried again.
     recheck: Option<Instant>,
 }
 
+impl Conn {
+    fn armed(&self) -> bool {
+        self.armed && self.wire.is_some()
+    }
+
+    /// After an `EXISTS` of the keys counted `set`.
+    fn saw(&mut self, set: i64) {
+        self.armed = set == 0;
+        self.recheck = (set != 0).then(|| Instant::now() + RECHECK);
+    }
+
+    /// Closes the connection; the next read connects again, not before `RECHECK` when `wait`.
+    fn close(&mut self, wait: bool) {
+        self.wire = None;
+        self.armed = false;
+        self.recheck = wait.then(|| Instant::now() + RECHECK);
+    }
+}
+
 impl Watched {
-    /// The watch of `keys` (full names, in the queue's slot `slot_key`'s).
-    pub(crate) fn new(keys: Vec<String>, slot_key: &str) -> Self {
+    /// The watch of `keys` (full names, in one slot), on a connection made with `dial`, each
+    /// round trip bounded by `timeout`.
+    pub(crate) fn new(keys: Vec<String>, dial: Dial, timeout: Duration) -> Self {
         Self {
             keys,
-            hash: crate::keys::slot_of(slot_key),
-            state: Mutex::new(State::default()),
+            dial,
+            timeout,
+            conn: tokio::sync::Mutex::new(Conn::default()),
         }
     }
 
-    fn state(&self) -> State {
-        *self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn set(&self, armed: bool) {
-        let recheck = (!armed).then(|| Instant::now() + RECHECK);
-        *self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = State { armed, recheck };
-    }
-
-    fn cmd(&self, name: &'static str) -> CustomCommand {
-        CustomCommand::new_static(name, self.hash.clone(), false)
-    }
-
-    /// Runs `read` natively when neither key is set (see the
-    /// module docs).
+    /// Runs `read` natively when neither key is set (see the module docs); `client` is the
+    /// reader's fred client, whose server the connection goes to.
     ///
     /// # Errors
     /// The connection's errors (the read may then have run: a simple list's at most once).
     pub(crate) async fn read(&self, client: &Client, read: Read<'_>) -> Result<Native> {
-        let state = self.state();
-        if !state.armed {
-            if state.recheck.is_some_and(|at| Instant::now() < at) {
+        let mut conn = self.conn.lock().await;
+        if !conn.armed() {
+            if conn.recheck.is_some_and(|at| Instant::now() < at) {
                 return Ok(Native::Script);
             }
-            let p = self.pipeline(client);
-            self.queue_watch(&p).await;
-            let (_, set) = self.then_exists(client, &p).await;
-            let set = set?;
-            self.set(set == 0);
-            if set > 0 {
+            let armed = self.arm(&mut conn, client).await;
+            match armed {
+                Ok(Some(set)) => conn.saw(set),
+                Ok(None) => return Ok(Native::Script),
+                Err(e) => {
+                    conn.close(true);
+                    return Err(core(e));
+                }
+            }
+            if !conn.armed {
                 return Ok(Native::Script);
             }
         }
         for _ in 0..ATTEMPTS {
-            match self.once(client, read).await {
+            match self.once(&mut conn, read).await {
                 Ok(Some(native)) => return Ok(native),
-                Ok(None) if self.state().armed => {}
+                Ok(None) if conn.armed() => {}
                 Ok(None) => return Ok(Native::Script),
                 Err(e) => {
-                    self.set(false);
-                    return Err(e);
+                    conn.close(true);
+                    return Err(core(e));
                 }
             }
         }
         Ok(Native::Script)
     }
 
+    /// Connects when closed, then `WATCH` and `EXISTS` of the keys: how many are set; `None`
+    /// when a reply says the reader must use its script for now.
+    async fn arm(&self, conn: &mut Conn, client: &Client) -> Result<Option<i64>, FredError> {
+        if conn.wire.is_none() {
+            let server = match conn.owner.clone() {
+                Some(owner) => owner,
+                None => server_of(client)?,
+            };
+            let wire = self.dial.connect(&server).await;
+            conn.wire = Some(wire.inspect_err(|_| conn.owner = None)?);
+        }
+        let command = |name: &[u8]| -> Vec<Vec<u8>> {
+            let keys = self.keys.iter().map(|k| k.as_bytes().to_vec());
+            [name.to_vec()].into_iter().chain(keys).collect()
+        };
+        let commands = [command(b"WATCH"), command(b"EXISTS")];
+        let mut replies = self.round_trip(conn, &commands).await?;
+        let set = replies.pop();
+        match (replies.pop(), set) {
+            (Some(Frame::SimpleString(_)), Some(Frame::Integer(set))) => Ok(Some(set)),
+            (Some(Frame::Error(e)), _) | (_, Some(Frame::Error(e))) => {
+                Ok(self.refused(conn, &crate::error::reply_error(&e)))
+            }
+            other => Err(unexpected(&format!("WATCH and EXISTS answered {other:?}"))),
+        }
+    }
+
     /// One round trip: the read in its `MULTI`, then the `WATCH` for the next. `None` when the
     /// `EXEC` failed (a key was written since the last `WATCH`).
-    async fn once(&self, client: &Client, read: Read<'_>) -> Result<Option<Native>> {
-        let p = self.pipeline(client);
-        let queue = async {
-            let () = p.custom(self.cmd("MULTI"), Vec::<Value>::new()).await?;
-            let () = p.exists(self.keys.clone()).await?;
-            read.queue(&p).await?;
-            p.custom::<(), Value>(self.cmd("EXEC"), Vec::new()).await
+    async fn once(&self, conn: &mut Conn, read: Read<'_>) -> Result<Option<Native>, FredError> {
+        let command = |name: &[u8], keys: bool| -> Vec<Vec<u8>> {
+            let keys = if keys { self.keys.as_slice() } else { &[] };
+            let keys = keys.iter().map(|k| k.as_bytes().to_vec());
+            [name.to_vec()].into_iter().chain(keys).collect()
         };
-        queue.await.map_err(core)?;
-        self.queue_watch(&p).await;
-        let (mut replies, after) = self.then_exists(client, &p).await;
-        let after = after?;
-        self.set(after == 0);
-        let exec = replies
-            .len()
-            .checked_sub(2)
-            .map(|at| replies.swap_remove(at));
+        let reads = read.commands();
+        let mut commands = vec![command(b"MULTI", false), command(b"EXISTS", true)];
+        commands.extend(reads.iter().cloned());
+        commands.push(command(b"EXEC", false));
+        commands.push(command(b"WATCH", true));
+        commands.push(command(b"EXISTS", true));
+        let mut replies = self.round_trip(conn, &commands).await?.into_iter();
+        // MULTI, then one QUEUED a command inside it.
+        for reply in replies.by_ref().take(2 + reads.len()) {
+            if let Frame::Error(e) = reply {
+                let e = crate::error::reply_error(&e);
+                return Ok(self.refused(conn, &e).map(|_| Native::Script));
+            }
+        }
+        let (exec, watch, after) = (replies.next(), replies.next(), replies.next());
+        match (watch, after) {
+            (Some(Frame::SimpleString(_)), Some(Frame::Integer(set))) => conn.saw(set),
+            _ => conn.armed = false,
+        }
         let items = match exec {
-            Some(Ok(Value::Null)) => return Ok(None),
-            Some(Ok(Value::Array(items))) => items,
-            // An error reply of the read: the script reports it.
-            Some(Err(e)) if is_reply(&e) => return Ok(Some(Native::Script)),
-            Some(Err(e)) => return Err(core(e)),
+            Some(Frame::Null) => return Ok(None),
+            Some(Frame::Array(items)) => items,
+            Some(Frame::Error(e)) => return Err(crate::error::reply_error(&e)),
             other => return Err(unexpected(&format!("EXEC answered {other:?}"))),
         };
         let mut items = items.into_iter();
-        let before = items.next().and_then(|v| v.as_i64()).unwrap_or(1);
-        let replies: Vec<Value> = items.collect();
-        if replies.len() != read.len() {
+        let before = match items.next() {
+            Some(Frame::Integer(n)) => n,
+            _ => 1,
+        };
+        let replies: Vec<Frame> = items.collect();
+        if replies.len() != reads.len() {
             return Err(unexpected("EXEC answered another number of replies"));
         }
+        // An error reply of the read: the script reports it.
+        if replies.iter().any(|r| matches!(r, Frame::Error(_))) {
+            return Ok(Some(Native::Script));
+        }
+        let replies = replies.into_iter().map(value).collect();
         Ok(Some(if before == 0 {
             Native::Read(replies)
         } else {
@@ -230,54 +280,78 @@ impl Watched {
         }))
     }
 
-    fn pipeline(&self, client: &Client) -> Pipe {
-        Pipeline::from(client.with_options(&crate::lua::once()))
-    }
-
-    /// Queues `WATCH` of the keys on `p`, as fred's own command (a custom one would flush).
-    /// fred answers its `WATCH` in a pipeline with an error at once (it expects `OK` and gets
-    /// its queued placeholder) after queueing it: the `WATCH` is sent with the pipeline all the
-    /// same, and its reply is not read (a failed `WATCH` shows as the reconnect case, which the
-    /// `EXISTS` inside the next `MULTI` covers).
-    async fn queue_watch(&self, p: &Pipe) {
-        let _queued = p.watch(self.keys.clone()).await;
-    }
-
-    /// Sends `p` and, queued right behind it as a pipeline of its own, `EXISTS` of the keys:
-    /// `p`'s replies and the count. While the `EXISTS` waits in fred's queue, fred writes
-    /// `p`'s own commands without flushing the socket after each.
-    async fn then_exists(&self, client: &Client, p: &Pipe) -> (Vec<Replied>, Result<i64>) {
-        let last = self.pipeline(client);
-        let queued = last.exists::<(), _>(self.keys.clone()).await;
-        let (replies, mut after) = tokio::join!(p.try_all::<Value>(), last.try_all::<Value>());
-        let count = match queued {
-            Ok(()) => exists(after.pop()),
-            Err(e) => Err(core(e)),
+    /// Writes `commands` at once and reads a reply each, within the timeout. The connection is
+    /// closed on any failure (a round trip cut short leaves it mid-reply).
+    async fn round_trip(
+        &self,
+        conn: &mut Conn,
+        commands: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<Frame>, FredError> {
+        let Some(mut wire) = conn.wire.take() else {
+            return Err(FredError::new(FredKind::IO, "native read: not connected"));
         };
-        (replies, count)
+        let all = async {
+            let args: Vec<Vec<&[u8]>> = commands
+                .iter()
+                .map(|c| c.iter().map(Vec::as_slice).collect())
+                .collect();
+            let args: Vec<&[&[u8]]> = args.iter().map(Vec::as_slice).collect();
+            wire.send_all(&args).await?;
+            let mut replies = Vec::with_capacity(commands.len());
+            for _ in commands {
+                replies.push(wire.next().await?);
+            }
+            Ok::<_, FredError>(replies)
+        };
+        let replies = tokio::time::timeout(self.timeout, all)
+            .await
+            .map_err(|_| {
+                FredError::new(
+                    FredKind::Timeout,
+                    format!("native read: no reply within {:?}", self.timeout),
+                )
+            })??;
+        conn.wire = Some(wire);
+        Ok(replies)
+    }
+
+    /// After an error reply outside the transaction: a `MOVED` sends the next connection to the
+    /// node it names at once; anything else (a replica's `READONLY`, a refused command) closes
+    /// the connection for [`RECHECK`]. Either way this read uses the script. Always `None`.
+    fn refused(&self, conn: &mut Conn, e: &FredError) -> Option<i64> {
+        let moved = e.is_moved().then(|| moved_to(e.details())).flatten();
+        let wait = moved.is_none();
+        conn.close(wait);
+        conn.owner = moved;
+        if wait {
+            tracing::debug!(error = %crate::error::redact(e.details()), "native read refused: reading through the script");
+        }
+        None
     }
 }
 
-/// The count of an `EXISTS` reply.
-fn exists(reply: Option<Replied>) -> Result<i64> {
-    match reply {
-        Some(Ok(v)) => Ok(v.as_i64().unwrap_or(1)),
-        Some(Err(e)) => Err(core(e)),
-        None => Err(unexpected("no reply to EXISTS")),
+/// Where the reader's fred client is connected: its server, or on a cluster one of its nodes.
+fn server_of(client: &Client) -> Result<Server, FredError> {
+    let mut servers = client.active_connections();
+    servers.sort_by(|a, b| (&*a.host, a.port).cmp(&(&*b.host, b.port)));
+    servers
+        .into_iter()
+        .next()
+        .ok_or_else(|| FredError::new(FredKind::IO, "native read: the reader's connection is down"))
+}
+
+/// A reply frame as fred's value, for the readers that parse fred's values.
+fn value(frame: Frame) -> Value {
+    match frame {
+        Frame::BulkString(b) | Frame::SimpleString(b) => Value::Bytes(b),
+        Frame::Integer(n) => Value::Integer(n),
+        Frame::Array(items) => Value::Array(items.into_iter().map(value).collect()),
+        Frame::Null => Value::Null,
+        Frame::Error(e) => Value::Bytes(Bytes::copy_from_slice(e.as_bytes())),
     }
 }
 
 /// The error of a reply the native read does not expect.
-fn unexpected(what: &str) -> ruststream_core::Error {
-    core(fred::error::Error::new(
-        fred::error::ErrorKind::Protocol,
-        format!("native read: {what}"),
-    ))
-}
-
-/// Whether `e` is an error reply of Redis to the read (a wrong type, a missing group), not the
-/// connection's or the server's state.
-fn is_reply(e: &fred::error::Error) -> bool {
-    use ruststream_core::ErrorKind as K;
-    matches!(crate::error::kind_of(e), K::WrongType | K::Other)
+fn unexpected(what: &str) -> FredError {
+    FredError::new(FredKind::Protocol, format!("native read: {what}"))
 }

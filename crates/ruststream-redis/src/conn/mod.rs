@@ -21,10 +21,12 @@
 //! | `settings.rs` | [`Settings`], [`Topology`]: what a broker connects to, checked before it does |
 //! | `read.rs` | [`ReadConn`]: a subscription's reading connection, its bounds and its replacement |
 //! | `wakes.rs` | the fan-out of wake-up messages to the readers' notifiers |
+//! | `wire.rs` | a connection outside fred: Pub/Sub subscriptions and native reads |
 
 mod read;
 mod settings;
 mod wakes;
+pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -66,10 +68,22 @@ pub(crate) struct Connections {
     /// Whether the server takes `WAITAOF`, found out on the first durable publish
     /// (`crate::durable`).
     pub(crate) waitaof: tokio::sync::OnceCell<bool>,
+    /// How a delayed set's mover repairs a flow whose publish stopped halfway
+    /// (`crate::flow::repair`). The broker hands it in, so that the mover does not depend on
+    /// flows, nor flows (which publish onto lists and streams) on the mover's readers.
+    pub(crate) repair_flow: RepairFlow,
 }
 
+/// A repair of the flow whose record is `record`, in the publishing set `publishing`: the
+/// outcome's label for `ruststream_flow_repairs_total`.
+pub(crate) type RepairFlow = for<'a> fn(
+    &'a Connections,
+    &'a str,
+    &'a str,
+) -> futures::future::BoxFuture<'a, Result<&'static str>>;
+
 impl Connections {
-    pub(crate) fn new(settings: Settings) -> Self {
+    pub(crate) fn new(settings: Settings, repair_flow: RepairFlow) -> Self {
         let cluster = matches!(settings.topology, Topology::Cluster(_));
         Self {
             keys: KeySpace::new(settings.prefix.clone(), cluster),
@@ -83,6 +97,7 @@ impl Connections {
             memory: MemorySlot::default(),
             routes: Arc::default(),
             waitaof: tokio::sync::OnceCell::new(),
+            repair_flow,
         }
     }
 

@@ -16,6 +16,9 @@ use super::watch;
 use crate::error::core;
 use crate::memory::MemoryWait;
 
+/// The longest a connection of its own ([`ReadConn::dial`]) may take to connect and log in.
+const CONNECT: Duration = Duration::from_secs(5);
+
 /// One subscription's own connection, for blocking reads.
 ///
 /// Every command on it is bounded: a blocking read by its wait plus the command timeout
@@ -124,6 +127,22 @@ impl ReadConn {
     /// never marks connected, so that `fail_fast` would fail every command.
     pub(crate) fn sweeps_once(&self) -> bool {
         self.memory.is_none()
+    }
+
+    /// How to open a connection of its own to this one's server (`super::wire`): its
+    /// credentials and TLS, a connect bounded by the command timeout and 5 s.
+    pub(crate) fn dial(&self) -> super::wire::Dial {
+        let timeout = self.command_timeout.min(CONNECT);
+        match self.builder.get_config() {
+            Some(config) => super::wire::Dial::new(config, timeout),
+            None => super::wire::Dial::new(&Config::default(), timeout),
+        }
+    }
+
+    /// The longest any command on this connection waits for its reply, besides a blocking
+    /// read's wait.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
     }
 
     /// Whether this is a client of the in-memory model (`crate::memory`), not of Redis.

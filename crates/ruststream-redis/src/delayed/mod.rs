@@ -300,8 +300,9 @@ impl Mover {
         .await?;
         self.trims.record(m.trimmed);
         for record in &m.repair {
-            let outcome = match crate::flow::repair(&self.conns, &self.publishing, record).await {
-                Ok(repaired) => repaired.label(),
+            let repair = self.conns.repair_flow;
+            let outcome = match repair(&self.conns, &self.publishing, record).await {
+                Ok(label) => label,
                 Err(e) => {
                     tracing::warn!(queue = %self.queue, record, error = %e,
                         "flow not repaired; a reader tries again after the grace");

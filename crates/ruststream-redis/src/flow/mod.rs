@@ -50,7 +50,7 @@ use crate::policy::{PublishPolicy, Routes};
 mod plan;
 mod repair;
 mod state;
-pub(crate) use repair::repair;
+pub(crate) use repair::repair_boxed;
 pub(crate) use state::{read, record_key};
 
 /// The header naming, on a child, the queue its parent goes onto (`Dest::encode`).

@@ -37,6 +37,16 @@ impl Repaired {
     }
 }
 
+/// [`repair`] as the broker hands it to the delayed sets' movers
+/// (`crate::conn::RepairFlow`): the outcome's label.
+pub(crate) fn repair_boxed<'a>(
+    conns: &'a Connections,
+    publishing: &'a str,
+    record: &'a str,
+) -> futures::future::BoxFuture<'a, Result<&'static str>> {
+    Box::pin(async move { repair(conns, publishing, record).await.map(Repaired::label) })
+}
+
 /// Publishes what the flow of `record` (an entry of `publishing`) left unsent.
 ///
 /// # Errors

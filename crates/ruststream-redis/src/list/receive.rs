@@ -118,7 +118,7 @@ pub(super) async fn open(
     let native = (plain && !conn.is_memory()).then(|| {
         let watched = pause.iter().map(|p| p.key().to_owned());
         let watched = watched.chain([keys.cancels.clone()]).collect();
-        Watched::new(watched, &keys.queue)
+        Watched::new(watched, conn.dial(), conn.command_timeout())
     });
     let reader = Reader {
         conn,

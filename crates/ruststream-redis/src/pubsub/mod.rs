@@ -8,8 +8,8 @@
 //! Commands sent:
 //! - `SUBSCRIBE channel` ([`RedisChannel::new`]), `PSUBSCRIBE pattern`
 //!   ([`RedisChannel::pattern`]) or `SSUBSCRIBE channel` ([`RedisChannel::sharded`]) on a
-//!   connection of the subscription's own (`wire.rs`, `session.rs`; `AUTH` first when the broker
-//!   has credentials), sent again after every reconnect, and a `PING` when it was silent for
+//!   connection of the subscription's own (`crate::conn::wire`, `session.rs`; `AUTH` first when
+//!   the broker has credentials), sent again after every reconnect, and a `PING` when it was silent for
 //!   the command timeout, so a connection that went quiet without closing is found and
 //!   replaced. The app starts once the server has confirmed the subscription.
 //! - `PUBLISH channel frame` for [`Publish::new`], `SPUBLISH channel frame` for
@@ -82,7 +82,6 @@
 //! | `transport.rs` | the source as the broker sees it: checks, keys, description, route, retries | none |
 //! | `receive.rs` | the receiver: messages as handlers free up; its settler | `LPUSH` dead letters |
 //! | `session.rs` | the task keeping the subscription: subscribing, reading with backpressure, reconnecting | `SUBSCRIBE` / `PSUBSCRIBE` / `SSUBSCRIBE`, `PING` |
-//! | `wire.rs` | the subscription's connection: TCP or TLS, RESP2 frames | `AUTH` |
 //! | `publish.rs` | publishing | `PUBLISH` / `SPUBLISH`, pipelined |
 //! | `shard.rs` | a sharded channel's checks | none |
 //!
@@ -101,7 +100,6 @@ mod session;
 mod shard;
 mod source;
 mod transport;
-mod wire;
 
 pub use self::publish::Publish;
 pub(crate) use self::publish::publish;

@@ -16,8 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::session::{self, Message, Spec};
 use super::source::{Kind, RedisChannel};
-use super::wire::Dial;
 use crate::conn::Connections;
+use crate::conn::wire::Dial;
 use crate::dead::PushDeadLetters;
 use crate::gauges;
 use crate::memory::MemoryFeed;

@@ -1,4 +1,4 @@
-//! The task that keeps one subscription on a connection of its own ([`wire`](super::wire)) and
+//! The task that keeps one subscription on a connection of its own (`crate::conn::wire`) and
 //! passes its messages on with backpressure: the next message is read only once the one before
 //! found room in the subscription's read-ahead buffer.
 //!
@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::source::Kind;
-use super::wire::{Dial, Frame, Wire};
+use crate::conn::wire::{Dial, Frame, Wire, moved_to};
 
 /// The longest wait between two attempts to subscribe again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -311,13 +311,6 @@ fn word(frame: Option<&Frame>) -> Option<&[u8]> {
         Some(Frame::BulkString(b) | Frame::SimpleString(b)) => Some(b),
         _ => None,
     }
-}
-
-/// The server of a `MOVED slot host:port` reply.
-fn moved_to(reply: &str) -> Option<Server> {
-    let address = reply.split_ascii_whitespace().nth(2)?;
-    let (host, port) = address.rsplit_once(':')?;
-    Some(Server::new(host, port.parse().ok()?))
 }
 
 #[cfg(test)]

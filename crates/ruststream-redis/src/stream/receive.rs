@@ -126,7 +126,7 @@ async fn open_one(
     let native = (gates.len() == usize::from(pause.is_some()) && !conn.is_memory()).then(|| {
         let watched = pause.iter().map(|p| p.key().to_owned());
         let watched = watched.chain([keys.cancels.clone()]).collect();
-        Watched::new(watched, &keys.stream)
+        Watched::new(watched, conn.dial(), conn.command_timeout())
     });
     let signals = if first {
         Some(conns.signals(&keys.cancel_channel).await?)

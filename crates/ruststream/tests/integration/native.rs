@@ -255,8 +255,7 @@ async fn a_simple_list_and_a_plain_group_read_without_a_script() {
             scripts * 10 < reads,
             "{key}: {scripts} EVALSHA for {reads} {read}: a read ran a script ({calls:?})"
         );
-        // Each native read is followed by the `WATCH` for the next, queued as fred's own
-        // command (which answers an error at queue time in a pipeline, yet is sent).
+        // Each native read is followed by the `WATCH` for the next, in the same write.
         let watches = calls.get("watch").copied().unwrap_or(0);
         assert!(
             watches >= reads,

@@ -1,13 +1,18 @@
-//! A subscription's own connection to one Redis server, read only when asked: TCP or TLS,
-//! `AUTH` when the broker has credentials, RESP2 frames encoded and decoded with
-//! `redis-protocol` (the codec fred itself is built on).
+//! A connection of RustStream's own to one Redis server, outside fred, read only when asked:
+//! TCP or TLS, `AUTH` when the broker has credentials, `SELECT` when it names a database, RESP2
+//! frames encoded and decoded with `redis-protocol` (the codec fred itself is built on).
 //!
-//! fred reads a subscriber connection continuously and hands its messages to a broadcast channel
-//! that drops what a slow reader has not taken; this connection reads the socket only when its
-//! owner asks for the next frame, so a subscription that cannot keep up leaves the messages in
-//! the kernel's buffers and in Redis's output buffer instead (see the [module docs](super)).
+//! Two users need what fred does not do:
+//! - A Pub/Sub subscription (`crate::pubsub`). fred reads a subscriber connection continuously
+//!   and hands its messages to a broadcast channel that drops what a slow reader has not taken;
+//!   this connection reads the socket only when its owner asks for the next frame, so a
+//!   subscription that cannot keep up leaves the messages in the kernel's buffers and in Redis's
+//!   output buffer instead.
+//! - A native read (`crate::claim::native`). fred flushes its socket after `MULTI` and after
+//!   `EXEC`, so a read in a `MULTI` reaches Redis in two or three writes, and Redis wakes for
+//!   each; [`Wire::send_all`] writes a whole round trip at once.
 //!
-//! Commands sent: `AUTH [user] password`, then what [`session`](super::session) sends.
+//! Commands sent: `AUTH [user] password`, `SELECT db`, then what the owner sends.
 
 use std::time::Duration;
 
@@ -24,14 +29,15 @@ use tokio::net::TcpStream;
 const READ_CHUNK: usize = 64 * 1024;
 
 /// A frame of the connection.
-pub(super) type Frame = BytesFrame;
+pub(crate) type Frame = BytesFrame;
 
 /// What a connection needs besides the address: credentials and TLS, from the broker's
 /// configuration.
 #[derive(Clone)]
-pub(super) struct Dial {
+pub(crate) struct Dial {
     username: Option<String>,
     password: Option<String>,
+    database: Option<u8>,
     tls: Option<TlsConnector>,
     timeout: Duration,
 }
@@ -39,17 +45,18 @@ pub(super) struct Dial {
 impl Dial {
     /// The credentials and TLS of `config` (fred's, as the broker builds it); a connect or a
     /// handshake taking longer than `timeout` fails.
-    pub(super) fn new(config: &Config, timeout: Duration) -> Self {
+    pub(crate) fn new(config: &Config, timeout: Duration) -> Self {
         Self {
             username: config.username.clone(),
             password: config.password.clone(),
+            database: config.database,
             tls: config.tls.as_ref().map(|t| t.connector.clone()),
             timeout,
         }
     }
 
-    /// Connects to `server` and authenticates.
-    pub(super) async fn connect(&self, server: &Server) -> Result<Wire, Error> {
+    /// Connects to `server`, authenticates and selects the database.
+    pub(crate) async fn connect(&self, server: &Server) -> Result<Wire, Error> {
         let mut wire = tokio::time::timeout(self.timeout, self.open(server))
             .await
             .map_err(|_| timed_out("connecting", self.timeout))??;
@@ -62,6 +69,12 @@ impl Dial {
             wire.send(&args).await?;
             if let Frame::Error(e) = wire.reply(self.timeout).await? {
                 return Err(Error::new(ErrorKind::Auth, e.to_string()));
+            }
+        }
+        if let Some(db) = self.database.filter(|&db| db != 0) {
+            wire.send(&[b"SELECT", db.to_string().as_bytes()]).await?;
+            if let Frame::Error(e) = wire.reply(self.timeout).await? {
+                return Err(crate::error::reply_error(&e));
             }
         }
         Ok(wire)
@@ -97,28 +110,35 @@ trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 /// One connection: what was read and not decoded yet stays in `buf`.
-pub(super) struct Wire {
+pub(crate) struct Wire {
     io: Box<dyn Io>,
     buf: BytesMut,
 }
 
 impl Wire {
     /// Sends one command.
-    pub(super) async fn send(&mut self, args: &[&[u8]]) -> Result<(), Error> {
-        let frame = Frame::Array(
-            args.iter()
-                .map(|a| Frame::BulkString(Bytes::copy_from_slice(a)))
-                .collect(),
-        );
+    pub(crate) async fn send(&mut self, args: &[&[u8]]) -> Result<(), Error> {
+        self.send_all(&[args]).await
+    }
+
+    /// Sends `commands` in one write.
+    pub(crate) async fn send_all(&mut self, commands: &[&[&[u8]]]) -> Result<(), Error> {
         let mut out = BytesMut::new();
-        extend_encode(&mut out, &frame, false)?;
+        for args in commands {
+            let frame = Frame::Array(
+                args.iter()
+                    .map(|a| Frame::BulkString(Bytes::copy_from_slice(a)))
+                    .collect(),
+            );
+            extend_encode(&mut out, &frame, false)?;
+        }
         self.io.write_all(&out).await.map_err(io)?;
         self.io.flush().await.map_err(io)
     }
 
     /// The next frame, reading the socket only when none is buffered. Cancel safe: a frame
     /// partly read when the future is dropped stays buffered for the next call.
-    pub(super) async fn next(&mut self) -> Result<Frame, Error> {
+    pub(crate) async fn next(&mut self) -> Result<Frame, Error> {
         loop {
             if let Some((frame, _, _)) = decode_bytes_mut(&mut self.buf)? {
                 return Ok(frame);
@@ -134,11 +154,18 @@ impl Wire {
     }
 
     /// The next frame within `timeout`.
-    pub(super) async fn reply(&mut self, timeout: Duration) -> Result<Frame, Error> {
+    pub(crate) async fn reply(&mut self, timeout: Duration) -> Result<Frame, Error> {
         tokio::time::timeout(timeout, self.next())
             .await
             .map_err(|_| timed_out("waiting for a reply", timeout))?
     }
+}
+
+/// The server of a `MOVED slot host:port` reply.
+pub(crate) fn moved_to(reply: &str) -> Option<Server> {
+    let address = reply.split_ascii_whitespace().nth(2)?;
+    let (host, port) = address.rsplit_once(':')?;
+    Some(Server::new(host, port.parse().ok()?))
 }
 
 fn io(e: std::io::Error) -> Error {
