@@ -305,7 +305,7 @@ impl RedisBroker {
     pub fn level_keys(&self, key: &str) -> Vec<String> {
         let keys = &self.conns.keys;
         let n = match self.conns.routes.get(key) {
-            Some(crate::policy::PublishPolicy::List(p)) => p.priorities.unwrap_or(0),
+            Some(crate::policy::PublishPolicy::List(p)) => p.layout.priorities.unwrap_or(0),
             _ => 0,
         };
         let full = keys.key(key);

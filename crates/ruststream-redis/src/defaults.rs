@@ -1,5 +1,5 @@
 //! What a broker and its subscriptions use when nothing sets its own: the mover's schedule, the
-//! job record's ttl, the flow repair's grace, the command timeout and the history's period. A
+//! recovery's idle time, the job record's ttl, the flow repair's grace, the command timeout and the history's period. A
 //! leaf module: the connection settings read these without reaching into the options or the
 //! features that use them. Sends no command.
 
@@ -11,6 +11,11 @@ pub const DEFAULT_SCHEDULE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Most due entries one mover call moves, unless `move_batch` says otherwise.
 pub const DEFAULT_MOVE_BATCH: u32 = 128;
+
+/// How long a dead worker's claims (a reliable list's, a stream group's pending entries) take to
+/// come back to the other workers, unless the source's `min_idle` says otherwise. A live worker
+/// keeps its claims alive, so this bounds only how late a crashed worker's work is picked up.
+pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(30);
 
 /// How a subscription's mover is scheduled (see the `delayed` module's docs for what each trades).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

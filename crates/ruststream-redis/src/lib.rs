@@ -33,10 +33,11 @@
 //! One folder per transport, each with its options, receive path, settle path and Lua scripts
 //! (`*.lua`, read with `include_str!`): `list/`, `stream/`, `pubsub/`; `delayed/` schedules and
 //! moves delayed entries. Around them: `keys` names every key and checks the cluster's slot
-//! rule, `options` holds what every source can set, `limit` the rate limiter, `transport` is
-//! the contract a transport fulfils, `conn` builds connections, `policy` holds each
-//! destination's publish policy (its route), `publish` routes outgoing messages, `frame` is the
-//! byte layout of a list value, `broker` ties them to the core.
+//! rule, `options` holds what every source can set and `queue_options` what a list or stream
+//! can set too, `limit` the rate limiter, `transport` is the contract a transport fulfils,
+//! `conn` builds connections, `policy` holds each destination's publish policy (its route) and
+//! the shape of a list a subscription shares with its route, `publish` routes outgoing
+//! messages, `frame` is the byte layout of a list value, `broker` ties them to the core.
 //!
 //! # One message, from `LPUSH` to `LREM`
 //!
@@ -97,6 +98,7 @@ mod policy;
 mod publish;
 mod publisher;
 pub mod pubsub;
+mod queue_options;
 mod rejoin;
 mod reply;
 mod results;

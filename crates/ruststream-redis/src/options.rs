@@ -10,14 +10,10 @@ use ruststream_core::{Error, Result, SubscribeOptions};
 use crate::dead_bound::DeadBound;
 pub(crate) use crate::defaults::Schedule;
 pub use crate::defaults::{
-    DEFAULT_FLOW_REPAIR_GRACE, DEFAULT_MOVE_BATCH, DEFAULT_RESULT_TTL, DEFAULT_SCHEDULE_INTERVAL,
+    DEFAULT_FLOW_REPAIR_GRACE, DEFAULT_MIN_IDLE, DEFAULT_MOVE_BATCH, DEFAULT_RESULT_TTL,
+    DEFAULT_SCHEDULE_INTERVAL,
 };
 use crate::keys::DeadLetter;
-
-/// How long a dead worker's claims (a reliable list's, a stream group's pending entries) take to
-/// come back to the other workers, unless the source's `min_idle` says otherwise. A live worker
-/// keeps its claims alive, so this bounds only how late a crashed worker's work is picked up.
-pub const DEFAULT_MIN_IDLE: Duration = Duration::from_secs(30);
 
 /// What every subscription can set.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +132,8 @@ impl Schedule {
 }
 
 /// Writes the setters of [`SourceOptions`] on a source type with a field `options`:
-/// `base` for every transport, `queue` for those that redeliver (lists, streams).
+/// `base` for every transport, `queue` for those that redeliver (lists, streams), with those of
+/// their [`QueueOptions`](crate::queue_options::QueueOptions) (a field `queue`).
 macro_rules! source_setters {
     (base: $ty:ty) => {
         impl $ty {
@@ -202,6 +199,7 @@ macro_rules! source_setters {
     };
     (queue: $ty:ty) => {
         $crate::options::source_setters!(base: $ty);
+        $crate::queue_options::queue_setters!($ty);
 
         impl $ty {
             /// Deliveries a message gets before it goes to the dead-letter list (default 10).
@@ -241,7 +239,7 @@ macro_rules! source_setters {
 
             /// How often this subscription's idle reader looks for due delayed entries when no
             /// wake-up came (overrides the broker's
-            /// [`schedule_interval`]($crate::RedisBroker::schedule_interval); default 5 s).
+            /// [`schedule_interval`](crate::RedisBroker::schedule_interval); default 5 s).
             /// It bounds how late an entry is moved when its wake-up `PUBLISH` was lost: shorter
             /// means less lateness then and more idle calls to Redis (one per interval per
             /// reader). Zero is refused at startup.
@@ -251,7 +249,7 @@ macro_rules! source_setters {
             }
 
             /// Most due delayed entries one mover call moves (overrides the broker's
-            /// [`move_batch`]($crate::RedisBroker::move_batch); default 128, 1 to 1,000).
+            /// [`move_batch`](crate::RedisBroker::move_batch); default 128, 1 to 1,000).
             /// Larger means fewer round trips when many are due at once, and longer scripts,
             /// during which Redis serves no other client.
             pub fn move_batch(mut self, n: u32) -> Self {

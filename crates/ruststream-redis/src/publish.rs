@@ -181,7 +181,7 @@ fn durable_lead(g: &mut Group, conns: &Connections) -> Vec<crate::durable::Write
     }
     match g.policy {
         PublishPolicy::List(p)
-            if p.ttl.is_none() && p.level == 0 && !p.groups && g.entries.is_empty() =>
+            if p.ttl.is_none() && p.level == 0 && !p.layout.groups && g.entries.is_empty() =>
         {
             if g.now.is_empty() {
                 return Vec::new();
@@ -222,7 +222,7 @@ async fn send(pool: &Pool, conns: &Connections, g: Group, token: &str) -> Result
     if !g.now.is_empty() {
         match g.policy {
             PublishPolicy::PubSub(p) => pubsub::publish(client, &g.key, p, g.now).await?,
-            PublishPolicy::List(p) if p.groups => {
+            PublishPolicy::List(p) if p.layout.groups => {
                 let ring = list::groups::ring(&conns.keys, &g.key);
                 list::groups::GroupPush {
                     queue: &g.key,

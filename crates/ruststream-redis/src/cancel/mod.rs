@@ -161,7 +161,9 @@ pub(crate) async fn cancel(
     let pool = conns.pool()?;
     let route = conns.routes.get(destination).unwrap_or_default();
     let (priorities, partitions, groups) = match &route {
-        crate::PublishPolicy::List(p) => (p.priorities, p.partitions, p.groups),
+        crate::PublishPolicy::List(p) => {
+            (p.layout.priorities, p.layout.partitions, p.layout.groups)
+        }
         crate::PublishPolicy::Stream(p) => {
             let mut names = crate::partition::keys(destination, p.partitions);
             if names.is_empty() {

@@ -66,7 +66,7 @@ pub(crate) fn place(
             policy.transport()
         )));
     };
-    let Some(n) = list.priorities else {
+    let Some(n) = list.layout.priorities else {
         return Err(Error::config(format!(
             "publish to `{dest}`: priority {level} needs a list with priority levels: read it with `RedisList::new(\"{dest}\").priorities(n)`, or in a producer-only process `RedisBroker::route(\"{dest}\", list::Publish::new().priorities(n))`"
         )));

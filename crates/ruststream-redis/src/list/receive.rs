@@ -87,12 +87,9 @@ pub(super) async fn open(
     .await?;
     let gate = watch_source(conns, list, &pool, &stop).await?;
     let pause = gate.as_ref().map(Gate::hold);
-    let rate = list
-        .rate
-        .as_ref()
-        .zip(keys.rate.clone())
-        .map(|(r, key)| r.limiter(key));
+    let rate = list.queue.limiter(keys.rate.clone());
     let cap = list
+        .queue
         .max_in_flight
         .zip(keys.processing.clone())
         .map(|(n, processing)| claim::Gate::cap_list(processing, n));

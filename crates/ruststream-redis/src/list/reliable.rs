@@ -44,7 +44,7 @@ pub(super) fn open_reliable(
     let record = match keys.recovery.clone() {
         None => Record::List { processing },
         Some(zset) => {
-            let idle = list.idle();
+            let idle = list.queue.idle();
             let ttl_ms = list.recovery_ttl.map_or(0, millis);
             let every = (idle / 3).max(Duration::from_millis(10));
             let r = Rejoin::new(every);

@@ -1,6 +1,8 @@
-//! [`RedisList`], a work queue on a Redis list, and its builder: its [`Mode`], recovery options,
-//! partitions, priority levels and rate limit; [`ListKeys`], the full names of its keys and the
-//! checks of its recovery options. Sends no command.
+//! [`RedisList`], a work queue on a Redis list, and its builder: its [`Mode`], its recovery
+//! keys, its list-only options (a per-key rate limit, fair groups' limits); the options it
+//! shares with a stream come from `crate::queue_options`, its layout's setters (partitions,
+//! priority levels, fair groups) from `crate::policy::layout`. [`ListKeys`], the full names of
+//! its keys and the checks of its recovery options. Sends no command.
 
 use std::time::Duration;
 
@@ -9,7 +11,9 @@ use ruststream_core::{Error, Result};
 use super::levels;
 use crate::claim::limit::RateLimit;
 use crate::keys::{Delayed, KeySpace};
-use crate::options::{DEFAULT_MIN_IDLE, SourceOptions, source_setters};
+use crate::options::{SourceOptions, source_setters};
+use crate::policy::{ListLayout, list_layout_setters};
+use crate::queue_options::QueueOptions;
 
 /// How entries leave the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,19 +45,17 @@ pub struct RedisList {
     pub(super) mode: Mode,
     pub(super) processing: Option<String>,
     pub(super) recovery_zset: Option<String>,
-    pub(super) min_idle: Option<Duration>,
     pub(super) recovery_ttl: Option<Duration>,
-    pub(super) no_recovery: bool,
-    pub(super) partitions: Option<u16>,
-    pub(super) rate: Option<RateLimit>,
-    pub(super) priorities: Option<u8>,
-    pub(super) max_in_flight: Option<u32>,
+    /// Its partitions, priority levels and groups: what its route says to publishers.
+    pub(super) layout: ListLayout,
     pub(super) group_max_in_flight: Option<u32>,
-    pub(super) groups: bool,
+    /// What it shares with a stream subscription: rate limit, cap, recovery.
+    pub(super) queue: QueueOptions,
     pub(super) options: SourceOptions,
 }
 
 source_setters!(queue: RedisList);
+list_layout_setters!(RedisList);
 
 impl RedisList {
     /// A simple queue on `key`: popped, at most once.
@@ -63,35 +65,12 @@ impl RedisList {
             mode: Mode::Simple,
             processing: None,
             recovery_zset: None,
-            min_idle: None,
             recovery_ttl: None,
-            no_recovery: false,
-            partitions: None,
-            rate: None,
-            priorities: None,
-            max_in_flight: None,
+            layout: ListLayout::default(),
             group_max_in_flight: None,
-            groups: false,
+            queue: QueueOptions::default(),
             options: SourceOptions::default(),
         }
-    }
-
-    /// Takes at most `n` messages per `per` from the queue, across every worker of every
-    /// instance (a [`RateLimit`]: a burst of `n`, then one every `per / n`). The limiter lives
-    /// in Redis (`<key>.rate`) and is checked by the script that takes the messages, on the
-    /// server's clock; messages over the limit stay in the queue, untouched, and the reader
-    /// waits until the next may pass. Needs `n` >= 1 and `per` > 0; a partitioned queue cannot
-    /// be limited as a whole (its partitions are in different slots).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use ruststream_redis::RedisList;
-    /// let emails = RedisList::new("{emails}").reliable().rate_limit(100, Duration::from_secs(1));
-    /// assert_eq!(emails.rate().map(|r| r.n()), Some(100));
-    /// ```
-    pub fn rate_limit(mut self, n: u32, per: Duration) -> Self {
-        self.rate = Some(RateLimit::new(n, per));
-        self
     }
 
     /// Takes at most `n` messages per `per` for each value of the header `header` (a message
@@ -110,109 +89,7 @@ impl RedisList {
     /// assert_eq!(exports.rate().and_then(|r| r.header()), Some("customer"));
     /// ```
     pub fn rate_limit_by(mut self, header: impl Into<String>, n: u32, per: Duration) -> Self {
-        self.rate = Some(RateLimit::by(header, n, per));
-        self
-    }
-
-    /// The rate limit, if any.
-    pub fn rate(&self) -> Option<&RateLimit> {
-        self.rate.as_ref()
-    }
-
-    /// Handles at most `n` messages of the queue at once, across every worker of every
-    /// instance. The claim script counts the shared processing list (`LLEN <key>.processing`)
-    /// and takes at most `n` minus that; an ack, a retry, a dead letter and the recovery sweep
-    /// of a dead worker's claims free the cap by emptying the processing list. A reader held
-    /// back claims again after 20 ms, so the cap adds no key and no command to a settle. A
-    /// dead worker's claims hold the cap until they are swept (after
-    /// [`min_idle`](Self::min_idle)); with [`no_recovery`](Self::no_recovery), until moved back
-    /// by hand. Needs a reliable list (a simple list's pop records nothing in flight) without
-    /// partitions (each partition's processing list is in a slot of its own), and `n` >= 1.
-    /// See `crate::claim::cap`.
-    ///
-    /// ```
-    /// use ruststream_redis::RedisList;
-    /// // Four renders at once in all, however many instances run, each with 16 permits.
-    /// let renders = RedisList::new("{renders}").reliable().concurrency(16).max_in_flight(4);
-    /// # let _ = renders;
-    /// ```
-    pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.max_in_flight = Some(n);
-        self
-    }
-
-    /// Spreads the queue over `n` lists `{key:0}` … `{key:n-1}`, each in a hash slot of its
-    /// own, so on a cluster one queue is not bounded by one Redis core. Every partition is a
-    /// whole queue (its own processing list, recovery set, delayed set and dead-letter list);
-    /// publishers spread messages over them, round robin or by
-    /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) (one key's messages
-    /// stay in order), and every reader claims from all of them. Name the key without a hash
-    /// tag; the keys of the partitions cannot be named by hand. How readers share their permits
-    /// between partitions is in `docs/decisions.md`, "A partitioned queue is whole queues, read
-    /// at once".
-    ///
-    /// ```
-    /// use ruststream_redis::RedisList;
-    /// let jobs = RedisList::new("jobs").reliable().partitions(4);
-    /// assert_eq!(jobs.partition_keys(), ["{jobs:0}", "{jobs:1}", "{jobs:2}", "{jobs:3}"]);
-    /// ```
-    pub fn partitions(mut self, n: u16) -> Self {
-        self.partitions = Some(n);
-        self
-    }
-
-    /// Gives the queue `n` priority levels, `0` (the lowest, where a publish without a
-    /// priority and a raw `LPUSH key` land) to `n - 1` (the highest), `n` from 2 to
-    /// [`MAX_PRIORITIES`](super::MAX_PRIORITIES); a message is published onto one with
-    /// [`priority(i)`](ruststream_core::PublishBuilder::priority). Level 0 is the key itself,
-    /// level `i` the list `<key>.p<i>` in its slot. Readers, simple or reliable, always take
-    /// from the highest non-empty level first, in one script run: the priority is strict, so
-    /// lower levels wait (starve) for as long as a higher one has entries. Claims, leases,
-    /// settling and recovery are the same as without levels; an entry swept back from a dead
-    /// worker, a retry and a delayed message all go onto their own level (the `rs.priority`
-    /// header, which handlers see). With [`partitions`](Self::partitions) every partition has
-    /// the levels. Why readers wake for a higher level at once while they wait on level 0:
-    /// `docs/decisions.md`, "Priority levels".
-    ///
-    /// ```no_run
-    /// # use ruststream_core::{MessageType, Publisher, Result};
-    /// # async fn run(publisher: Publisher, job: &impl MessageType) -> Result<()> {
-    /// use ruststream_redis::RedisList;
-    /// let jobs = RedisList::new("{jobs}").reliable().priorities(3);
-    /// assert_eq!(jobs.level_keys(), ["{jobs}", "{jobs}.p1", "{jobs}.p2"]);
-    /// // ... subscribe a handler to `jobs`, then publish onto its highest level:
-    /// publisher.message(job).to("{jobs}").priority(2).publish().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn priorities(mut self, n: u8) -> Self {
-        self.priorities = Some(n);
-        self
-    }
-
-    /// Fair groups: one sub-queue per group (a tenant, a customer), and readers take round robin
-    /// over the groups with waiting messages, one entry a group a turn, in one script run across
-    /// every worker of every instance, so a small group's wait does not grow with a large
-    /// group's backlog. A message's group is its
-    /// [`group`](ruststream_core::PublishBuilder::group) (the header `rs.group`; the default
-    /// group '' without one). Retries, recovered claims, delayed messages and requeued dead
-    /// letters go back to their own group. The keys (`<key>.groups`, the ring of non-empty
-    /// groups; `<key>.groups:<group>`, each group's entries; `<key>.groups.paused`) are in the
-    /// key's slot; the operator's `pause --group` passes a group over. A per-group rate limit is
-    /// [`group_rate_limit`](Self::group_rate_limit). Not with
-    /// [`priorities`](Self::priorities). See `crate::list::groups`.
-    ///
-    /// ```no_run
-    /// # use ruststream_core::{MessageType, Publisher, Result};
-    /// # async fn run(publisher: Publisher, job: &impl MessageType) -> Result<()> {
-    /// use ruststream_redis::RedisList;
-    /// let imports = RedisList::new("{imports}").reliable().groups();
-    /// # let _ = imports;
-    /// // ... subscribe a handler to `imports`, then publish for a tenant:
-    /// publisher.message(job).to("{imports}").group("acme").publish().await?;
-    /// # Ok(()) }
-    /// ```
-    pub fn groups(mut self) -> Self {
-        self.groups = true;
+        self.queue.rate = Some(RateLimit::by(header, n, per));
         self
     }
 
@@ -254,7 +131,7 @@ impl RedisList {
 
     /// Whether the queue has fair groups.
     pub fn has_groups(&self) -> bool {
-        self.groups
+        self.layout.groups
     }
 
     /// The keys of its priority levels, lowest first (without the broker's prefix, as on a
@@ -264,21 +141,22 @@ impl RedisList {
         keys.extend(levels::keys(
             &KeySpace::default(),
             &self.key,
-            self.priorities,
+            self.layout.priorities,
         ));
         keys
     }
 
     /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
     pub fn partition_keys(&self) -> Vec<String> {
-        crate::partition::keys(&self.key, self.partitions)
+        crate::partition::keys(&self.key, self.layout.partitions)
     }
 
     /// Claims entries into a processing list instead of popping them: at least once. Crash
     /// recovery is on: every claim is recorded in a recovery set (`<key>.claims` unless
     /// [`recovery_zset`](Self::recovery_zset) names one), kept alive while its worker lives, and
     /// a dead worker's claims come back to the queue after [`min_idle`](Self::min_idle)
-    /// ([`DEFAULT_MIN_IDLE`] by default). [`no_recovery`](Self::no_recovery) turns it off.
+    /// ([`DEFAULT_MIN_IDLE`](crate::DEFAULT_MIN_IDLE) by default).
+    /// [`no_recovery`](Self::no_recovery) turns it off.
     pub fn reliable(mut self) -> Self {
         self.mode = Mode::Reliable;
         self
@@ -294,23 +172,6 @@ impl RedisList {
     /// crash recovery. Naming the set needs [`min_idle`](Self::min_idle) too.
     pub fn recovery_zset(mut self, key: impl Into<String>) -> Self {
         self.recovery_zset = Some(key.into());
-        self
-    }
-
-    /// No crash recovery: a claim is not recorded, and the entries of a worker that dies
-    /// between claim and settle stay in the processing list until moved back by hand. The app
-    /// says at startup how many entries sit there.
-    pub fn no_recovery(mut self) -> Self {
-        self.no_recovery = true;
-        self
-    }
-
-    /// How long a dead worker's claims take to come back to the queue (default
-    /// [`DEFAULT_MIN_IDLE`]). A live worker keeps its claims alive however long its handlers
-    /// run (see the module docs), so this need not outlast the slowest handler; a shorter one
-    /// brings a crashed worker's work back sooner, at the price of more frequent renewals.
-    pub fn min_idle(mut self, idle: Duration) -> Self {
-        self.min_idle = Some(idle);
         self
     }
 
@@ -344,49 +205,48 @@ impl RedisList {
         ListKeys {
             delayed: space.delayed(&queue),
             processing: reliable.then(|| space.processing(&self.key, self.processing.as_deref())),
-            recovery: (reliable && !self.no_recovery).then(|| match &self.recovery_zset {
+            recovery: (reliable && !self.queue.no_recovery).then(|| match &self.recovery_zset {
                 Some(z) => space.key(z),
                 None => space.derived(&queue, ".claims"),
             }),
-            settle_tokens: (reliable && self.no_recovery)
+            settle_tokens: (reliable && self.queue.no_recovery)
                 .then(|| space.derived(&queue, ".settles")),
             dead: space.dead(&self.key, &self.options.dead_letter),
-            rate: self.rate.as_ref().map(|r| r.key(space, &queue)),
-            levels: levels::keys(space, &queue, self.priorities),
-            ring: self.groups.then(|| super::groups::ring(space, &queue)),
+            rate: self.queue.rate.as_ref().map(|r| r.key(space, &queue)),
+            levels: levels::keys(space, &queue, self.layout.priorities),
+            ring: self
+                .layout
+                .groups
+                .then(|| super::groups::ring(space, &queue)),
             cancels: space.cancels(&queue),
             cancel_channel: space.cancel_channel(&queue),
             queue,
         }
     }
 
-    /// How long a dead worker's claims take to come back.
-    pub(super) fn idle(&self) -> Duration {
-        self.min_idle.unwrap_or(DEFAULT_MIN_IDLE)
-    }
-
     /// A named recovery set needs `min_idle`, its ttl must outlive `min_idle`, and none of them
     /// go with `no_recovery`.
     pub(super) fn check_recovery(&self) -> Result<()> {
         let key = &self.key;
+        let queue = &self.queue;
         let recovery_options =
-            self.recovery_zset.is_some() || self.min_idle.is_some() || self.recovery_ttl.is_some();
-        if self.no_recovery && recovery_options {
+            self.recovery_zset.is_some() || queue.min_idle.is_some() || self.recovery_ttl.is_some();
+        if queue.no_recovery && recovery_options {
             return Err(Error::config(format!(
                 "list `{key}`: no_recovery turns crash recovery off, so recovery_zset, min_idle and recovery_ttl do not apply: remove one or the other"
             )));
         }
-        if self.mode == Mode::Simple && (recovery_options || self.no_recovery) {
+        if self.mode == Mode::Simple && (recovery_options || queue.no_recovery) {
             return Err(Error::config(format!(
                 "list `{key}`: recovery options need a reliable list; add `.reliable()`"
             )));
         }
-        if let (Some(z), None) = (&self.recovery_zset, self.min_idle) {
+        if let (Some(z), None) = (&self.recovery_zset, queue.min_idle) {
             return Err(Error::config(format!(
                 "list `{key}`: recovery_zset `{z}` needs min_idle: add `.min_idle(Duration::from_secs(60))`, how long a dead worker's claims take to come back"
             )));
         }
-        let idle = self.idle();
+        let idle = queue.idle();
         if idle.is_zero() {
             return Err(Error::config(format!(
                 "list `{key}`: min_idle must be longer than zero, or every claim is recovered at once"

@@ -95,7 +95,7 @@ fn priority_levels_live_in_the_queues_slot_and_bad_counts_are_refused() {
     assert!(simple.validate(&cluster).is_ok());
     let route = simple.route().expect("a route with the levels");
     assert_eq!(route.partitions(), None);
-    assert!(matches!(route, PublishPolicy::List(p) if p.priorities == Some(3)));
+    assert!(matches!(route, PublishPolicy::List(p) if p.layout.priorities == Some(3)));
     assert!(err(&RedisList::new("q").priorities(1)).contains("leave priorities out"));
     assert!(err(&RedisList::new("q").priorities(0)).contains("between 2 and 16"));
     assert!(err(&RedisList::new("q").priorities(17)).contains("between 2 and 16"));
@@ -196,4 +196,42 @@ fn a_settle_sends_its_entries_as_runs_of_their_batches() {
     assert_eq!(&rest[3..5], [b"A".to_vec(), b"B".to_vec()]);
     let values: Vec<&[u8]> = rest[5..].iter().map(Vec::as_slice).collect();
     assert_eq!(values, [&b"a0"[..], b"a1", b"a3", b"a3'", b"b0", b"b1"]);
+}
+
+#[test]
+fn a_lists_route_is_its_layout() {
+    let list = RedisList::new("q").partitions(2).groups();
+    let route = list.route().expect("a route with the layout");
+    assert_eq!(
+        route,
+        PublishPolicy::List(crate::list::Publish::new().partitions(2).groups())
+    );
+    let levels = RedisList::new("q").priorities(3).route();
+    assert_eq!(
+        levels,
+        Some(PublishPolicy::List(
+            crate::list::Publish::new().priorities(3)
+        ))
+    );
+}
+
+#[test]
+fn a_partition_keeps_the_layout_but_not_the_partitions_nor_the_rate_limit() {
+    let per = Duration::from_secs(1);
+    let list = RedisList::new("q")
+        .reliable()
+        .partitions(2)
+        .priorities(3)
+        .rate_limit(5, per);
+    let parts = Transport::partitions(&list);
+    assert_eq!(parts.len(), 2);
+    let first = parts[0].describe().bindings;
+    assert_eq!(first["priorities"], 3, "{first}");
+    assert!(first.get("partitions").is_none(), "{first}");
+    assert!(first.get("rateLimit").is_none(), "{first}");
+    let whole = list.describe().bindings;
+    assert_eq!(
+        (whole["partitions"].clone(), whole["rateLimit"]["n"].clone()),
+        (2.into(), 5.into())
+    );
 }

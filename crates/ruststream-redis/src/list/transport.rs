@@ -14,7 +14,8 @@ use super::{Publish, levels, receive};
 use crate::conn::Connections;
 use crate::keys::{DeadLetter, KeySpace, SourceKeys};
 use crate::options::SourceOptions;
-use crate::policy::PublishPolicy;
+use crate::policy::{ListLayout, PublishPolicy};
+use crate::queue_options::QueueOptions;
 use crate::transport::{RedisReceiver, Transport};
 
 impl Transport for RedisList {
@@ -30,19 +31,14 @@ impl Transport for RedisList {
         let mut bindings = json!({
             "mode": match self.mode { Mode::Simple => "simple", Mode::Reliable => "reliable" },
         });
-        if let Some(n) = self.partitions {
+        if let Some(n) = self.layout.partitions {
             bindings["partitions"] = json!(n);
         }
-        if let Some(r) = &self.rate {
-            bindings["rateLimit"] = r.describe();
-        }
-        if let Some(n) = self.priorities {
+        self.queue.describe(&mut bindings);
+        if let Some(n) = self.layout.priorities {
             bindings["priorities"] = json!(n);
         }
-        if let Some(n) = self.max_in_flight {
-            bindings["maxInFlight"] = json!(n);
-        }
-        if self.groups {
+        if self.layout.groups {
             bindings["groups"] = json!(true);
         }
         if let Some(n) = self.group_max_in_flight {
@@ -51,7 +47,7 @@ impl Transport for RedisList {
         if self.mode == Mode::Reliable {
             bindings["processing"] = json!(self.processing_key());
         }
-        if self.mode == Mode::Reliable && !self.no_recovery {
+        if self.mode == Mode::Reliable && !self.queue.no_recovery {
             let zset = self
                 .recovery_zset
                 .clone()
@@ -67,12 +63,12 @@ impl Transport for RedisList {
 
     fn source_keys(&self, space: &KeySpace) -> SourceKeys {
         let keys = self.keys(space);
-        let mode = match (self.mode, self.no_recovery) {
+        let mode = match (self.mode, self.queue.no_recovery) {
             (Mode::Simple, _) => "simple",
             (Mode::Reliable, false) => "reliable",
             (Mode::Reliable, true) => "reliable, no recovery",
         };
-        let rate_limit = self.rate.as_ref().map(|r| r.keys(space, &keys.queue));
+        let rate_limit = self.queue.rate.as_ref().map(|r| r.keys(space, &keys.queue));
         SourceKeys {
             name: self.key.clone(),
             transport: "list",
@@ -85,7 +81,7 @@ impl Transport for RedisList {
             min_idle_ms: keys
                 .recovery
                 .is_some()
-                .then(|| u64::try_from(self.idle().as_millis()).unwrap_or(u64::MAX)),
+                .then(|| u64::try_from(self.queue.idle().as_millis()).unwrap_or(u64::MAX)),
             recovery: keys.recovery,
             settle_tokens: keys.settle_tokens,
             group: None,
@@ -95,36 +91,39 @@ impl Transport for RedisList {
             concurrency: self.options.core.concurrency,
             partition_of: None,
             rate_limit,
-            max_in_flight: self.max_in_flight,
+            max_in_flight: self.queue.max_in_flight,
         }
     }
 
     fn partitions(&self) -> Vec<Box<dyn Transport>> {
-        crate::partition::transports(&self.key, self.partitions, |key| Self {
+        crate::partition::transports(&self.key, self.layout.partitions, |key| Self {
             key,
-            partitions: None,
+            layout: ListLayout {
+                partitions: None,
+                ..self.layout
+            },
             // The limit holds over the whole queue: the partitions' reader reserves from it.
-            rate: None,
+            queue: QueueOptions {
+                rate: None,
+                ..self.queue.clone()
+            },
             ..self.clone()
         })
     }
 
     fn limiter(&self, space: &KeySpace) -> Option<crate::claim::limit::Limiter> {
-        self.partitions?;
-        let rate = self.rate.as_ref()?;
-        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
+        self.layout.partitions?;
+        self.queue.whole_limiter(space, &self.key)
     }
 
     /// A partitioned list's publishers spread messages over its partitions; one with priority
     /// levels lets them publish onto its levels.
     fn route(&self) -> Option<PublishPolicy> {
-        if self.partitions.is_none() && self.priorities.is_none() && !self.groups {
+        if self.layout.is_plain() {
             return None;
         }
         Some(PublishPolicy::List(Publish {
-            partitions: self.partitions,
-            priorities: self.priorities,
-            groups: self.groups,
+            layout: self.layout,
             ..Publish::new()
         }))
     }
@@ -142,21 +141,7 @@ impl Transport for RedisList {
         if key.is_empty() {
             return Err(Error::config("a RedisList has an empty key: name the list"));
         }
-        if let Some(rate) = &self.rate {
-            rate.validate(&format!("list `{key}`"))?;
-            if self.partitions.is_some() && rate.header().is_some() {
-                return Err(Error::config(format!(
-                    "list `{key}`: a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another); use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions"
-                )));
-            }
-        }
-        levels::check(&format!("list `{key}`"), self.priorities)?;
-        if self.groups && self.priorities.is_some() {
-            return Err(Error::config(format!(
-                "list `{key}`: fair groups and priority levels do not combine (a claim takes round robin over the groups, not highest level first); give each priority a queue of its own with groups, or drop `.priorities(n)`"
-            )));
-        }
-        let cannot = match (self.mode, self.partitions) {
+        let cannot = match (self.mode, self.layout.partitions) {
             (Mode::Simple, _) => Some(
                 "needs a reliable list (a pop records nothing in flight to count): add `.reliable()`",
             ),
@@ -165,13 +150,29 @@ impl Transport for RedisList {
             ),
             _ => None,
         };
-        crate::claim::cap::validate(&format!("list `{key}`"), self.max_in_flight, cannot)?;
+        self.queue.validate(&format!("list `{key}`"), cannot)?;
+        let per_key = self
+            .queue
+            .rate
+            .as_ref()
+            .is_some_and(|r| r.header().is_some());
+        if self.layout.partitions.is_some() && per_key {
+            return Err(Error::config(format!(
+                "list `{key}`: a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another); use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions"
+            )));
+        }
+        levels::check(&format!("list `{key}`"), self.layout.priorities)?;
+        if self.layout.groups && self.layout.priorities.is_some() {
+            return Err(Error::config(format!(
+                "list `{key}`: fair groups and priority levels do not combine (a claim takes round robin over the groups, not highest level first); give each priority a queue of its own with groups, or drop `.priorities(n)`"
+            )));
+        }
         crate::claim::cap::validate(
             &format!("list `{key}` (per group)"),
             self.group_max_in_flight,
             cannot,
         )?;
-        if let Some(n) = self.partitions {
+        if let Some(n) = self.layout.partitions {
             let named = [
                 ("processing", self.processing.is_some()),
                 ("recovery_zset", self.recovery_zset.is_some()),

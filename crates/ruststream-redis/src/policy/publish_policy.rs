@@ -40,7 +40,7 @@ impl PublishPolicy {
     /// Over how many partitions the destination is spread, when it is.
     pub(crate) fn partitions(&self) -> Option<u16> {
         match self {
-            Self::List(p) => p.partitions,
+            Self::List(p) => p.layout.partitions,
             Self::Stream(p) => p.partitions,
             Self::PubSub(_) => None,
         }

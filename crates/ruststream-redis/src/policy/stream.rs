@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use ruststream_core::Durability;
 
+use super::setters::{durable_setter, partitions_setter};
+
 /// How a message is published to a stream: `XADD key [MAXLEN|MINID ~ ..] * payload .. rs.id ..
 /// <headers>`. Use it with `.out_reply(..)` or [`RedisBroker::route`](crate::RedisBroker::route);
 /// a route of the key a stream subscription reads also bounds that subscription's retries, due
@@ -33,18 +35,13 @@ pub struct StreamPublish {
     pub(crate) durable: Option<Durability>,
 }
 
+partitions_setter!(StreamPublish, partitions);
+durable_setter!(StreamPublish);
+
 impl StreamPublish {
     /// `XADD` without trimming.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// The stream is spread over `n` partitions `{key:0}` … `{key:n-1}` (see
-    /// [`RedisStream::partitions`](crate::RedisStream::partitions)), as
-    /// [`ListPublish::partitions`](super::ListPublish::partitions) for lists.
-    pub fn partitions(mut self, n: u16) -> Self {
-        self.partitions = Some(n);
-        self
     }
 
     /// Keeps about the newest `n` entries: `XADD key MAXLEN ~ n * ..`. On a stream spread over
@@ -60,13 +57,6 @@ impl StreamPublish {
     /// of the server's trims that much younger; keep `age` well above the clocks' skew.
     pub fn minid(mut self, age: Duration) -> Self {
         self.min_age = Some(age);
-        self
-    }
-
-    /// Every publish to the stream returns `Ok` only once `replicas` replicas acknowledged it,
-    /// as [`ListPublish::durable`](super::ListPublish::durable) for lists.
-    pub fn durable(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.durable = Some(Durability::new(replicas, timeout));
         self
     }
 

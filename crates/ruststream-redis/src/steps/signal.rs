@@ -160,7 +160,7 @@ pub(crate) async fn signal(
     conns.connect().await?;
     let route = conns.routes.get(destination).unwrap_or_default();
     let partitioned = match &route {
-        crate::PublishPolicy::List(l) => l.partitions.is_some(),
+        crate::PublishPolicy::List(l) => l.layout.partitions.is_some(),
         crate::PublishPolicy::Stream(s) => s.partitions.is_some(),
         crate::PublishPolicy::PubSub(_) => {
             return Err(Error::config(format!(

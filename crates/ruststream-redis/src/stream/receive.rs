@@ -43,7 +43,6 @@ use crate::delayed::{Mover, interrupted, read_wait};
 use crate::frame::{Frame, FrameError};
 use crate::lua::Call;
 use crate::memory::BlockingRead;
-use crate::options::DEFAULT_MIN_IDLE;
 use crate::pause::{Gate, Hold};
 use crate::reply::Reply;
 use crate::transport::{
@@ -113,12 +112,9 @@ async fn open_one(
         pause_gate(conns, stream, &pool, &stop).await?
     };
     let pause = gate.as_ref().map(Gate::hold);
-    let rate = stream
-        .rate
-        .as_ref()
-        .zip(keys.rate.clone())
-        .map(|(r, key)| r.limiter(key));
+    let rate = stream.queue.limiter(keys.rate.clone());
     let cap = stream
+        .queue
         .max_in_flight
         .map(|n| claim::Gate::cap_group(keys.stream.clone(), &group, n));
     let gates = claim::gates(pause.as_ref(), cap, rate.as_ref());
@@ -136,9 +132,9 @@ async fn open_one(
     let regroup = Arc::new(AtomicBool::new(false));
     let mark = regroup.clone();
     conn.on_reconnect(move || mark.store(true, Ordering::Release));
-    let recovery = (!stream.no_recovery).then(|| {
+    let recovery = (!stream.queue.no_recovery).then(|| {
         let r = Recovery::new(
-            stream.min_idle.unwrap_or(DEFAULT_MIN_IDLE),
+            stream.queue.idle(),
             stream.options.block,
             first.then(|| stream.reader_count()),
         );

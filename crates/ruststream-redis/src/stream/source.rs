@@ -1,9 +1,11 @@
-//! [`RedisStream`], a stream read by a consumer group, and its builder; [`StreamKeys`], the
-//! full names of its keys. Sends no command.
+//! [`RedisStream`], a stream read by a consumer group, and its builder (the options it shares
+//! with a list come from `crate::queue_options`, `partitions` from `crate::policy`);
+//! [`StreamKeys`], the full names of its keys. Sends no command.
 
-use crate::claim::limit::RateLimit;
 use crate::keys::{Delayed, KeySpace};
 use crate::options::{SourceOptions, source_setters};
+use crate::policy::partitions_setter;
+use crate::queue_options::QueueOptions;
 
 /// A stream read with a consumer group.
 ///
@@ -24,15 +26,13 @@ pub struct RedisStream {
     pub(super) key: String,
     pub(super) group: Option<String>,
     pub(super) consumer: Option<String>,
-    pub(super) min_idle: Option<std::time::Duration>,
-    pub(super) no_recovery: bool,
     pub(super) partitions: Option<u16>,
     /// A partition's stream: the key of the stream it is a partition of.
     pub(super) partition_of: Option<String>,
     pub(super) trim_acked: Option<std::time::Duration>,
-    pub(super) rate: Option<RateLimit>,
-    pub(super) max_in_flight: Option<u32>,
     pub(super) readers: Option<usize>,
+    /// What it shares with a list subscription: rate limit, cap, recovery.
+    pub(super) queue: QueueOptions,
     pub(super) options: SourceOptions,
 }
 
@@ -41,6 +41,7 @@ pub struct RedisStream {
 pub const TWO_READERS_FROM: usize = 128;
 
 source_setters!(queue: RedisStream);
+partitions_setter!(RedisStream, partitions);
 
 impl RedisStream {
     /// A stream on `key`; set its group with [`group`](Self::group).
@@ -49,71 +50,13 @@ impl RedisStream {
             key: key.into(),
             group: None,
             consumer: None,
-            min_idle: None,
-            no_recovery: false,
             partitions: None,
             partition_of: None,
             trim_acked: None,
-            rate: None,
-            max_in_flight: None,
             readers: None,
+            queue: QueueOptions::default(),
             options: SourceOptions::default(),
         }
-    }
-
-    /// Reads at most `n` entries per `per` for the group, across every consumer of every
-    /// instance (a [`RateLimit`]: a burst of `n`, then one every `per / n`). One script checks
-    /// the limiter (`<key>.rate`, on the server's clock), reads as many new entries as it allows
-    /// and charges it for those it got; entries over the limit stay unread in the stream. A
-    /// per-key limit needs a list ([`RedisList::rate_limit_by`](crate::RedisList::rate_limit_by)):
-    /// a group reads in order and cannot skip an entry to read a later one. Entries claimed
-    /// back from a dead consumer (after `min_idle`) were counted when first read and are not
-    /// counted again.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use ruststream_redis::RedisStream;
-    /// let uploads = RedisStream::new("uploads")
-    ///     .group("thumbnailer")
-    ///     .rate_limit(50, Duration::from_secs(1));
-    /// assert_eq!(uploads.rate().map(|r| r.per()), Some(Duration::from_secs(1)));
-    /// ```
-    pub fn rate_limit(mut self, n: u32, per: std::time::Duration) -> Self {
-        self.rate = Some(RateLimit::new(n, per));
-        self
-    }
-
-    /// The rate limit, if any.
-    pub fn rate(&self) -> Option<&RateLimit> {
-        self.rate.as_ref()
-    }
-
-    /// Handles at most `n` entries of the group at once, across every consumer of every
-    /// instance. The read script counts the group's pending entries (the `XPENDING key group`
-    /// summary) and reads at most `n` minus that; an ack, a retry and a dead letter free the
-    /// cap. A dead consumer's pending entries hold it until another consumer claims them back
-    /// (after [`min_idle`](Self::min_idle)) and settles them. A reader held back reads again
-    /// after 20 ms. Needs no partitions (each partition's pending entries are in a slot of its
-    /// own) and `n` >= 1. See `crate::claim::cap`.
-    ///
-    /// ```
-    /// use ruststream_redis::RedisStream;
-    /// let uploads = RedisStream::new("uploads").group("thumbnailer").max_in_flight(8);
-    /// # let _ = uploads;
-    /// ```
-    pub fn max_in_flight(mut self, n: u32) -> Self {
-        self.max_in_flight = Some(n);
-        self
-    }
-
-    /// Spreads the stream over `n` streams `{key:0}` … `{key:n-1}`, each in a hash slot of its
-    /// own and read by the same group, as [`RedisList::partitions`](crate::RedisList::partitions)
-    /// does for lists. Order holds within a partition: publish with a
-    /// [`partition_key`](ruststream_core::PublishBuilder::partition_key) to keep one key's
-    /// entries in order.
-    pub fn partitions(mut self, n: u16) -> Self {
-        self.partitions = Some(n);
-        self
     }
 
     /// The keys of its partitions (empty without [`partitions`](Self::partitions)).
@@ -166,21 +109,6 @@ impl RedisStream {
         self
     }
 
-    /// How long an entry stays pending on a consumer that is gone before another consumer of
-    /// the group claims it (default [`DEFAULT_MIN_IDLE`](crate::DEFAULT_MIN_IDLE)). A live
-    /// consumer keeps the entries it holds from going idle, however long its handlers run.
-    pub fn min_idle(mut self, idle: std::time::Duration) -> Self {
-        self.min_idle = Some(idle);
-        self
-    }
-
-    /// No crash recovery: entries a consumer held when it died stay pending on it until a
-    /// consumer of the same name starts again (or someone claims them by hand).
-    pub fn no_recovery(mut self) -> Self {
-        self.no_recovery = true;
-        self
-    }
-
     /// Every `every`, drops the entries that every consumer group of the stream has
     /// acknowledged, so a stream read by groups stays bounded without losing work: never an
     /// entry pending in a group (delivered, not yet acknowledged) or not yet read by one.
@@ -214,7 +142,7 @@ impl RedisStream {
         StreamKeys {
             delayed: space.delayed(&stream),
             dead: space.dead(&self.key, &self.options.dead_letter),
-            rate: self.rate.as_ref().map(|r| r.key(space, &stream)),
+            rate: self.queue.rate.as_ref().map(|r| r.key(space, &stream)),
             cancels: space.cancels(&stream),
             cancel_channel: space.cancel_channel(&stream),
             stream,

@@ -16,6 +16,7 @@ use crate::conn::Connections;
 use crate::keys::{KeySpace, SourceKeys};
 use crate::options::SourceOptions;
 use crate::policy::PublishPolicy;
+use crate::queue_options::QueueOptions;
 use crate::transport::{RedisReceiver, Transport};
 
 impl Transport for RedisStream {
@@ -36,12 +37,7 @@ impl Transport for RedisStream {
                 if let Some(n) = self.partitions {
                     b["partitions"] = json!(n);
                 }
-                if let Some(r) = &self.rate {
-                    b["rateLimit"] = r.describe();
-                }
-                if let Some(n) = self.max_in_flight {
-                    b["maxInFlight"] = json!(n);
-                }
+                self.queue.describe(&mut b);
                 b
             },
         }
@@ -49,7 +45,11 @@ impl Transport for RedisStream {
 
     fn source_keys(&self, space: &KeySpace) -> SourceKeys {
         let keys = self.keys(space);
-        let rate_limit = self.rate.as_ref().map(|r| r.keys(space, &keys.stream));
+        let rate_limit = self
+            .queue
+            .rate
+            .as_ref()
+            .map(|r| r.keys(space, &keys.stream));
         SourceKeys {
             name: self.key.clone(),
             transport: "stream",
@@ -59,10 +59,8 @@ impl Transport for RedisStream {
             processing: None,
             recovery: None,
             settle_tokens: None,
-            min_idle_ms: (!self.no_recovery).then(|| {
-                let idle = self.min_idle.unwrap_or(crate::options::DEFAULT_MIN_IDLE);
-                u64::try_from(idle.as_millis()).unwrap_or(u64::MAX)
-            }),
+            min_idle_ms: (!self.queue.no_recovery)
+                .then(|| u64::try_from(self.queue.idle().as_millis()).unwrap_or(u64::MAX)),
             group: Some(self.group_name().to_owned()),
             delayed: Some(keys.delayed.set),
             delayed_payloads: Some(keys.delayed.payloads),
@@ -70,7 +68,7 @@ impl Transport for RedisStream {
             concurrency: self.options.core.concurrency,
             partition_of: None,
             rate_limit,
-            max_in_flight: self.max_in_flight,
+            max_in_flight: self.queue.max_in_flight,
             levels: Vec::new(),
             groups: None,
         }
@@ -84,7 +82,7 @@ impl Transport for RedisStream {
             )));
         }
         self.options.validate(&format!("stream `{key}`"))?;
-        if self.no_recovery && self.min_idle.is_some() {
+        if self.queue.no_recovery && self.queue.min_idle.is_some() {
             return Err(Error::config(format!(
                 "stream `{key}`: no_recovery turns crash recovery off, so min_idle does not apply: remove one or the other"
             )));
@@ -104,18 +102,15 @@ impl Transport for RedisStream {
                 "stream `{key}`: trim_acked needs a period longer than zero (e.g. 10 s): it runs a script each period"
             )));
         }
-        if self.min_idle.is_some_and(|d| d.is_zero()) {
+        if self.queue.min_idle.is_some_and(|d| d.is_zero()) {
             return Err(Error::config(format!(
                 "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
             )));
         }
-        if let Some(rate) = &self.rate {
-            rate.validate(&format!("stream `{key}`"))?;
-        }
         let cannot = self.partitions.is_some().then_some(
             "cannot span partitions (each partition's pending entries are in its own slot, and no one script sees them all): cap a stream without partitions, or lower each instance's `.concurrency(n)`",
         );
-        crate::claim::cap::validate(&format!("stream `{key}`"), self.max_in_flight, cannot)?;
+        self.queue.validate(&format!("stream `{key}`"), cannot)?;
         if let Some(n) = self.partitions {
             let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
             let named: &[&str] = if named { &["dead_letter"] } else { &[] };
@@ -139,15 +134,17 @@ impl Transport for RedisStream {
             partitions: None,
             partition_of: Some(self.key.clone()),
             // The limit holds over the whole stream: the partitions' reader reserves from it.
-            rate: None,
+            queue: QueueOptions {
+                rate: None,
+                ..self.queue.clone()
+            },
             ..self.clone()
         })
     }
 
     fn limiter(&self, space: &KeySpace) -> Option<crate::claim::limit::Limiter> {
         self.partitions?;
-        let rate = self.rate.as_ref()?;
-        Some(rate.limiter(rate.key(space, &space.key(&self.key))))
+        self.queue.whole_limiter(space, &self.key)
     }
 
     /// Creates the consumer group (and the stream) if missing.
@@ -259,6 +256,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("one reader"), "{e}");
+    }
+
+    #[test]
+    fn a_cap_cannot_span_partitions_and_one_rate_limit_holds_over_them() {
+        let space = KeySpace::new(String::new(), false);
+        let stream = || RedisStream::new("s").group("g").partitions(2);
+        let capped = stream().max_in_flight(3).validate(&space);
+        let e = capped.map_err(|e| e.to_string()).unwrap_err();
+        assert!(e.contains("max_in_flight cannot span partitions"), "{e}");
+        let limited = stream().rate_limit(5, std::time::Duration::from_secs(1));
+        assert_eq!(
+            limited.limiter(&space).map(|l| l.key),
+            Some("s.rate".into())
+        );
+        let parts = Transport::partitions(&limited);
+        assert_eq!(parts.len(), 2);
+        for part in parts {
+            let bindings = part.describe().bindings;
+            assert!(bindings.get("rateLimit").is_none(), "{bindings}");
+        }
     }
 
     #[test]
