@@ -60,12 +60,8 @@
 //!    for an ack, `LREM {jobs}.processing -1 <frame>`. The entry is gone from Redis only now.
 
 // The library's API: every item reachable from outside is `pub`, every other one `pub(crate)`;
-// every public type can be printed.
+// every public type can be printed. The scripts' typed calls are reached through `testing`.
 #![warn(unreachable_pub, missing_debug_implementations)]
-// The scripts' typed calls are `pub` for the Lua tests of `ruststream-testing`, which see them
-// only through the `testing` feature's re-exports; without it they are unreachable by design.
-// The lint holds with `--all-features`, as clippy runs.
-#![cfg_attr(not(feature = "testing"), allow(unreachable_pub))]
 
 mod back;
 mod broker;
@@ -107,6 +103,8 @@ mod setup;
 mod steps;
 pub mod stream;
 mod sweep_clock;
+#[doc(hidden)]
+pub mod testing;
 pub mod timeline;
 mod tls;
 mod transport;
@@ -114,74 +112,18 @@ mod unique;
 mod version;
 
 pub use broker::RedisBroker;
-/// The cancel script's typed call, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use cancel::{CancelKeys, CancelList, CancelStream, StreamCancelKeys};
 pub use claim::limit::RateLimit;
-/// The claim scripts' typed calls, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use claim::{Claim, Claimed, Gate, Record, StreamClaimed, StreamRead};
 pub use dead::{
     DEAD_AT_HEADER, DEFAULT_DEAD_LETTER_MAX_AGE, DEFAULT_DEAD_LETTER_MAX_LEN, DeadBound,
 };
-/// The flow scripts' typed calls, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use flow::{ChildDone, MarkSent, StartFlow};
 pub use frame::REASON_HEADER;
 pub use keys::{RateKeys, SourceKeys};
 pub use list::RedisList;
-/// The list scripts' typed calls, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use list::{lease::Lease, publish::PushTtl};
-/// The one shape of every script's typed call, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use lua::Call;
-/// The operator's scripts' typed calls, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use operate::{
-    delayed::{ChangeDelayed, DelayedChange, DelayedPick},
-    inspect::OldestClaim,
-};
 pub use options::DEFAULT_FLOW_REPAIR_GRACE;
 pub use options::DEFAULT_MIN_IDLE;
 pub use options::DEFAULT_RESULT_TTL;
 pub use options::{DEFAULT_MOVE_BATCH, DEFAULT_SCHEDULE_INTERVAL, MAX_MOVE_BATCH};
-/// The periodic jobs' scripts' typed calls, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use periodic::{PERIODIC_KEEP, PeriodicFired, RegisterPeriodic, keep_of};
 pub use policy::PublishPolicy;
 pub use pubsub::RedisChannel;
-/// The job record's script's typed call, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use results::{JobKind, WriteJob};
-/// The stream trim's typed call, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use stream::trim::TrimAcked;
 pub use stream::{RedisStream, TWO_READERS_FROM};
 pub use transport::RedisSource;
-/// The typed calls of the scripts that put entries back onto a queue, for the Lua tests of
-/// `ruststream-testing`.
-#[cfg(feature = "testing")]
-#[doc(hidden)]
-pub use {
-    back::Dest,
-    dead::push::PushDead,
-    delayed::{Later, MoveDue, Moved, ScheduleLater},
-    list::settle::{SettleKeys, SettleList},
-    operate::dead::{Purge, Requeue, Taken},
-    settle::{Op, Settled},
-    steps::{BeginWait, SendSignal, WriteStep},
-    stream::consumers::ForgetConsumers,
-    stream::settle::SettleStream,
-    transport::InBatch,
-    unique::{Batch as UniqueBatch, PublishUnique},
-};

@@ -28,8 +28,7 @@ use crate::lua::{self, Call};
 
 mod signal;
 
-/// The typed calls of the wait and the signal, for the Lua tests of `ruststream-testing`.
-#[cfg(feature = "testing")]
+/// The typed calls of the wait and the signal (`crate::testing`).
 pub use signal::{BeginWait, SendSignal};
 pub(crate) use signal::{begin_wait, signal};
 

@@ -23,7 +23,7 @@ fn frame(id: &str, headers: &[(&str, &str)]) -> bytes::Bytes {
 /// reason in `dead-history`, a unique publish once per window onto its level. Returns what each
 /// key holds afterwards.
 async fn the_way_back(client: &Client, prefix: &str) -> Vec<Reply> {
-    use ruststream_redis::{
+    use ruststream_redis::testing::{
         Call, Dest, Later, MoveDue, Op, PublishUnique, Requeue, ScheduleLater, SettleKeys,
         SettleList, Taken, UniqueBatch,
     };

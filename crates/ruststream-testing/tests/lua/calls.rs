@@ -10,7 +10,7 @@ use crate::{key, on_both};
 /// (a batch's `<reader>:<seq>.<seconds>.<microseconds>`, or the per-entry form with `:<value>`),
 /// not from its score; a member of another shape names none. Returns each call's reply.
 async fn oldest_claim(client: Client, prefix: String) -> Vec<(u64, Option<i64>)> {
-    use ruststream_redis::{Call, OldestClaim};
+    use ruststream_redis::testing::{Call, OldestClaim};
     let zset = key(&prefix, "q.claims");
     let members = vec![
         (1.0, "junk"),
@@ -52,7 +52,7 @@ async fn the_typed_oldest_claim_call_gives_the_same_reply_on_the_model_and_on_re
 /// the lowest score (the overdue entry, below the promoted ones' server time). Returns each
 /// call's count, then the set's members and the hash's fields left.
 async fn change_delayed(client: Client, prefix: String) -> (Vec<usize>, Vec<String>, Vec<String>) {
-    use ruststream_redis::{Call, ChangeDelayed, DelayedChange, DelayedPick};
+    use ruststream_redis::testing::{Call, ChangeDelayed, DelayedChange, DelayedPick};
     let set = key(&prefix, "q.delayed");
     let payloads = key(&prefix, "q.delayed.payloads");
     let future = 9.0e12;
@@ -114,7 +114,7 @@ async fn periodic(
     prefix: String,
 ) -> (Vec<Periodic>, String, Vec<String>, Vec<String>) {
     use Periodic::{Fired, Registered};
-    use ruststream_redis::{Call, PERIODIC_KEEP, PeriodicFired, RegisterPeriodic};
+    use ruststream_redis::testing::{Call, PERIODIC_KEEP, PeriodicFired, RegisterPeriodic};
     let registry = key(&prefix, "ruststream:periodic");
     let last = key(&prefix, "ruststream:periodic.last");
     let seen = key(&prefix, "ruststream:periodic.seen");
@@ -187,7 +187,7 @@ async fn the_typed_periodic_calls_give_the_same_replies_on_the_model_and_on_redi
 /// batch of 1,000 too) and sets the ttl. Returns each call's length, the list's first and last
 /// values, and whether its ttl is set and at most the one given.
 async fn push_ttl(client: Client, prefix: String) -> (Vec<i64>, Vec<String>, bool) {
-    use ruststream_redis::{Call, PushTtl};
+    use ruststream_redis::testing::{Call, PushTtl};
     let list = key(&prefix, "q");
     let ttl = Duration::from_secs(60);
     let many: Vec<Value> = (0..1500).map(|i| Value::from(format!("m{i}"))).collect();
@@ -224,7 +224,7 @@ async fn the_typed_push_ttl_call_gives_the_same_reply_on_the_model_and_on_redis(
 /// ttl is set.
 async fn lease(client: Client, prefix: String) -> (u64, u64, bool, bool) {
     use bytes::Bytes;
-    use ruststream_redis::{Call, Lease};
+    use ruststream_redis::testing::{Call, Lease};
     let zset = key(&prefix, "q.claims");
     let held: Vec<String> = (0..700).map(|i| format!("r1:{i}.1.0:v{i}")).collect();
     let scored: Vec<(f64, String)> = held.iter().map(|m| (1.0, m.clone())).collect();
@@ -257,7 +257,7 @@ async fn the_typed_lease_call_gives_the_same_reply_on_the_model_and_on_redis() {
 /// `error` and `state`, and whether the ttl is set.
 async fn job(client: Client, prefix: String) -> (Vec<bool>, Vec<Vec<Option<String>>>, bool) {
     use bytes::Bytes;
-    use ruststream_redis::{Call, JobKind, WriteJob};
+    use ruststream_redis::testing::{Call, JobKind, WriteJob};
     let done = key(&prefix, "job:done");
     let failed = key(&prefix, "job:failed");
     let ttl = Duration::from_secs(60);
@@ -311,7 +311,7 @@ async fn the_typed_job_write_call_gives_the_same_reply_on_the_model_and_on_redis
 /// what an exact trim would: the threshold is put at the 101st entry, the first of the second
 /// node, where the two agree. Returns each call's reply.
 async fn trim_acked(client: Client, prefix: String) -> Vec<(u64, String)> {
-    use ruststream_redis::{Call, TrimAcked};
+    use ruststream_redis::testing::{Call, TrimAcked};
     let stream = key(&prefix, "events");
     let trim = TrimAcked { stream: &stream };
     let mut out = vec![trim.call(&client).await.expect("trim.lua runs")];
@@ -363,7 +363,7 @@ async fn the_typed_trim_call_gives_the_same_reply_on_the_model_and_on_redis() {
 /// bound, only `gone` is
 /// removed; a missing group removes nothing. Returns each call's reply and the names left.
 async fn forget_consumers(client: Client, prefix: String) -> (Vec<u64>, Vec<String>) {
-    use ruststream_redis::{Call, ForgetConsumers};
+    use ruststream_redis::testing::{Call, ForgetConsumers};
     let stream = key(&prefix, "s");
     let _: String = client
         .xadd(&stream, false, None, "1-1", ("f", "v"))

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use fred::prelude::*;
 use ruststream_core::CancelOutcome;
-use ruststream_redis::{
+use ruststream_redis::testing::{
     Call, CancelKeys, CancelList, CancelStream, Claim, Dest, Gate, Op, Record, SettleKeys,
     SettleList, SettleStream, StreamCancelKeys, StreamRead,
 };

@@ -9,10 +9,10 @@ use crate::{fastrand_suffix, key, on_both, redis};
 /// A claim of up to 5 entries from `levels` through `gates`.
 fn claim_of<'a>(
     levels: &'a [String],
-    record: &'a ruststream_redis::Record,
-    gates: &'a [ruststream_redis::Gate],
-) -> ruststream_redis::Claim<'a> {
-    ruststream_redis::Claim {
+    record: &'a ruststream_redis::testing::Record,
+    gates: &'a [ruststream_redis::testing::Gate],
+) -> ruststream_redis::testing::Claim<'a> {
+    ruststream_redis::testing::Claim {
         levels,
         record,
         gates,
@@ -23,11 +23,11 @@ fn claim_of<'a>(
     }
 }
 
-/// The claim pipeline's script through its typed call (`ruststream_redis::Claim`, the same the
+/// The claim pipeline's script through its typed call (`ruststream_redis::testing::Claim`, the same the
 /// readers use): the pause gate lets nothing through, then the levels are taken highest first
 /// into the processing list. Returns what each call gave: (closed gate, values).
 async fn typed_claim(client: Client, prefix: String) -> Vec<(Option<String>, Vec<Vec<u8>>)> {
-    use ruststream_redis::{Call, Gate, Record};
+    use ruststream_redis::testing::{Call, Gate, Record};
     let key = |s: &str| key(&prefix, &format!("q{s}"));
     let levels = vec![key(""), key(".p1")];
     let paused = key(".paused");
@@ -67,7 +67,7 @@ async fn the_typed_claim_call_gives_the_same_claims_on_the_model_and_on_redis() 
 /// sweeps `a` back (its attempt raised) and claims it again. Returns each sweeping claim's
 /// (recovered, claimed).
 async fn sweep_deadline(client: Client, prefix: String) -> Vec<(u64, usize)> {
-    use ruststream_redis::{Call, Record};
+    use ruststream_redis::testing::{Call, Record};
     let key = |s: &str| key(&prefix, &format!("q{s}"));
     let levels = vec![key("")];
     let _: i64 = client.rpush(&levels[0], "a").await.unwrap();
@@ -109,7 +109,7 @@ async fn a_claim_sweeps_only_by_its_deadline_on_the_model_and_on_redis() {
 /// script's error reply is still an error of its kind.
 #[tokio::test]
 async fn a_claim_and_a_stream_read_load_their_scripts_again_after_a_flush() {
-    use ruststream_redis::{Call, Record, StreamRead};
+    use ruststream_redis::testing::{Call, Record, StreamRead};
     let _alone = crate::SCRIPT_CACHE.write().await;
     let Some(client) = crate::connect().await else {
         return;
@@ -183,7 +183,7 @@ type CapRun = Vec<(Option<String>, usize, u64)>;
 /// capped at 3 with 2 entries in its processing list takes 1 of 5 and then none (the cap
 /// closed, the 4 left held back); a group capped at 2 reads 2 of 5 and then none (3 held back).
 async fn typed_cap(client: &Client, prefix: &str) -> CapRun {
-    use ruststream_redis::{Call, Gate, Record, StreamRead};
+    use ruststream_redis::testing::{Call, Gate, Record, StreamRead};
     let key = |s: &str| format!("{{{prefix}}}q{s}");
     let levels = vec![key("")];
     let processing = key(".processing");

@@ -9,7 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::*;
 use ruststream_redis::frame::{Frame, encode_parts};
-use ruststream_redis::{Call, DEAD_AT_HEADER, DeadBound};
+use ruststream_redis::testing::Call;
+use ruststream_redis::{DEAD_AT_HEADER, DeadBound};
 
 use crate::{key, on_both};
 
@@ -63,7 +64,7 @@ type Pushes = (Vec<u64>, Vec<(String, usize, bool)>);
 /// `dead/push.lua` through `PushDead`: the count bound trims exactly, then the age bound pops
 /// 16 ancient ones a call, and a raw value at the tail stops it.
 async fn push(client: Client, prefix: String) -> Pushes {
-    use ruststream_redis::PushDead;
+    use ruststream_redis::testing::PushDead;
     let dead = key(&prefix, "q.dead");
     let mut trimmed = Vec::new();
     ancient(&client, &dead, 20).await;
@@ -101,9 +102,14 @@ async fn the_dead_letter_push_trims_by_count_and_age_the_same_on_the_model_and_o
 
 /// The keys of a list settle on queue `q` under `prefix` (the record is a settle-token set),
 /// and its queue as the destination.
-pub(crate) fn list_keys(prefix: &str) -> (ruststream_redis::SettleKeys, ruststream_redis::Dest) {
+pub(crate) fn list_keys(
+    prefix: &str,
+) -> (
+    ruststream_redis::testing::SettleKeys,
+    ruststream_redis::testing::Dest,
+) {
     let k = |s: &str| key(prefix, s);
-    let keys = ruststream_redis::SettleKeys {
+    let keys = ruststream_redis::testing::SettleKeys {
         processing: k("q.processing"),
         dead: k("q.dead"),
         delayed: k("q.delayed"),
@@ -111,13 +117,13 @@ pub(crate) fn list_keys(prefix: &str) -> (ruststream_redis::SettleKeys, ruststre
         record: k("q.settles"),
         cancels: k("q.cancels"),
     };
-    (keys, ruststream_redis::Dest::list(vec![k("q")]))
+    (keys, ruststream_redis::testing::Dest::list(vec![k("q")]))
 }
 
 /// `list/settle.lua` through `SettleList`: three dead letters onto a list bounded at two; the
 /// reply counts the one trimmed, the two newest stay.
 async fn list_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
-    use ruststream_redis::{Op, SettleList};
+    use ruststream_redis::testing::{Op, SettleList};
     let k = |s: &str| key(&prefix, s);
     let claimed: Vec<Bytes> = ["x1", "x2", "x3"].iter().map(|id| frame(id, &[])).collect();
     let _: i64 = client
@@ -167,7 +173,7 @@ async fn a_list_settle_trims_its_dead_letters_the_same_on_the_model_and_on_redis
 /// leaves its claims where they were. Returns the acks' owned count, whether the refusal named
 /// the key, and the processing list's length after it.
 async fn list_settle_checks_what_it_writes(client: Client, prefix: String) -> (i64, bool, usize) {
-    use ruststream_redis::{Op, SettleList};
+    use ruststream_redis::testing::{Op, SettleList};
     let k = |s: &str| key(&prefix, s);
     let claimed: Vec<Bytes> = ["y1", "y2", "y3", "y4"]
         .iter()
@@ -247,7 +253,7 @@ async fn pending_entries(client: &Client, stream: &str, n: u32) {
 /// dead-letter key, and leaves its entries pending. Returns the acks' found count, whether the
 /// refusal named the key, and how many entries are still pending after it.
 async fn stream_settle_checks_what_it_writes(client: Client, prefix: String) -> (i64, bool, usize) {
-    use ruststream_redis::{Dest, Op, SettleStream};
+    use ruststream_redis::testing::{Dest, Op, SettleStream};
     let stream = key(&prefix, "s");
     let dead = key(&prefix, "s.dead");
     let delayed = key(&prefix, "s.delayed");
@@ -315,7 +321,7 @@ async fn a_stream_settle_checks_the_type_of_only_the_keys_its_ops_write() {
 /// `stream/settle.lua` through `SettleStream`: two pending entries dead-lettered onto a list
 /// that holds ancient ones; a day's age pops those.
 async fn stream_settle(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
-    use ruststream_redis::{Dest, Op, SettleStream};
+    use ruststream_redis::testing::{Dest, Op, SettleStream};
     let stream = key(&prefix, "s");
     let dead = key(&prefix, "s.dead");
     ancient(&client, &dead, 3).await;
@@ -365,7 +371,7 @@ async fn a_stream_settle_trims_its_dead_letters_the_same_on_the_model_and_on_red
 /// `delayed/move_due.lua` through `MoveDue`: a due entry a stream cannot take (more headers
 /// than one XADD can) goes to the dead letters, which are then trimmed to one.
 async fn move_due(client: Client, prefix: String) -> (i64, u64, Vec<(String, usize, bool)>) {
-    use ruststream_redis::{Dest, Later, MoveDue, ScheduleLater};
+    use ruststream_redis::testing::{Dest, Later, MoveDue, ScheduleLater};
     let k = |s: &str| key(&prefix, s);
     let dead = k("s.dead");
     ancient(&client, &dead, 2).await;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::*;
 use ruststream_core::ChildOutcome;
-use ruststream_redis::{Call, ChildDone, DeadBound, Dest, MarkSent, MoveDue, StartFlow};
+use ruststream_redis::DeadBound;
+use ruststream_redis::testing::{Call, ChildDone, Dest, MarkSent, MoveDue, StartFlow};
 
 use crate::{key, on_both};
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use fred::prelude::*;
 use ruststream_core::Signalled;
+use ruststream_redis::DeadBound;
 use ruststream_redis::frame::encode_parts;
-use ruststream_redis::{Call, DeadBound, Op, SettleList};
+use ruststream_redis::testing::{Call, Op, SettleList};
 
 use crate::{key, on_both};
 
@@ -173,7 +174,7 @@ async fn a_settle_keeps_step_records_with_keep_steps_and_indexes_a_sleep() {
 /// `t:<name>` (began, took) in one call; the record's fields are bounded at
 /// `MAX_STEP_FIELDS`.
 async fn write_timed(client: Client, prefix: String) -> (String, i64, bool) {
-    use ruststream_redis::WriteStep;
+    use ruststream_redis::testing::WriteStep;
     let record = key(&prefix, "q.steps:t1");
     let write = ruststream_core::StepWrite::Timed {
         value: Bytes::from_static(b"\"paid\""),
@@ -219,7 +220,7 @@ async fn now_ms(client: &Client) -> i64 {
 /// once the signal is recorded, the call answers its payload.
 async fn begin_wait(client: Client, prefix: String) -> (bool, bool, bool, Option<Vec<u8>>) {
     use ruststream_core::Waited;
-    use ruststream_redis::BeginWait;
+    use ruststream_redis::testing::BeginWait;
     let record = key(&prefix, "q.steps:w1");
     let call = BeginWait {
         key: &record,
@@ -260,7 +261,7 @@ async fn a_wait_records_its_deadline_once_and_reads_a_signal_sent_before_it() {
 /// the record expiring), one whose wait's deadline passed (`Late`, nothing recorded). Returns
 /// the answers, whether the parked entry is due now, and the late record's field count.
 async fn send_signals(client: Client, prefix: String) -> (Vec<Option<Signalled>>, bool, bool, i64) {
-    use ruststream_redis::SendSignal;
+    use ruststream_redis::testing::SendSignal;
     let k = |s: &str| key(&prefix, s);
     let (set, payloads) = (k("q.delayed"), k("q.delayed.payloads"));
     let far = now_ms(&client).await + 3_600_000;

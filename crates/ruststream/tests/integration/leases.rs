@@ -311,12 +311,12 @@ async fn a_renewal_is_one_command_on_a_server_without_its_script() {
         .await
         .expect("CONFIG RESETSTAT");
     let members = [bytes::Bytes::from_static(b"r1:0.1.0")];
-    let lease = ruststream::redis::Lease {
+    let lease = ruststream::redis::testing::Lease {
         zset,
         ttl_ms: 0,
         members: &members,
     };
-    let moved = ruststream::redis::Call::call(&lease, &client)
+    let moved = ruststream::redis::testing::Call::call(&lease, &client)
         .await
         .expect("the renewal");
     assert_eq!(moved, 1, "the member's score moved");

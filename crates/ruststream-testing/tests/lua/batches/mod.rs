@@ -8,7 +8,7 @@ mod settles;
 
 use bytes::Bytes;
 use fred::prelude::*;
-use ruststream_redis::{
+use ruststream_redis::testing::{
     Call, Claim, Claimed, Dest, InBatch, Lease, Op, Record, SettleKeys, SettleList,
 };
 

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use fred::prelude::*;
-use ruststream_redis::Op;
+use ruststream_redis::testing::Op;
 
 use crate::on_both;
 
