@@ -102,8 +102,8 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         ));
     }
     let catch_up = match args.catch_up.as_ref().map(LitStr::value).as_deref() {
-        None | Some("skip") => quote!(::ruststream::CatchUp::Skip),
-        Some("run-once") => quote!(::ruststream::CatchUp::RunOnce),
+        None | Some("skip") => quote!(::ruststream::periodic::CatchUp::Skip),
+        Some("run-once") => quote!(::ruststream::periodic::CatchUp::RunOnce),
         Some(_) => {
             return Err(Error::new(
                 args.catch_up
@@ -161,9 +161,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         }
 
         #(#cfgs)*
-        impl ::ruststream::IntoPeriodic for #ident {
-            fn into_periodic(self) -> ::ruststream::Periodic {
-                ::ruststream::Periodic::new(#job_name, #cron, ::ruststream::periodic::Tz::UTC)
+        impl ::ruststream::periodic::IntoPeriodic for #ident {
+            fn into_periodic(self) -> ::ruststream::periodic::Periodic {
+                ::ruststream::periodic::Periodic::new(#job_name, #cron, ::ruststream::periodic::Tz::UTC)
                     .tz_named(#tz)
                     #to
                     .catch_up(#catch_up)

@@ -12,10 +12,19 @@ mod logs;
 pub mod operate;
 
 pub use cli::{run_main, run_main_from};
+/// Flows: a parent after its children (`publisher.flow(&parent)`, `ctx.children()`).
+pub use ruststream_core::flow;
+/// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
+pub use ruststream_core::job;
 /// The OpenTelemetry API RustStream makes its spans with (feature `otel`): install your tracer
 /// provider through it, so that it is the version RustStream reads.
 #[cfg(feature = "otel")]
 pub use ruststream_core::opentelemetry;
+/// Periodic jobs: `Periodic`, `CatchUp`, `#[periodic(..)]`.
+pub use ruststream_core::periodic;
+/// Durable steps, sleeps, waits for signals and checkpoints: `ctx.step(..)`, `ctx.sleep(..)`,
+/// `ctx.wait_for(..)`, `ctx.checkpoint(..)`.
+pub use ruststream_core::steps;
 pub use ruststream_core::{
     App, AppInfo, Backoff, BatchContext, BatchOutcome, CancelOutcome, Context, DeliveryInfo, Due,
     Durability, Enqueued, Error, ErrorKind, Handle, HandleBatch, HandlerOutcome, Headers, Health,
@@ -23,15 +32,6 @@ pub use ruststream_core::{
     PublishBuilder, Publisher, Publishing, Result, RunningApp, RustStream, Settlement, Source,
     Subscriber, SubscriptionState, asyncapi, outgoing, subscriber,
 };
-/// Periodic jobs: `Periodic`, `CatchUp`, `#[periodic(..)]`.
-pub use ruststream_core::{CatchUp, IntoPeriodic, Periodic, periodic};
-/// Flows: a parent after its children (`publisher.flow(&parent)`, `ctx.children()`).
-pub use ruststream_core::{ChildFailure, ChildOutcome, FlowChild, FlowState, flow};
-/// Job progress and results: `Context::set_result`, `publish().await_result(..)`.
-pub use ruststream_core::{JobRecord, job};
-/// Durable steps, sleeps, waits for signals and checkpoints: `ctx.step(..)`, `ctx.sleep(..)`,
-/// `ctx.wait_for(..)`, `ctx.checkpoint(..)`.
-pub use ruststream_core::{StepError, steps};
 pub use ruststream_macros::{Outgoing, app, periodic, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).
 pub use ruststream_redis as redis;
@@ -50,11 +50,12 @@ pub mod testing {
 
 /// Everything an application needs: `use ruststream::prelude::*;`.
 pub mod prelude {
+    pub use crate::flow::{ChildFailure, ChildOutcome};
+    pub use crate::periodic::{CatchUp, Periodic};
     pub use crate::{
-        App, AppInfo, Backoff, BatchContext, BatchOutcome, CatchUp, ChildFailure, ChildOutcome,
-        Context, Handle, HandleBatch, HandlerOutcome, MessageType, Outgoing, Periodic, Publisher,
-        RedisBroker, RedisChannel, RedisList, RedisStream, RustStream, list, outgoing, periodic,
-        pubsub, run_main, stream, subscriber,
+        App, AppInfo, Backoff, BatchContext, BatchOutcome, Context, Handle, HandleBatch,
+        HandlerOutcome, MessageType, Outgoing, Publisher, RedisBroker, RedisChannel, RedisList,
+        RedisStream, RustStream, list, outgoing, periodic, pubsub, run_main, stream, subscriber,
     };
     pub use schemars::JsonSchema;
     pub use serde::{Deserialize, Serialize};

@@ -187,7 +187,7 @@ pub(super) fn periodic_text(jobs: &[PeriodicJob]) -> String {
             j.tz,
             j.destination.as_deref().unwrap_or("(the type's name)"),
             match j.catch_up {
-                crate::CatchUp::RunOnce => "run-once",
+                crate::periodic::CatchUp::RunOnce => "run-once",
                 _ => "skip",
             },
         ));

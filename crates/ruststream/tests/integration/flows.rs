@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use harness::{Env, WAIT, on};
+use ruststream::flow::FlowChild;
 use ruststream::prelude::*;
 use ruststream::testing::TestApp;
-use ruststream::{FlowChild, OutMessage, RunningApp};
+use ruststream::{OutMessage, RunningApp};
 
 on!(
     [memory, standalone, cluster] multi_thread:

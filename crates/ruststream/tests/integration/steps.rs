@@ -13,7 +13,8 @@ use std::time::Duration;
 use harness::proxy::Proxy;
 use harness::{Env, WAIT, on, wait_until};
 use ruststream::prelude::*;
-use ruststream::{RunningApp, Source, StepError, subscriber};
+use ruststream::steps::StepError;
+use ruststream::{RunningApp, Source, subscriber};
 use tokio::time::Instant;
 
 on!(
