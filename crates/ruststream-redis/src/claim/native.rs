@@ -128,6 +128,10 @@ struct Conn {
     armed: bool,
     /// When a set key was seen: not before then is the native read tried again.
     recheck: Option<Instant>,
+    /// The server refused a command of the round trip (a warning said so), until one passes.
+    refusing: bool,
+    /// The server's ACL refuses the transaction: the reader uses its script for good.
+    forbidden: bool,
 }
 
 impl Conn {
@@ -168,6 +172,9 @@ impl Watched {
     /// The connection's errors (the read may then have run: a simple list's at most once).
     pub(crate) async fn read(&self, client: &Client, read: Read<'_>) -> Result<Native> {
         let mut conn = self.conn.lock().await;
+        if conn.forbidden {
+            return Ok(Native::Script);
+        }
         if !conn.armed() {
             if conn.recheck.is_some_and(|at| Instant::now() < at) {
                 return Ok(Native::Script);
@@ -187,7 +194,11 @@ impl Watched {
         }
         for _ in 0..ATTEMPTS {
             match self.once(&mut conn, read).await {
-                Ok(Some(native)) => return Ok(native),
+                Ok(Some(Native::Script)) => return Ok(Native::Script),
+                Ok(Some(native)) => {
+                    conn.refusing = false;
+                    return Ok(native);
+                }
                 Ok(None) if conn.armed() => {}
                 Ok(None) => return Ok(Native::Script),
                 Err(e) => {
@@ -241,8 +252,18 @@ impl Watched {
         commands.push(command(b"WATCH", true));
         commands.push(command(b"EXISTS", true));
         let mut replies = self.round_trip(conn, &commands).await?.into_iter();
-        // MULTI, then one QUEUED a command inside it.
-        for reply in replies.by_ref().take(2 + reads.len()) {
+        if let Some(Frame::Error(e)) = replies.next() {
+            // No transaction: the commands after `MULTI` ran one by one, the read unwatched.
+            let e = crate::error::reply_error(&e);
+            self.refused(conn, &e);
+            let plain: Vec<Frame> = replies.skip(1).take(reads.len()).collect();
+            if plain.len() != reads.len() || plain.iter().any(|r| matches!(r, Frame::Error(_))) {
+                return Ok(Some(Native::Script));
+            }
+            return Ok(Some(Native::Unsure(plain.into_iter().map(value).collect())));
+        }
+        // One QUEUED a command inside the transaction.
+        for reply in replies.by_ref().take(1 + reads.len()) {
             if let Frame::Error(e) = reply {
                 let e = crate::error::reply_error(&e);
                 return Ok(self.refused(conn, &e).map(|_| Native::Script));
@@ -316,15 +337,23 @@ impl Watched {
     }
 
     /// After an error reply outside the transaction: a `MOVED` sends the next connection to the
-    /// node it names at once; anything else (a replica's `READONLY`, a refused command) closes
-    /// the connection for [`RECHECK`]. Either way this read uses the script. Always `None`.
+    /// node it names at once. An ACL's refusal (`NOPERM`: the user lacks `@transaction`) stops
+    /// the native reads of this reader for good, with a warning that says how to grant them.
+    /// Anything else (a replica's `READONLY` after a failover) closes the connection for
+    /// [`RECHECK`], with a warning when a refusal starts. Either way this read uses the script.
+    /// Always `None`.
     fn refused(&self, conn: &mut Conn, e: &FredError) -> Option<i64> {
         let moved = e.is_moved().then(|| moved_to(e.details())).flatten();
         let wait = moved.is_none();
         conn.close(wait);
         conn.owner = moved;
-        if wait {
-            tracing::debug!(error = %crate::error::redact(e.details()), "native read refused: reading through the script");
+        let error = crate::error::redact(e.details());
+        if *e.kind() == FredKind::Auth {
+            conn.forbidden = true;
+            tracing::warn!(%error, keys = ?self.keys, "the server refuses MULTI, EXEC or WATCH to this user: reading through the script, which costs Redis more; grant the user +@transaction");
+        } else if wait && !conn.refusing {
+            conn.refusing = true;
+            tracing::warn!(%error, keys = ?self.keys, "the server refused a native read: reading through the script, trying again every second");
         }
         None
     }

@@ -15,6 +15,7 @@ use ruststream::prelude::*;
 on!(
     [standalone]
     an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list,
+    the_guides_acl_user_reads_every_queue_without_a_refused_command,
     a_wrong_password_stops_the_app_at_startup_without_showing_it,
 );
 
@@ -194,6 +195,131 @@ async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list(env: &Env) {
         "the password was logged"
     );
     println!("acl: handled={handled} outside-key=NOPERM");
+}
+
+/// The arguments of the guide's `ACL SETUSER` line for a service user, with `user`, `password`
+/// and `prefix` put in, and the rule `without` left out.
+fn guide_acl_rules(user: &str, password: &str, prefix: &str, without: Option<&str>) -> Vec<String> {
+    let page = include_str!("../../../../docs/guide/src/security.md");
+    let line = page
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER myapp "))
+        .expect("the guide's ACL line");
+    line.split_whitespace()
+        .skip(1)
+        .map(|word| match word {
+            "myapp" => user.to_owned(),
+            ">CHANGE-ME" => format!(">{password}"),
+            "~myapp:*" => format!("~{prefix}*"),
+            "&myapp:*" => format!("&{prefix}*"),
+            word => word.to_owned(),
+        })
+        .filter(|word| Some(word.as_str()) != without)
+        .collect()
+}
+
+/// The commands `ACL LOG` holds as refused to `user`.
+async fn refused_to(admin: &Client, user: &str) -> Vec<String> {
+    let entries: Vec<Value> = admin
+        .custom(fred::cmd!("ACL"), vec!["LOG", "128"])
+        .await
+        .expect("ACL LOG");
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let fields: Vec<String> = entry
+                .into_array()
+                .into_iter()
+                .filter_map(|v| v.as_string())
+                .collect();
+            let field = |name: &str| {
+                let at = fields.iter().position(|f| f == name)?;
+                fields.get(at + 1).cloned()
+            };
+            (field("username").as_deref() == Some(user))
+                .then(|| field("object").unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The service user of the guide's security page runs a simple list, a reliable list and a
+/// consumer group with no command refused; without `+@transaction` the native readers use
+/// their scripts, warn once each, and still handle everything.
+async fn the_guides_acl_user_reads_every_queue_without_a_refused_command(env: &Env) {
+    harness::logs::capture();
+    let admin = &env.client;
+    let url = env.url().expect("the standalone server");
+    for without in [None, Some("+@transaction")] {
+        let user = unique("guide");
+        let password = format!("pw-{}", unique("secret"));
+        let prefix = format!("{}{user}:", env.prefix);
+        let _: Value = admin
+            .custom(
+                fred::cmd!("ACL"),
+                guide_acl_rules(&user, &password, &prefix, without),
+            )
+            .await
+            .expect("ACL SETUSER from the guide's line");
+        let broker = RedisBroker::standalone(url)
+            .username(&user)
+            .password(&password)
+            .prefix(&prefix)
+            .route("{g}.stream", ruststream::stream::Publish::new());
+        let seen = Record::default();
+        let (s1, s2, s3) = (seen.clone(), seen.clone(), seen.clone());
+        let app = RustStream::new(AppInfo::new("guide-acl", "0"))
+            .shutdown_timeout(Duration::from_millis(100))
+            .with_broker(broker.clone(), move |b| {
+                b.include(subscriber(RedisList::new("{g}.simple"), s1).build());
+                b.include(subscriber(RedisList::new("{g}.reliable").reliable(), s2).build());
+                // One reader, so one warning.
+                let group = RedisStream::new("{g}.stream").group("g").readers(1);
+                b.include(subscriber(group, s3).build());
+            });
+        let running = bounded("start", Duration::from_secs(10), app.start())
+            .await
+            .expect("the app starts");
+        broker.connect().await.expect("the publisher connects");
+        let publisher = broker.publisher();
+        let jobs: Vec<Job> = (0..50).map(|n| Job { n }).collect();
+        for key in ["{g}.simple", "{g}.reliable", "{g}.stream"] {
+            publisher
+                .messages(&jobs)
+                .to(key)
+                .publish()
+                .await
+                .expect("publish");
+        }
+        wait_until("150 handled", Duration::from_secs(20), || async {
+            seen.count() == 150
+        })
+        .await;
+        stop(running).await;
+        let refused = refused_to(admin, &user).await;
+        let warned = harness::logs::lines_with(&[&prefix, "grant the user +@transaction"]);
+        match without {
+            None => {
+                assert!(
+                    refused.is_empty(),
+                    "refused to the guide's user: {refused:?}"
+                );
+                assert!(warned.is_empty(), "{warned:?}");
+            }
+            Some(_) => {
+                assert!(
+                    refused.iter().any(|c| c == "watch" || c == "multi"),
+                    "the transaction was refused: {refused:?}"
+                );
+                // One warning a native reader: the simple list's and the group's.
+                assert_eq!(warned.len(), 2, "{warned:?}");
+            }
+        }
+        println!("guide's ACL line without {without:?}: refused {refused:?}");
+        let _: Value = admin
+            .custom(fred::cmd!("ACL"), vec!["DELUSER", user.as_str()])
+            .await
+            .unwrap();
+    }
 }
 
 async fn a_wrong_password_stops_the_app_at_startup_without_showing_it(env: &Env) {
