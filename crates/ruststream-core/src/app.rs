@@ -290,7 +290,7 @@ impl<B: Broker> MountedBroker for BrokerApp<B> {
                 let store = self
                     .broker
                     .periodic_store()
-                    .ok_or_else(|| crate::Error::config("this broker cannot run periodic jobs"))?;
+                    .ok_or_else(crate::periodic::no_store)?;
                 for job in self.periodics {
                     let schedule = job.validate()?;
                     let task = crate::periodic::spawn(

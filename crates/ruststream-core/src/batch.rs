@@ -283,8 +283,9 @@ impl<'a> BatchContext<'a> {
     /// [`Context::children`](crate::Context::children) gives them for one message.
     ///
     /// # Errors
-    /// A configuration error when there is no item `i`, when it is no flow's parent, or when its
-    /// flow's record is gone; the broker's error when the read fails.
+    /// A configuration error when there is no item `i` or when it is no flow's parent; a broker
+    /// error of kind [`Other`](crate::ErrorKind::Other) when its flow's record is gone; the
+    /// broker's error when the read fails.
     pub async fn children(&self, i: usize) -> crate::Result<Vec<crate::FlowChild>> {
         crate::flow::children_of(self.publisher, self.item(i)?, "ctx.children(i)").await
     }
@@ -296,10 +297,12 @@ impl<'a> BatchContext<'a> {
     /// Item `i`'s delivery, or an error naming the batch's size.
     fn item(&self, i: usize) -> crate::Result<&'a DeliveryInfo> {
         self.info(i).ok_or_else(|| {
-            crate::Error::config(format!(
-                "batch context: no item {i} in a batch of {}",
-                self.len()
-            ))
+            crate::ConfigError::new(
+                "batch item index",
+                format!("no item {i} in a batch of {}", self.len()),
+                format!("pass an index below {}", self.len()),
+            )
+            .into()
         })
     }
 }

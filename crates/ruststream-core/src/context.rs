@@ -234,8 +234,9 @@ impl<'a> Context<'a> {
     /// (`child.result::<R>()`).
     ///
     /// # Errors
-    /// A configuration error when this message is no flow's parent or its flow's record is gone
-    /// (older than the result ttl); the broker's error when the read fails.
+    /// A configuration error when this message is no flow's parent; a broker error of kind
+    /// [`Other`](crate::ErrorKind::Other) when its flow's record is gone (older than the result
+    /// ttl); the broker's error when the read fails.
     pub async fn children(&self) -> Result<Vec<crate::FlowChild>> {
         crate::flow::children_of(self.publisher, self.info, "ctx.children()").await
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::{DeliveryInfo, Error, HandlerOutcome, OutMessage, Publisher};
+use crate::{ConfigError, DeliveryInfo, Error, HandlerOutcome, OutMessage, Publisher};
 
 /// What running a handler on one payload came to.
 #[derive(Debug)]
@@ -79,15 +79,28 @@ impl BatchOptions {
     /// Refuses a batch size the subscription cannot fill: 0, or more than its `concurrency`.
     pub(crate) fn validate(&self, key: &str, concurrency: usize) -> crate::Result<()> {
         if self.size == 0 {
-            return Err(Error::config(format!(
-                "the batch subscriber of `{key}` has batch size 0: give it at least 1 (`batch = 1` hands one message at a time)"
-            )));
+            return Err(ConfigError::new(
+                "batch",
+                "a batch size of 0 takes no message",
+                "give it at least 1 (`batch = 1` hands one message at a time)",
+            )
+            .on(key)
+            .into());
         }
         if self.size > concurrency {
-            return Err(Error::config(format!(
-                "the batch subscriber of `{key}` takes batches of {} but its source has at most {concurrency} messages in flight: lower `batch` to at most {concurrency}, or raise the source's `.concurrency({})`",
-                self.size, self.size
-            )));
+            return Err(ConfigError::new(
+                "batch",
+                format!(
+                    "batches of {} cannot fill: its source has at most {concurrency} messages in flight",
+                    self.size
+                ),
+                format!(
+                    "lower `batch` to at most {concurrency}, or raise the source's `.concurrency({})`",
+                    self.size
+                ),
+            )
+            .on(key)
+            .into());
         }
         Ok(())
     }
@@ -102,4 +115,27 @@ pub(crate) trait ErasedBatchHandler: Send + Sync + 'static {
         publisher: &'a Publisher,
         deadline: Option<tokio::time::Instant>,
     ) -> BoxFuture<'a, Vec<Handled>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn a_batch_the_subscription_cannot_fill_names_the_option_and_the_subscription() {
+        let options = |size| BatchOptions {
+            size,
+            max_wait: Duration::from_millis(10),
+        };
+        assert!(options(4).validate("orders", 4).is_ok());
+        for (size, fix) in [(0, "at least 1"), (5, "at most 4")] {
+            let e = options(size).validate("orders", 4).expect_err("refused");
+            assert_eq!(e.kind(), ErrorKind::Configuration);
+            let config = e.config_error().expect("a configuration error");
+            assert_eq!(config.option, "batch", "{e}");
+            assert_eq!(config.subject.as_deref(), Some("orders"), "{e}");
+            assert!(config.fix.contains(fix), "{e}");
+        }
+    }
 }

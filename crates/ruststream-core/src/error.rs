@@ -1,7 +1,7 @@
 //! The one error type of the core: what went wrong, said so that the reader knows what to do,
 //! and its [`ErrorKind`], to match on.
 
-use std::borrow::Cow;
+use crate::ConfigError;
 
 /// The error of a client library a broker error came from, kept as its
 /// [`source`](std::error::Error::source).
@@ -13,9 +13,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The application is configured in a way that cannot run; the message says how to fix it.
+    /// The application is configured in a way that cannot run: which option, on what, what is
+    /// wrong and how to fix it. Made from a [`ConfigError`] with `.into()` or `?`.
     #[error("configuration: {0}")]
-    Config(Cow<'static, str>),
+    Config(Box<ConfigError>),
     /// A payload could not be encoded for publishing.
     #[error("encode: {0}")]
     Encode(String),
@@ -94,7 +95,7 @@ pub enum Error {
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The application's configuration cannot run ([`Error::Config`], [`Error::NoDestination`],
-    /// or a client setting such as a malformed URL).
+    /// a client setting such as a malformed URL, or a publish its destination cannot take).
     Configuration,
     /// A payload could not be encoded ([`Error::Encode`]).
     Encode,
@@ -152,11 +153,6 @@ pub enum ErrorKind {
 }
 
 impl Error {
-    /// A configuration error with the given message.
-    pub fn config(msg: impl Into<Cow<'static, str>>) -> Self {
-        Self::Config(msg.into())
-    }
-
     /// A broker error of `kind` with the given message and no source.
     pub fn broker(kind: ErrorKind, message: impl Into<String>) -> Self {
         Self::Broker {
@@ -177,6 +173,14 @@ impl Error {
             kind,
             message: message.into(),
             source: Some(source.into()),
+        }
+    }
+
+    /// The configuration error this is, to match on its option and subject.
+    pub fn config_error(&self) -> Option<&ConfigError> {
+        match self {
+            Self::Config(e) => Some(e),
+            _ => None,
         }
     }
 
@@ -216,6 +220,6 @@ mod tests {
             Some("refused")
         );
         assert!(Error::broker(ErrorKind::Other, "x").source().is_none());
-        assert_eq!(Error::config("x").kind(), ErrorKind::Configuration);
+        assert!(e.config_error().is_none());
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use crate::{Error, Headers, MessageType, OutMessage, Publisher, Result, Settlement};
+use crate::{ConfigError, Error, Headers, MessageType, OutMessage, Publisher, Result, Settlement};
 
 /// The header naming the flow a child message belongs to (the broker's record of it); set by
 /// the broker on every child it publishes.
@@ -362,14 +362,20 @@ fn value_or_placeholder<T: MessageType>(value: &T) -> Result<OutMessage> {
 /// Gives `flow` and its children ids, and checks them.
 fn fill_ids(flow: &mut OutFlow) -> Result<()> {
     if flow.children.is_empty() {
-        return Err(Error::config(
-            "flow: a flow needs at least one child (`.child(&message, destination)`)",
-        ));
+        return Err(ConfigError::new(
+            ".child(..)",
+            "a flow needs at least one child",
+            "add `.child(&message, destination)`",
+        )
+        .into());
     }
     if flow.parent.destination.is_empty() {
-        return Err(Error::config(
-            "flow: the parent has no destination: add `.to(\"queue\")`",
-        ));
+        return Err(ConfigError::new(
+            ".to(..)",
+            "the flow's parent has no destination",
+            "add `.to(\"queue\")`",
+        )
+        .into());
     }
     let id = flow.parent.id.get_or_insert_with(new_flow_id).clone();
     for (i, child) in flow.children.iter_mut().enumerate() {
@@ -385,12 +391,24 @@ fn fill_ids(flow: &mut OutFlow) -> Result<()> {
     }
     let ids = flow.children.iter().filter_map(OutChild::id);
     if id.contains('\n') || ids.clone().any(|c| c.contains('\n')) {
-        return Err(Error::config("flow: an id must not hold a newline"));
+        return Err(ConfigError::new(
+            ".id(..)",
+            "an id of this flow holds a newline",
+            "give the flow and its children ids without newlines",
+        )
+        .on(id)
+        .into());
     }
     let mut seen: Vec<&str> = ids.collect();
     seen.sort_unstable();
-    if seen.windows(2).any(|w| w[0] == w[1]) {
-        return Err(Error::config("flow: two children have one id"));
+    if let Some(twice) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ConfigError::new(
+            ".id(..)",
+            "two children of a flow have this id",
+            "give each child its own id",
+        )
+        .on(twice[0])
+        .into());
     }
     Ok(())
 }
@@ -416,22 +434,34 @@ pub(crate) async fn children_of(
     what: &str,
 ) -> Result<Vec<FlowChild>> {
     let Some(record) = info.headers.get(RECORD_HEADER) else {
-        return Err(Error::config(format!(
-            "{what}: this message is no flow's parent (publish it with `publisher.flow(..)`)"
-        )));
+        return Err(ConfigError::new(
+            what.to_owned(),
+            "this message is no flow's parent",
+            "call it on a flow's parent, published with `publisher.flow(..)`",
+        )
+        .on(&info.message_id)
+        .into());
     };
     match publisher.backend().read_flow(record).await? {
         Some(state) => Ok(state.children),
-        None => Err(Error::config(format!(
-            "{what}: the record of flow `{}` is gone (expired: older than the result ttl)",
-            info.message_id
-        ))),
+        None => Err(Error::broker(
+            crate::ErrorKind::Other,
+            format!(
+                "{what}: the record of flow `{}` is gone (expired: older than the result ttl)",
+                info.message_id
+            ),
+        )),
     }
 }
 
 /// The error of a broker that keeps no flows.
 pub(crate) fn unsupported() -> Error {
-    Error::config("this broker keeps no flows: use a broker that does (RedisBroker)")
+    ConfigError::new(
+        "broker",
+        "this broker keeps no flows",
+        "use a broker that does (RedisBroker)",
+    )
+    .into()
 }
 
 /// Whether `headers` are a flow child's.

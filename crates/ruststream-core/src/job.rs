@@ -27,7 +27,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::{Error, Result};
+use crate::{ConfigError, Error, Result};
 
 /// The header `await_result` sets on the message it publishes, so that a dead letter of it is
 /// written to its job's record. Its value is `1`.
@@ -101,9 +101,12 @@ pub trait JobStore: Send + Sync {
 
 /// The error of a broker that keeps no job records.
 pub(crate) fn unsupported() -> Error {
-    Error::config(
-        "this broker keeps no job progress or results: use a broker that does (RedisBroker)",
+    ConfigError::new(
+        "broker",
+        "this broker keeps no job progress or results",
+        "use a broker that does (RedisBroker)",
     )
+    .into()
 }
 
 /// Applies `write` to job `id`'s record through `publisher`'s broker.
@@ -296,7 +299,9 @@ mod tests {
         let publisher = Publisher::new(Arc::new(fake));
         let publish = publisher.message(&payload).to("k").publish();
         let e = publish.await_result::<u32>(SHORT).await.unwrap_err();
-        assert!(e.to_string().contains("keeps no job"), "{e}");
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "broker");
+        assert!(config.problem.contains("keeps no job"), "{e}");
         let publisher = Publisher::new(Arc::new(Fake::new(|_| done(1))));
         let two = [payload.clone(), payload.clone()];
         let e = publisher
@@ -304,8 +309,10 @@ mod tests {
             .to("k")
             .publish()
             .await_result::<u32>(SHORT)
-            .await;
-        assert!(matches!(e, Err(Error::Config(_))), "{e:?}");
+            .await
+            .unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "await_result");
         let one = publisher.message(&payload).to("k").publish();
         assert_eq!(one.await_result::<u32>(SHORT).await.unwrap(), 1);
     }

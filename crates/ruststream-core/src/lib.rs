@@ -19,6 +19,7 @@ pub mod asyncapi;
 pub mod batch;
 pub mod broker;
 pub mod cancel;
+mod config_error;
 pub mod context;
 mod dispatch;
 pub mod durable;
@@ -48,6 +49,7 @@ pub use broker::{
     Source, SubscribeOptions,
 };
 pub use cancel::CancelOutcome;
+pub use config_error::ConfigError;
 pub use context::{Context, DeliveryInfo};
 pub use durable::Durability;
 pub use error::{Error, ErrorKind, Result};

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::Error;
+use crate::{ConfigError, Error};
 
 /// String headers carried with a message: the event context of the message. Set at publish with
 /// `.header(k, v)`, read in a handler with [`Context::header`](crate::Context::header).
@@ -85,7 +85,12 @@ pub fn fill_template<T: Serialize>(
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
         let close = after.find('}').ok_or_else(|| {
-            Error::config(format!("name template `{template}` has an unclosed `{{`"))
+            ConfigError::new(
+                "#[outgoing(name)]",
+                "the name template has an unclosed `{`",
+                "close each `{field` with `}`",
+            )
+            .on(template)
         })?;
         let field = &after[..close];
         match fields.get(field) {

@@ -45,7 +45,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::schedule::{Schedule, parse_tz};
 pub(crate) use self::ticker::spawn;
-use crate::{Enqueued, Error, MessageType, OutMessage, Publisher, Result};
+use crate::{ConfigError, Enqueued, Error, MessageType, OutMessage, Publisher, Result};
 /// IANA time zones (`Tz::UTC`, `Tz::Europe__Paris`), re-exported from `chrono-tz`.
 pub use chrono_tz::Tz;
 
@@ -115,7 +115,7 @@ type Fire = Arc<dyn Fn(Publisher, Shot) -> BoxFuture<'static, Result<Enqueued>> 
 pub struct Periodic {
     pub(crate) name: String,
     pub(crate) expr: String,
-    pub(crate) tz: std::result::Result<Tz, String>,
+    pub(crate) tz: std::result::Result<Tz, ConfigError>,
     pub(crate) to: Option<String>,
     pub(crate) doc: Option<crate::MessageDoc>,
     pub(crate) fire: Option<Fire>,
@@ -166,7 +166,7 @@ impl Periodic {
     /// The time zone by its IANA name (`Europe/Paris`); an unknown name stops the app at
     /// startup.
     pub fn tz_named(mut self, name: &str) -> Self {
-        self.tz = parse_tz(name).map_err(|e| e.to_string());
+        self.tz = schedule::tz_named(name);
         self
     }
 
@@ -237,23 +237,24 @@ impl Periodic {
     /// Checks the declaration; the error says what to change.
     pub(crate) fn validate(&self) -> Result<Schedule> {
         if self.name.trim().is_empty() || self.name.contains('@') {
-            return Err(Error::config(format!(
-                "periodic `{}`: a job needs a name without `@` (its ticks' ids are \
-                 `<name>@<tick>`): add `.name(\"report\")`",
-                self.expr
-            )));
+            let e = ConfigError::new(
+                "name",
+                format!(
+                    "the periodic job on `{}` needs a name without `@` (its ticks' ids are `<name>@<tick>`)",
+                    self.expr
+                ),
+                "add `.name(\"report\")`",
+            );
+            return Err(match self.name.trim() {
+                "" => e,
+                name => e.on(name),
+            }
+            .into());
         }
-        let tz = self
-            .tz
-            .clone()
-            .map_err(|e| Error::config(format!("periodic `{}`: {e}", self.name)))?;
-        let schedule = Schedule::new(&self.expr, tz)
-            .map_err(|e| Error::config(format!("periodic `{}`: {e}", self.name)))?;
+        let tz = self.tz.clone().map_err(|e| e.on(&self.name))?;
+        let schedule = Schedule::read(&self.expr, tz).map_err(|e| e.on(&self.name))?;
         if self.fire.is_none() {
-            return Err(Error::config(format!(
-                "periodic `{}`: no message: add `.message(|| ..)`",
-                self.name
-            )));
+            return Err(no_message(&self.name).into());
         }
         Ok(schedule)
     }
@@ -278,6 +279,20 @@ impl Periodic {
     }
 }
 
+/// The error of a periodic job that makes no message.
+pub(crate) fn no_message(job: &str) -> ConfigError {
+    ConfigError::new("message", "no message", "add `.message(|| ..)`").on(job)
+}
+
+/// The error of periodic jobs mounted on a broker that cannot keep their state.
+pub(crate) fn no_store() -> ConfigError {
+    ConfigError::new(
+        "periodic",
+        "this broker cannot keep periodic jobs' state",
+        "mount them on a broker that does (the Redis broker does)",
+    )
+}
+
 /// Checks every job of one broker: each declaration, distinct names, and a broker that can keep
 /// their state (`has_store`).
 pub(crate) fn validate_all(jobs: &[Periodic], has_store: bool) -> Result<()> {
@@ -285,19 +300,19 @@ pub(crate) fn validate_all(jobs: &[Periodic], has_store: bool) -> Result<()> {
         return Ok(());
     }
     if !has_store {
-        return Err(Error::config(
-            "periodic jobs need a broker that keeps their state (the Redis broker does); \
-             mount them on such a broker",
-        ));
+        return Err(no_store().into());
     }
     let mut names = std::collections::HashSet::new();
     for job in jobs {
         job.validate()?;
         if !names.insert(job.name.as_str()) {
-            return Err(Error::config(format!(
-                "periodic `{}` is mounted twice on one broker: give each job its own name",
-                job.name
-            )));
+            return Err(ConfigError::new(
+                "name",
+                "two periodic jobs of one broker have this name",
+                "give each job its own name",
+            )
+            .on(&job.name)
+            .into());
         }
     }
     Ok(())
@@ -344,7 +359,38 @@ impl Publisher {
     /// The zone must be set: a job without one is refused at startup.
     pub fn every(&self, cron: impl Into<String>) -> Periodic {
         let mut p = Periodic::new("", cron, Tz::UTC).via(self.clone());
-        p.tz = Err("no time zone: add `.tz(Tz::UTC)` or the zone the schedule means".into());
+        p.tz = Err(ConfigError::new(
+            "tz",
+            "no time zone",
+            "add `.tz(Tz::UTC)` or the zone the schedule means",
+        ));
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_declaration_names_the_option_and_the_job() {
+        let job = |tz: &str| {
+            Periodic::new("report", "0 0 2 * * *", Tz::UTC)
+                .tz_named(tz)
+                .to("reports")
+                .message(|| b"go".to_vec())
+        };
+        assert!(job("Europe/Paris").validate().is_ok());
+        let e = job("Paris").validate().expect_err("refused");
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "tz", "{e}");
+        assert_eq!(config.subject.as_deref(), Some("report"), "{e}");
+        let e = Periodic::new("report", "every day", Tz::UTC)
+            .message(|| b"go".to_vec())
+            .validate()
+            .expect_err("refused");
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "cron", "{e}");
+        assert_eq!(config.subject.as_deref(), Some("report"), "{e}");
     }
 }

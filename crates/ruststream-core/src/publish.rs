@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use crate::{Durability, Error, Headers, MessageType, Result};
+use crate::{ConfigError, Durability, Error, Headers, MessageType, Result};
 
 mod builder;
 
@@ -131,9 +131,12 @@ pub trait PublishBackend: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<crate::CancelOutcome>> {
         let _ = (destination, id);
         Box::pin(async {
-            Err(Error::config(
-                "this broker cannot cancel messages: use a broker that does (RedisBroker)",
-            ))
+            Err(ConfigError::new(
+                "broker",
+                "this broker cannot cancel messages",
+                "use a broker that does (RedisBroker)",
+            )
+            .into())
         })
     }
 
@@ -306,8 +309,8 @@ impl Publisher {
     ) -> Result<crate::Signalled> {
         let json = crate::job::encode(payload)?;
         if json.len() > crate::steps::MAX_STEP_BYTES {
-            return Err(Error::config(format!(
-                "signal `{name}`: its payload is {} bytes of JSON, more than a step records ({})",
+            return Err(Error::Encode(format!(
+                "signal `{name}`: its payload is {} bytes of JSON, more than a step records ({}); send a reference to the data instead",
                 json.len(),
                 crate::steps::MAX_STEP_BYTES
             )));

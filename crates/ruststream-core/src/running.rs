@@ -25,7 +25,8 @@ use crate::dispatch::Subscription;
 use crate::health::{BrokerCheck, Health, StateCell, Watched};
 use crate::observe::{SharedObserver, Tally};
 use crate::{
-    AppInfo, Broker, BrokerSource, Error, IntoSubscriber, Publisher, Receiver, Result, Subscriber,
+    AppInfo, Broker, BrokerSource, ConfigError, Error, ErrorKind, IntoSubscriber, Publisher,
+    Receiver, Result, Subscriber,
 };
 
 /// A started broker: what starting one more subscription on it needs.
@@ -235,7 +236,8 @@ impl RunningApp {
     ) -> Result<()> {
         let live = self.live::<S::Broker>(n.into())?;
         if self.stop.is_cancelled() {
-            return Err(Error::config(
+            return Err(Error::broker(
+                ErrorKind::NotConnected,
                 "the app is stopping: no subscription can be added",
             ));
         }
@@ -269,18 +271,26 @@ impl RunningApp {
             .collect();
         let broker = type_name::<B>();
         match (n, of_type.len()) {
-            (_, 0) => Err(Error::config(format!(
-                "this app mounts no {broker}: mount it with `with_broker` before starting the app"
-            ))),
+            (_, 0) => Err(ConfigError::new(
+                "include",
+                format!("this app mounts no {broker}"),
+                "mount it with `with_broker` before starting the app",
+            )
+            .into()),
             (None, 1) => Ok(of_type[0].clone()),
-            (None, k) => Err(Error::config(format!(
-                "this app mounts {k} brokers of type {broker}: say which with `include_on(n, ..)` (0-based, in mount order)"
-            ))),
+            (None, k) => Err(ConfigError::new(
+                "include",
+                format!("this app mounts {k} brokers of type {broker}"),
+                "say which with `include_on(n, ..)` (0-based, in mount order)",
+            )
+            .into()),
             (Some(i), k) => of_type.get(i).cloned().ok_or_else(|| {
-                Error::config(format!(
-                    "include_on({i}): this app mounts {k} brokers of type {broker} (0 to {})",
-                    k - 1
-                ))
+                ConfigError::new(
+                    format!("include_on({i})"),
+                    format!("this app mounts {k} brokers of type {broker}"),
+                    format!("give n from 0 to {}", k - 1),
+                )
+                .into()
             }),
         }
     }
@@ -343,10 +353,13 @@ impl RunningApp {
     /// Stops the subscription `name` and takes it out of every list.
     fn take(&mut self, name: &str) -> Result<Running> {
         let Some(i) = self.running.iter().position(|r| r.name == name) else {
-            return Err(Error::config(format!(
-                "no running subscription named `{name}`; running: {}",
-                self.subscriptions().collect::<Vec<_>>().join(", ")
-            )));
+            return Err(Error::broker(
+                ErrorKind::Other,
+                format!(
+                    "no running subscription named `{name}`; running: {}",
+                    self.subscriptions().collect::<Vec<_>>().join(", ")
+                ),
+            ));
         };
         let r = self.running.remove(i);
         r.token.cancel();

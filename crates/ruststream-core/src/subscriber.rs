@@ -8,8 +8,8 @@ use futures::future::BoxFuture;
 
 use crate::erased::{ErasedHandler, Handled, Handler};
 use crate::{
-    Broker, BrokerSource, Context, DeliveryInfo, Error, Handle, MessageType, OutMessage, Publisher,
-    Source,
+    Broker, BrokerSource, ConfigError, Context, DeliveryInfo, Error, Handle, MessageType,
+    OutMessage, Publisher, Source,
 };
 
 struct Typed<H, In, Out> {
@@ -176,11 +176,16 @@ impl<B: Broker> Subscriber<B> {
         }
         match &self.reply {
             Some(reply) if reply.to.is_none() && reply.message.name.is_none() => {
-                Err(Error::config(format!(
-                    "the subscriber of `{}` replies with `{}`, which has no outgoing name: add `.to(\"key\")` (or `reply(\"key\")` in #[subscriber]), or `#[outgoing(name = \"...\")]` on the type",
-                    self.source.key(),
-                    reply.message.short_name()
-                )))
+                Err(ConfigError::new(
+                    "reply",
+                    format!(
+                        "the reply `{}` has no destination: neither `.to(..)` nor an outgoing name on its type",
+                        reply.message.short_name()
+                    ),
+                    "add `.to(\"key\")` (or `reply(\"key\")` in #[subscriber]), or `#[outgoing(name = \"...\")]` on the type",
+                )
+                .on(self.source.key())
+                .into())
             }
             _ => Ok(()),
         }

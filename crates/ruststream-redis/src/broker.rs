@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ruststream_core::{Broker, BrokerSource, OutMessage, Publisher, Result, Source};
+use ruststream_core::{Broker, BrokerSource, ConfigError, OutMessage, Publisher, Result, Source};
 use tokio_util::sync::CancellationToken;
 
 use crate::conn::{Connections, Settings, Topology};
@@ -325,7 +325,8 @@ impl RedisBroker {
         server: Arc<dyn crate::memory::MemoryServer>,
     ) -> ruststream_core::Result<()> {
         if self.conns.is_connected() {
-            return Err(ruststream_core::Error::config(
+            return Err(ruststream_core::Error::broker(
+                ruststream_core::ErrorKind::Other,
                 "attach_memory: the broker is connected already; attach before the app starts",
             ));
         }
@@ -345,26 +346,25 @@ impl Broker for RedisBroker {
 
     fn validate(&self, sources: &[&RedisSource]) -> Result<()> {
         self.conns.settings.check_urls()?;
-        self.conns
-            .routes
-            .check()
-            .map_err(ruststream_core::Error::config)?;
+        self.conns.routes.check()?;
         let schedule = self.conns.settings.schedule;
-        crate::options::validate_schedule(
-            "RedisBroker",
-            Some(schedule.interval),
-            Some(schedule.batch),
-        )?;
+        crate::options::validate_schedule(None, Some(schedule.interval), Some(schedule.batch))?;
         crate::results::validate_ttl(self.conns.settings.result_ttl)?;
         if self.conns.settings.flow_grace.is_zero() {
-            return Err(ruststream_core::Error::config(
-                "RedisBroker::flow_repair_grace(0): every flow being published would be repaired at once, its children pushed twice; give it well above a flow's publish time (default 30 s)",
-            ));
+            return Err(ConfigError::new(
+                "RedisBroker::flow_repair_grace",
+                "zero would repair every flow being published at once, its children pushed twice",
+                "give it well above a flow's publish time (default 30 s)",
+            )
+            .into());
         }
         if self.conns.settings.command_timeout.is_zero() {
-            return Err(ruststream_core::Error::config(
-                "RedisBroker::command_timeout(0): a command would fail before Redis could answer; give it at least a few seconds (default 10 s)",
-            ));
+            return Err(ConfigError::new(
+                "RedisBroker::command_timeout",
+                "zero would fail a command before Redis could answer",
+                "give it at least a few seconds (default 10 s)",
+            )
+            .into());
         }
         if self
             .conns
@@ -372,9 +372,12 @@ impl Broker for RedisBroker {
             .history
             .is_some_and(|every| every < std::time::Duration::from_millis(100))
         {
-            return Err(ruststream_core::Error::config(
-                "RedisBroker::history_interval: under 100 ms would send a script call per subscription that often; give it seconds (default a minute), or keep_history(false)",
-            ));
+            return Err(ConfigError::new(
+                "RedisBroker::history_interval",
+                "under 100 ms would send a script call per subscription that often",
+                "give it seconds (default a minute), or keep_history(false)",
+            )
+            .into());
         }
         for s in sources {
             s.transport().validate(&self.conns.keys)?;

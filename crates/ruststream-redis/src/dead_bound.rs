@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 /// Most dead letters a dead-letter list keeps, unless `.dead_letter_max_len(..)` says otherwise.
 pub const DEFAULT_DEAD_LETTER_MAX_LEN: u64 = 10_000;
@@ -39,21 +39,27 @@ impl DeadBound {
         Value::from(format!("{}:{}", self.max_len, self.max_age.as_millis()))
     }
 
-    /// Refuses a zero bound; `what` names the subscription (`list \`jobs\``).
-    pub(crate) fn validate(&self, what: &str) -> Result<()> {
+    /// Refuses a zero bound; `key` names the subscription.
+    pub(crate) fn validate(&self, key: &str) -> Result<()> {
         if self.max_len == 0 {
-            return Err(Error::config(format!(
-                "{what}: dead_letter_max_len must be at least 1 (0 would keep no dead letter); \
-                 the default is 10,000; for a larger bound give it, e.g. `.dead_letter_max_len(1_000_000)`, \
-                 or `.no_dead_letter()` to keep none"
-            )));
+            return Err(ConfigError::new(
+                "dead_letter_max_len",
+                "must be at least 1 (0 would keep no dead letter)",
+                "the default is 10,000; for a larger bound give it, e.g. `.dead_letter_max_len(1_000_000)`, \
+                 or `.no_dead_letter()` to keep none",
+            )
+            .on(key)
+            .into());
         }
         if self.max_age.as_millis() == 0 {
-            return Err(Error::config(format!(
-                "{what}: dead_letter_max_age must be at least 1 ms (zero would drop every dead letter at once); \
-                 the default is 30 days; for a longer one give it, e.g. \
-                 `.dead_letter_max_age(Duration::from_secs(365 * 24 * 3600))`"
-            )));
+            return Err(ConfigError::new(
+                "dead_letter_max_age",
+                "must be at least 1 ms (zero would drop every dead letter at once)",
+                "the default is 30 days; for a longer one give it, e.g. \
+                 `.dead_letter_max_age(Duration::from_secs(365 * 24 * 3600))`",
+            )
+            .on(key)
+            .into());
         }
         Ok(())
     }

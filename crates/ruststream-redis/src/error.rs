@@ -177,9 +177,11 @@ pub enum PubSubError {
     },
 }
 
+/// A broker error of kind [`ErrorKind::Configuration`] (the publish asks what the channel
+/// cannot do; trying again does not help), with the [`PubSubError`] as its source.
 impl From<PubSubError> for CoreError {
     fn from(e: PubSubError) -> Self {
-        CoreError::config(e.to_string())
+        CoreError::broker_from(ErrorKind::Configuration, e.to_string(), e)
     }
 }
 

@@ -29,7 +29,7 @@
 //! A command sent with fred's `custom` is routed to the node owning its key by [`slot_of`].
 
 use fred::types::ClusterHash;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 /// Routes a command on a cluster to the node owning `key`'s slot. fred 10 honours only a
 /// computed slot on a custom command: `ClusterHash::Offset` there is ignored and the command goes
@@ -177,9 +177,17 @@ impl KeySpace {
             let other = fred::util::redis_keyslot(k.as_bytes());
             if other != slot {
                 let tag = suggested_tag(source);
-                return Err(Error::config(format!(
-                    "subscription `{source}`: keys `{first}` (slot {slot}) and `{k}` (slot {other}) are used together in one script but fall in different hash slots of the cluster; put the queue in a hash tag: `{tag}` (derived names such as `{tag}.processing` inherit it), and name any custom processing, dead-letter or recovery key with the same tag"
-                )));
+                return Err(ConfigError::new(
+                    "key",
+                    format!(
+                        "keys `{first}` (slot {slot}) and `{k}` (slot {other}) are used together in one script but fall in different hash slots of the cluster"
+                    ),
+                    format!(
+                        "put the queue in a hash tag: `{tag}` (derived names such as `{tag}.processing` inherit it), and name any custom processing, dead-letter or recovery key with the same tag"
+                    ),
+                )
+                .on(source)
+                .into());
             }
         }
         Ok(())
@@ -404,15 +412,16 @@ mod tests {
     fn the_slot_rule_names_keys_slots_and_tag() {
         let space = KeySpace::new(String::new(), true);
         let keys = vec!["jobs".to_owned(), "jobs.processing".to_owned()];
-        let e = space
-            .check_same_slot("jobs", &keys)
-            .unwrap_err()
-            .to_string();
+        let e = space.check_same_slot("jobs", &keys).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "key");
+        assert_eq!(config.subject.as_deref(), Some("jobs"));
         assert!(
-            e.contains("`jobs` (slot ") && e.contains("`jobs.processing` (slot "),
+            config.problem.contains("`jobs` (slot ")
+                && config.problem.contains("`jobs.processing` (slot "),
             "{e}"
         );
-        assert!(e.contains("hash tag: `{jobs}`"), "{e}");
+        assert!(config.fix.contains("hash tag: `{jobs}`"), "{e}");
         let tagged = vec!["{t}".to_owned(), "{t}.processing".to_owned()];
         assert!(space.check_same_slot("{t}", &tagged).is_ok());
         let standalone = KeySpace::new(String::new(), false);

@@ -132,7 +132,10 @@ impl MemorySlot {
     #[cfg(feature = "testing")]
     pub(crate) fn attach(&self, server: Arc<dyn MemoryServer>) -> ruststream_core::Result<()> {
         self.server.set(server).map_err(|_| {
-            ruststream_core::Error::config("attach_memory: a server is attached already")
+            ruststream_core::Error::broker(
+                ruststream_core::ErrorKind::Other,
+                "attach_memory: a server is attached already",
+            )
         })
     }
 

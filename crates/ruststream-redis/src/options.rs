@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::{Error, Result, SubscribeOptions};
+use ruststream_core::{ConfigError, Result, SubscribeOptions};
 
 use crate::dead_bound::DeadBound;
 pub(crate) use crate::defaults::Schedule;
@@ -52,71 +52,101 @@ impl Default for SourceOptions {
 }
 
 impl SourceOptions {
-    /// Checks what every transport needs; `what` names the subscription (`list \`jobs\``).
-    pub(crate) fn validate(&self, what: &str) -> Result<()> {
+    /// Checks what every transport needs; `key` names the subscription.
+    pub(crate) fn validate(&self, key: &str) -> Result<()> {
         if self.core.concurrency == 0 {
-            return Err(Error::config(format!(
-                "{what}: concurrency must be at least 1"
-            )));
+            return Err(ConfigError::new(
+                "concurrency",
+                "must be at least 1",
+                "set it to 1 or more, how many messages are handled at once",
+            )
+            .on(key)
+            .into());
         }
         if self.core.max_attempts == 0 {
-            return Err(Error::config(format!(
-                "{what}: max_attempts must be at least 1"
-            )));
+            return Err(ConfigError::new(
+                "max_attempts",
+                "must be at least 1",
+                "set it to 1 or more (1 handles each message once, without retries)",
+            )
+            .on(key)
+            .into());
         }
         if self.core.timeout.is_some_and(|t| t.is_zero()) {
-            return Err(Error::config(format!(
-                "{what}: timeout must be longer than zero (every handler would be stopped at once); \
-                 give the longest a handler may run, e.g. `.timeout(Duration::from_secs(30))`, \
-                 or leave it unset for no limit"
-            )));
+            return Err(ConfigError::new(
+                "timeout",
+                "must be longer than zero (every handler would be stopped at once)",
+                "give the longest a handler may run, e.g. `.timeout(Duration::from_secs(30))`, \
+                 or leave it unset for no limit",
+            )
+            .on(key)
+            .into());
         }
         if self.core.max_payload_bytes == Some(0) {
-            return Err(Error::config(format!(
-                "{what}: max_payload_bytes must be at least 1 (0 would dead-letter every message); \
-                 give the largest payload a handler should read, e.g. `.max_payload_bytes(1 << 20)`, \
-                 or leave it unset for no limit"
-            )));
+            return Err(ConfigError::new(
+                "max_payload_bytes",
+                "must be at least 1 (0 would dead-letter every message)",
+                "give the largest payload a handler should read, e.g. `.max_payload_bytes(1 << 20)`, \
+                 or leave it unset for no limit",
+            )
+            .on(key)
+            .into());
         }
         if self.block.is_zero() {
-            return Err(Error::config(format!(
-                "{what}: block must be longer than zero (it would block forever)"
-            )));
+            return Err(ConfigError::new(
+                "block",
+                "must be longer than zero (it would block forever)",
+                "give how long a read waits for messages, e.g. `.block(Duration::from_secs(5))`",
+            )
+            .on(key)
+            .into());
         }
         if self.keep_steps.is_some_and(|d| d.is_zero()) {
-            return Err(Error::config(format!(
-                "{what}: keep_steps must be longer than zero (the record would be gone at once); \
-                 give how long an operator may inspect or requeue a finished message, \
-                 e.g. `.keep_steps(Duration::from_secs(24 * 3600))`, or leave it unset"
-            )));
+            return Err(ConfigError::new(
+                "keep_steps",
+                "must be longer than zero (the record would be gone at once)",
+                "give how long an operator may inspect or requeue a finished message, \
+                 e.g. `.keep_steps(Duration::from_secs(24 * 3600))`, or leave it unset",
+            )
+            .on(key)
+            .into());
         }
-        self.dead_bound.validate(what)?;
-        validate_schedule(what, self.schedule_interval, self.move_batch)
+        self.dead_bound.validate(key)?;
+        validate_schedule(Some(key), self.schedule_interval, self.move_batch)
     }
 }
 
 /// The largest move batch: `move_due.lua` moves at most this many a call whatever it is asked.
 pub const MAX_MOVE_BATCH: u32 = 1000;
 
-/// Refuses a zero interval and a batch outside 1..=[`MAX_MOVE_BATCH`]; `what` names whose
-/// setting it is (`list \`jobs\``, `RedisBroker`).
+/// Refuses a zero interval and a batch outside 1..=[`MAX_MOVE_BATCH`]; `subscription` names
+/// whose setting it is, `None` for the broker's own.
 pub(crate) fn validate_schedule(
-    what: &str,
+    subscription: Option<&str>,
     interval: Option<Duration>,
     batch: Option<u32>,
 ) -> Result<()> {
+    let refuse = |option: &str, problem: String, fix: &'static str| -> Result<()> {
+        let e = match subscription {
+            Some(key) => ConfigError::new(option.to_owned(), problem, fix).on(key),
+            None => ConfigError::new(format!("RedisBroker::{option}"), problem, fix),
+        };
+        Err(e.into())
+    };
     if interval.is_some_and(|d| d.is_zero()) {
-        return Err(ruststream_core::Error::config(format!(
-            "{what}: schedule_interval must be longer than zero (idle readers would call Redis without pause); \
-             a few seconds suits most services, e.g. `.schedule_interval(Duration::from_secs(1))`, \
-             or `.scheduling(false)` to leave moving to other nodes"
-        )));
+        return refuse(
+            "schedule_interval",
+            "must be longer than zero (idle readers would call Redis without pause)".to_owned(),
+            "a few seconds suits most services, e.g. `.schedule_interval(Duration::from_secs(1))`, \
+             or `.scheduling(false)` to leave moving to other nodes",
+        );
     }
     match batch {
-        Some(n) if n == 0 || n > MAX_MOVE_BATCH => Err(ruststream_core::Error::config(format!(
-            "{what}: move_batch must be between 1 and {MAX_MOVE_BATCH} (it is {n}); \
-             the default is 128, e.g. `.move_batch(128)`"
-        ))),
+        Some(n) if n == 0 || n > MAX_MOVE_BATCH => refuse(
+            "move_batch",
+            format!("must be between 1 and {MAX_MOVE_BATCH} (it is {n})"),
+            "the default is 128, e.g. `.move_batch(128)`",
+        ),
         _ => Ok(()),
     }
 }

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::future::{BoxFuture, try_join_all};
 use futures::stream::{FuturesUnordered, StreamExt};
-use ruststream_core::{Delivery, Error, Receiver, Result, Settlement, Settler};
+use ruststream_core::{ConfigError, Delivery, Error, Receiver, Result, Settlement, Settler};
 use tokio_util::sync::CancellationToken;
 
 use crate::claim::limit::{Held, Limiter};
@@ -78,26 +78,36 @@ pub(crate) fn pick(n: u16, partition_key: Option<&str>, next: &AtomicUsize) -> u
 
 /// Checks a partitioned queue's own settings: `n` in range, a key without a hash tag, and no
 /// key named by hand (`named`: the settings that name one), since every partition needs its own.
-pub(crate) fn validate(what: &str, key: &str, n: u16, named: &[&str]) -> Result<()> {
-    if n == 0 || n > MAX {
-        return Err(Error::config(format!(
-            "{what}: partitions must be between 1 and {MAX}, not {n}"
-        )));
-    }
-    if key.contains('{') || key.contains('}') {
-        return Err(Error::config(format!(
-            "{what}: a queue with partitions names its partitions `{}` … `{}`, each with a hash tag of its own: name it without braces",
-            self::key(key.trim_matches(['{', '}']), 0),
-            self::key(key.trim_matches(['{', '}']), n - 1)
-        )));
-    }
-    if let Some(setting) = named.first() {
-        return Err(Error::config(format!(
-            "{what}: `{setting}` names one key, but each partition needs its own (`{}.…`): remove it; the partitions' keys are derived",
-            self::key(key, 0)
-        )));
-    }
-    Ok(())
+pub(crate) fn validate(key: &str, n: u16, named: &[&'static str]) -> Result<()> {
+    let e = if n == 0 || n > MAX {
+        ConfigError::new(
+            "partitions",
+            format!("must be between 1 and {MAX}, not {n}"),
+            format!("give a number of partitions from 1 to {MAX}"),
+        )
+    } else if key.contains('{') || key.contains('}') {
+        ConfigError::new(
+            "partitions",
+            format!(
+                "a queue with partitions names its partitions `{}` … `{}`, each with a hash tag of its own, so its key cannot hold one",
+                self::key(key.trim_matches(['{', '}']), 0),
+                self::key(key.trim_matches(['{', '}']), n - 1)
+            ),
+            "name it without braces",
+        )
+    } else if let Some(setting) = named.first() {
+        ConfigError::new(
+            *setting,
+            format!(
+                "names one key, but each partition needs its own (`{}.…`)",
+                self::key(key, 0)
+            ),
+            "remove it; the partitions' keys are derived",
+        )
+    } else {
+        return Ok(());
+    };
+    Err(e.on(key).into())
 }
 
 /// The keys of every queue `source` reads: its own, or each partition's (named after its key,
@@ -434,18 +444,21 @@ mod tests {
 
     #[test]
     fn bad_partition_settings_say_what_to_change() {
-        let e = validate("list `jobs`", "jobs", 0, &[])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("between 1 and"), "{e}");
-        let e = validate("list `{jobs}`", "{jobs}", 4, &[])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`{jobs:0}` … `{jobs:3}`"), "{e}");
-        let e = validate("list `jobs`", "jobs", 4, &["processing"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`processing` names one key"), "{e}");
-        assert!(validate("list `jobs`", "jobs", 4, &[]).is_ok());
+        let refused = |key, n, named| {
+            let e = validate(key, n, named).unwrap_err();
+            let config = e.config_error().cloned().expect("a configuration error");
+            assert_eq!(config.subject.as_deref(), Some(key), "{e}");
+            config
+        };
+        let e = refused("jobs", 0, &[]);
+        assert_eq!(e.option, "partitions");
+        assert!(e.problem.contains("between 1 and"), "{e}");
+        let e = refused("{jobs}", 4, &[]);
+        assert_eq!(e.option, "partitions");
+        assert!(e.problem.contains("`{jobs:0}` … `{jobs:3}`"), "{e}");
+        let e = refused("jobs", 4, &["processing"]);
+        assert_eq!(e.option, "processing");
+        assert!(e.problem.contains("names one key"), "{e}");
+        assert!(validate("jobs", 4, &[]).is_ok());
     }
 }

@@ -23,7 +23,7 @@
 
 use fred::prelude::*;
 use futures::future::try_join_all;
-use ruststream_core::{Error, OutMessage, Result};
+use ruststream_core::{OutMessage, Result};
 
 use crate::back::Dest;
 use crate::conn::Connections;
@@ -64,7 +64,7 @@ pub(crate) async fn publish(
         let policy = policy
             .or_else(|| routes.get(&m.destination))
             .unwrap_or_default();
-        policy.check(&m.destination).map_err(Error::config)?;
+        policy.check(&m.destination)?;
         if matches!(policy, PublishPolicy::PubSub(_)) && m.due.is_some() {
             return Err(PubSubError::CannotDelay {
                 channel: m.destination,

@@ -56,13 +56,17 @@ impl QueueOptions {
         }
     }
 
-    /// Checks the rate limit and the cap; `what` names the subscription (`list \`jobs\``),
-    /// `cap_cannot` says why this one cannot hold a cap, with the fix, when it cannot.
-    pub(crate) fn validate(&self, what: &str, cap_cannot: Option<&str>) -> Result<()> {
+    /// Checks the rate limit and the cap; `key` names the subscription, `cap_cannot` says why
+    /// this one cannot hold a cap, and the fix, when it cannot.
+    pub(crate) fn validate(
+        &self,
+        key: &str,
+        cap_cannot: Option<(&'static str, &'static str)>,
+    ) -> Result<()> {
         if let Some(rate) = &self.rate {
-            rate.validate(what)?;
+            rate.validate(key)?;
         }
-        crate::claim::cap::validate(what, self.max_in_flight, cap_cannot)
+        crate::claim::cap::validate(key, "max_in_flight", self.max_in_flight, cap_cannot)
     }
 }
 

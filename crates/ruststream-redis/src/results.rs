@@ -79,9 +79,12 @@ impl Call for WriteJob<'_> {
 /// Refuses a ttl that would drop a record at once.
 pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
     if ttl < Duration::from_millis(1) {
-        return Err(Error::config(
-            "RedisBroker::result_ttl is zero: job results would expire at once; give it at least 1 ms (the default is 1 h)",
-        ));
+        return Err(ruststream_core::ConfigError::new(
+            "RedisBroker::result_ttl",
+            "zero would expire job results at once",
+            "give it at least 1 ms (the default is 1 h)",
+        )
+        .into());
     }
     Ok(())
 }

@@ -16,37 +16,44 @@ use std::sync::Arc;
 use fred::types::config::TlsConfig;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 /// A TLS configuration trusting exactly the CA certificates in the PEM file at `path`.
 pub(crate) fn with_ca_file(path: &Path) -> Result<TlsConfig> {
-    let shown = path.display();
+    let shown = path.display().to_string();
+    let refused = |problem: String| {
+        ConfigError::new(
+            "tls_ca_file",
+            problem,
+            "give a file that holds the CA's certificates in PEM (-----BEGIN CERTIFICATE-----)",
+        )
+        .on(shown.clone())
+    };
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(Iterator::collect::<std::result::Result<Vec<_>, _>>)
-        .map_err(|e| {
-            Error::config(format!(
-                "cannot read the TLS CA file `{shown}`: {e}; it must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
-            ))
-        })?;
+        .map_err(|e| refused(format!("cannot read it: {e}")))?;
     if certs.is_empty() {
-        return Err(Error::config(format!(
-            "the TLS CA file `{shown}` holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
-        )));
+        return Err(refused("it holds no PEM certificate".to_owned()).into());
     }
     let mut roots = rustls::RootCertStore::empty();
     for cert in certs {
-        roots.add(cert).map_err(|e| {
-            Error::config(format!(
-                "the TLS CA file `{shown}` holds a certificate rustls rejects: {e}"
-            ))
-        })?;
+        roots
+            .add(cert)
+            .map_err(|e| refused(format!("it holds a certificate rustls rejects: {e}")))?;
     }
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .unwrap_or_else(|| Arc::new(ring_provider()));
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::config(format!("TLS setup failed: {e}")))?
+        .map_err(|e| {
+            ConfigError::new(
+                "tls_ca_file",
+                format!("TLS setup failed: {e}"),
+                "install a rustls crypto provider that supports TLS 1.2 or 1.3, or none for *ring*'s",
+            )
+            .on(shown.clone())
+        })?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(config.into())
@@ -68,17 +75,16 @@ mod tests {
 
     #[test]
     fn a_missing_or_empty_file_is_a_clear_error() {
-        let e = with_ca_file(Path::new("/nonexistent/ca.pem"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("`/nonexistent/ca.pem`") && e.contains("PEM"),
-            "{e}"
-        );
+        let e = with_ca_file(Path::new("/nonexistent/ca.pem")).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "tls_ca_file");
+        assert_eq!(config.subject.as_deref(), Some("/nonexistent/ca.pem"));
+        assert!(config.fix.contains("PEM"), "{e}");
         let empty = std::env::temp_dir().join(format!("rs-empty-ca-{}.pem", std::process::id()));
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        let e = with_ca_file(&empty).unwrap_err().to_string();
+        let e = with_ca_file(&empty).unwrap_err();
         std::fs::remove_file(&empty).unwrap();
-        assert!(e.contains("holds no PEM certificate"), "{e}");
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.problem, "it holds no PEM certificate", "{e}");
     }
 }

@@ -179,7 +179,13 @@ pub fn run_main_from<A: App>(
                 let text = render(&doc, format)?;
                 match output {
                     Some(path) => std::fs::write(&path, text).map_err(|e| {
-                        crate::Error::config(format!("cannot write {}: {e}", path.display()))
+                        crate::ConfigError::new(
+                            "--output",
+                            format!("cannot write it: {e}"),
+                            "give a path in a folder this process may write to",
+                        )
+                        .on(path.display().to_string())
+                        .into()
                     }),
                     None => {
                         print!("{text}");

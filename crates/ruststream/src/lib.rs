@@ -26,11 +26,11 @@ pub use ruststream_core::periodic;
 /// `ctx.wait_for(..)`, `ctx.checkpoint(..)`.
 pub use ruststream_core::steps;
 pub use ruststream_core::{
-    App, AppInfo, Backoff, BatchContext, BatchOutcome, CancelOutcome, Context, DeliveryInfo, Due,
-    Durability, Enqueued, Error, ErrorKind, Handle, HandleBatch, HandlerOutcome, Headers, Health,
-    IntoBatchOutcome, IntoHandlerResult, IntoSubscriber, MessageType, Mount, OutMessage,
-    PublishBuilder, Publisher, Publishing, Result, RunningApp, RustStream, Settlement, Source,
-    Subscriber, SubscriptionState, asyncapi, outgoing, subscriber,
+    App, AppInfo, Backoff, BatchContext, BatchOutcome, CancelOutcome, ConfigError, Context,
+    DeliveryInfo, Due, Durability, Enqueued, Error, ErrorKind, Handle, HandleBatch, HandlerOutcome,
+    Headers, Health, IntoBatchOutcome, IntoHandlerResult, IntoSubscriber, MessageType, Mount,
+    OutMessage, PublishBuilder, Publisher, Publishing, Result, RunningApp, RustStream, Settlement,
+    Source, Subscriber, SubscriptionState, asyncapi, outgoing, subscriber,
 };
 pub use ruststream_macros::{Outgoing, app, periodic, subscriber};
 /// The Redis broker crate, for what the prelude does not bring (scripts, frames).

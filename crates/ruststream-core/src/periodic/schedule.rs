@@ -5,7 +5,7 @@ use std::str::FromStr;
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use crate::{Error, Result};
+use crate::{ConfigError, Result};
 
 /// A cron expression with seconds (`sec min hour day-of-month month day-of-week [year]`, as the
 /// [`cron`] crate reads it) in a named time zone: `0 0 9 * * Mon-Fri` in `Europe/Paris` ticks at
@@ -26,13 +26,19 @@ pub struct Schedule {
 impl Schedule {
     /// Parses `expr` in the zone `tz`; the error says what a valid expression looks like.
     pub fn new(expr: &str, tz: Tz) -> Result<Self> {
+        Ok(Self::read(expr, tz)?)
+    }
+
+    /// [`new`](Self::new), with the error as a [`ConfigError`] on no job yet.
+    pub(crate) fn read(expr: &str, tz: Tz) -> std::result::Result<Self, ConfigError> {
         let cron = cron::Schedule::from_str(expr.trim()).map_err(|e| {
-            Error::config(format!(
-                "periodic: `{expr}` is not a cron expression{}; write six or seven fields, \
-                 seconds first: `sec min hour day-of-month month day-of-week [year]`, e.g. \
-                 `0 */5 * * * *` for every five minutes",
-                detail(&e)
-            ))
+            ConfigError::new(
+                "cron",
+                format!("`{expr}` is not a cron expression{}", detail(&e)),
+                "write six or seven fields, seconds first: \
+                 `sec min hour day-of-month month day-of-week [year]`, e.g. `0 */5 * * * *` \
+                 for every five minutes",
+            )
         })?;
         Ok(Self { cron, tz })
     }
@@ -90,11 +96,17 @@ fn detail(e: &cron::error::Error) -> String {
 
 /// The zone named `name`, or an error saying how to name one.
 pub fn parse_tz(name: &str) -> Result<Tz> {
+    Ok(tz_named(name)?)
+}
+
+/// [`parse_tz`], with the error as a [`ConfigError`] on no job yet.
+pub(crate) fn tz_named(name: &str) -> std::result::Result<Tz, ConfigError> {
     name.parse::<Tz>().map_err(|_| {
-        Error::config(format!(
-            "periodic: `{name}` is not a time zone; use an IANA name such as `UTC` or \
-             `Europe/Paris`"
-        ))
+        ConfigError::new(
+            "tz",
+            format!("`{name}` is not a time zone"),
+            "use an IANA name such as `UTC` or `Europe/Paris`",
+        )
     })
 }
 
@@ -128,8 +140,12 @@ mod tests {
     #[test]
     fn bad_input_says_how_to_fix_it() {
         let e = Schedule::new("every 5 minutes", Tz::UTC).unwrap_err();
-        assert!(e.to_string().contains("seconds first"), "{e}");
+        let cron = e.config_error().expect("a configuration error");
+        assert_eq!(cron.option, "cron");
+        assert!(cron.fix.contains("seconds first"), "{e}");
         let e = parse_tz("Paris").unwrap_err();
-        assert!(e.to_string().contains("Europe/Paris"), "{e}");
+        let tz = e.config_error().expect("a configuration error");
+        assert_eq!(tz.option, "tz");
+        assert!(tz.fix.contains("Europe/Paris"), "{e}");
     }
 }

@@ -107,7 +107,7 @@ impl Ticker {
                     }
                     return tick;
                 }
-                Err(e @ crate::Error::Config(_)) => {
+                Err(e) if e.kind() == crate::ErrorKind::Configuration => {
                     // A refusal (a destination that cannot take unique publishes, such as a
                     // Pub/Sub channel) will not heal by trying again: the tick is dropped.
                     tracing::error!(periodic = %self.job.name, tick, error = %e,
@@ -137,9 +137,11 @@ impl Ticker {
 
     /// Publishes `tick`'s message; `true` when it was enqueued (not a duplicate).
     async fn publish(&self, tick: u64) -> Result<bool> {
-        let fire = self.job.fire.as_ref().ok_or_else(|| {
-            crate::Error::config(format!("periodic `{}`: no message", self.job.name))
-        })?;
+        let fire = self
+            .job
+            .fire
+            .as_ref()
+            .ok_or_else(|| super::no_message(&self.job.name))?;
         let following = self.schedule.next_after(tick).unwrap_or(tick);
         let period = Duration::from_millis(following.saturating_sub(tick));
         let shot = Shot {

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 
 use super::{Due, Enqueued, GROUP_HEADER, OutMessage, Publisher};
-use crate::{Durability, Error, Headers, MessageType, Result};
+use crate::{ConfigError, Durability, Error, Headers, MessageType, Result};
 
 #[derive(Default)]
 struct Options {
@@ -151,9 +151,12 @@ impl<'a, T: MessageType> PublishBuilder<'a, T> {
 
     fn encode(&self) -> Result<Vec<OutMessage>> {
         if self.opts.unique_for.is_some() && self.opts.id.is_none() {
-            return Err(Error::config(
-                "publish: `.unique_for(..)` needs the message's id: add `.id(..)`",
-            ));
+            return Err(ConfigError::new(
+                ".unique_for(..)",
+                "a publish unique within a window needs the message's id",
+                "add `.id(..)`",
+            )
+            .into());
         }
         self.values
             .iter()
@@ -270,9 +273,12 @@ impl<T: MessageType> Publishing<'_, T> {
             ));
         };
         if builder.values.len() != 1 {
-            return Err(Error::config(
-                "await_result: a publish of one message awaits one result; publish the values one at a time",
-            ));
+            return Err(ConfigError::new(
+                "await_result",
+                "a publish of one message awaits one result, and this publish has several",
+                "publish the values one at a time",
+            )
+            .into());
         }
         let publisher = builder.publisher;
         // Fails before publishing on a broker that keeps no results.

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::{
     MAX_STEP_BYTES, Replay, StepError, StepRecord, StepStore, StepWrite, WaitTimedOut, Waited,
 };
-use crate::{Context, Error, Result};
+use crate::{ConfigError, Context, Error, Result};
 
 /// The longest error text a failed step records: 4 KiB.
 const MAX_FAILURE_BYTES: usize = 4096;
@@ -71,9 +71,17 @@ impl Context<'_> {
         Fut: Future<Output = Result<T, E>>,
     {
         if super::reserved(name) {
-            return Err(StepError::Record(Error::config(format!(
-                "step `{name}`: `cursor` and the names starting `sleep:`, `wait:`, `signal:`, `failed:` or `t:` are the record's own; give the step another name"
-            ))));
+            return Err(StepError::Record(
+                ConfigError::new(
+                    "step name",
+                    format!(
+                        "`{name}` is the record's own: so are `cursor` and the names starting `sleep:`, `wait:`, `signal:`, `failed:` or `t:`"
+                    ),
+                    "give the step another name",
+                )
+                .on(self.source())
+                .into(),
+            ));
         }
         if let Some(json) = self.begin_step(name).await.map_err(StepError::Record)? {
             return crate::job::decode_as(&json, "step record")
@@ -92,7 +100,7 @@ impl Context<'_> {
         let took = began.elapsed();
         let json = crate::job::encode(&value).map_err(StepError::Record)?;
         if json.len() > MAX_STEP_BYTES {
-            return Err(StepError::Record(Error::config(format!(
+            return Err(StepError::Record(Error::Encode(format!(
                 "step `{name}`: its result is {} bytes of JSON, more than a step records ({MAX_STEP_BYTES}); record a reference to it instead",
                 json.len()
             ))));
@@ -252,8 +260,8 @@ impl Context<'_> {
         self.load_steps().await.map_err(StepError::Record)?;
         let json = crate::job::encode(cursor).map_err(StepError::Record)?;
         if json.len() > MAX_STEP_BYTES {
-            return Err(StepError::Record(Error::config(format!(
-                "checkpoint: the cursor is {} bytes of JSON, more than a step records ({MAX_STEP_BYTES})",
+            return Err(StepError::Record(Error::Encode(format!(
+                "checkpoint: the cursor is {} bytes of JSON, more than a step records ({MAX_STEP_BYTES}); checkpoint a smaller cursor, such as a reference to the data",
                 json.len()
             ))));
         }
@@ -292,10 +300,13 @@ impl Context<'_> {
 
     fn store(&self) -> Result<&dyn StepStore> {
         if !self.info.steps.redelivers {
-            return Err(Error::config(format!(
-                "steps and durable sleeps need a source that redelivers (a reliable list or a stream group); `{}` cannot, so its records would never be replayed",
-                self.source()
-            )));
+            return Err(ConfigError::new(
+                "steps",
+                "steps and durable sleeps need a source that redelivers, and this one cannot, so its records would never be replayed",
+                "read it as a reliable list (`.reliable()`) or a stream group (`RedisStream::new(..).group(..)`)",
+            )
+            .on(self.source())
+            .into());
         }
         self.publisher().step_store()
     }
@@ -307,10 +318,16 @@ impl Context<'_> {
         let loaded = {
             let mut replay = self.replay();
             if !replay.seen.insert(name.to_owned()) {
-                return Err(Error::config(format!(
-                    "step `{name}` used twice in one run of message {}: give each step its own name",
-                    self.message_id()
-                )));
+                return Err(ConfigError::new(
+                    "step name",
+                    format!(
+                        "`{name}` is used twice in one run of message {}",
+                        self.message_id()
+                    ),
+                    "give each step its own name",
+                )
+                .on(self.source())
+                .into());
             }
             replay.record.is_some()
         };

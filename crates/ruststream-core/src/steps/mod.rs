@@ -28,7 +28,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use crate::{Error, HandlerOutcome, Result};
+use crate::{ConfigError, Error, HandlerOutcome, Result};
 
 /// How long a message's step record lives after its last write: 7 days. A retry or recovery
 /// within that replays its steps; a sleep keeps the record until its end and this long after.
@@ -199,7 +199,12 @@ pub struct WaitTimedOut;
 
 /// The error of a broker that keeps no step records.
 pub(crate) fn unsupported() -> Error {
-    Error::config("this broker keeps no step records: use a broker that does (RedisBroker)")
+    ConfigError::new(
+        "broker",
+        "this broker keeps no step records",
+        "use a broker that does (RedisBroker)",
+    )
+    .into()
 }
 
 /// What [`Context::step`](crate::Context::step) and [`Context::sleep`](crate::Context::sleep)

@@ -121,9 +121,14 @@ async fn main() -> ExitCode {
 async fn run() -> ruststream::Result<()> {
     let minutes: f64 = arg("--minutes").and_then(|m| m.parse().ok()).unwrap_or(1.0);
     let addr = arg("--addr").unwrap_or_else(|| "127.0.0.1:8090".to_owned());
-    let addr = addr
-        .parse()
-        .map_err(|e| ruststream::Error::config(format!("--addr {addr}: {e}")))?;
+    let addr: std::net::SocketAddr = addr.parse().map_err(|e: std::net::AddrParseError| {
+        ruststream::ConfigError::new(
+            "--addr",
+            e.to_string(),
+            "give an address such as 127.0.0.1:8090",
+        )
+        .on(&addr)
+    })?;
     let broker = RedisBroker::from_env()
         .prefix("shop:")
         .history_interval(Duration::from_secs(5));

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::{CancelOutcome, Error, ErrorKind, Result};
+use ruststream_core::{CancelOutcome, ConfigError, Error, ErrorKind, Result};
 
 use crate::conn::Connections;
 use crate::keys::KeySpace;
@@ -183,9 +183,13 @@ pub(crate) async fn cancel(
             .await;
         }
         crate::PublishPolicy::PubSub(_) => {
-            return Err(Error::config(format!(
-                "cancel `{destination}`: only list queues and streams can be cancelled from; `{destination}` is published on Pub/Sub, which stores nothing"
-            )));
+            return Err(ConfigError::new(
+                "cancel",
+                "it is published on Pub/Sub, which stores nothing: only list queues and streams can be cancelled from",
+                "cancel messages of a list queue or a stream",
+            )
+            .on(destination)
+            .into());
         }
     };
     let names = match partitions {

@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 use super::Gate;
 use crate::claim::limit::Held;
@@ -40,17 +40,25 @@ pub(super) fn count(held: Held, queue: &str) {
     }
 }
 
-/// Refuses a cap of 0, and a cap on a source that cannot hold one (`cannot`: why, with the
-/// fix); `what` names the subscription.
-pub(crate) fn validate(what: &str, cap: Option<u32>, cannot: Option<&str>) -> Result<()> {
-    match (cap, cannot) {
-        (None, _) => Ok(()),
-        (Some(0), _) => Err(Error::config(format!(
-            "{what}: max_in_flight needs at least 1 (messages handled at once); to stop a queue, pause it (`ruststream pause`)"
-        ))),
-        (Some(_), Some(why)) => Err(Error::config(format!("{what}: max_in_flight {why}"))),
-        (Some(_), None) => Ok(()),
-    }
+/// Refuses a cap of 0, and a cap on a source that cannot hold one (`cannot`: why, and the
+/// fix); `option` is the cap's setting (`max_in_flight`), `key` the subscription.
+pub(crate) fn validate(
+    key: &str,
+    option: &'static str,
+    cap: Option<u32>,
+    cannot: Option<(&'static str, &'static str)>,
+) -> Result<()> {
+    let e = match (cap, cannot) {
+        (None, _) => return Ok(()),
+        (Some(0), _) => ConfigError::new(
+            option,
+            "needs at least 1 (messages handled at once)",
+            "to stop a queue, pause it (`ruststream pause`)",
+        ),
+        (Some(_), Some((why, fix))) => ConfigError::new(option, why, fix),
+        (Some(_), None) => return Ok(()),
+    };
+    Err(e.on(key).into())
 }
 
 impl Gate {
@@ -83,13 +91,17 @@ mod tests {
 
     #[test]
     fn zero_and_impossible_caps_are_refused_with_the_fix() {
-        let e = validate("list `q`", Some(0), None).unwrap_err().to_string();
-        assert!(e.contains("at least 1"), "{e}");
-        let e = validate("list `q`", Some(3), Some("needs `.reliable()`"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("max_in_flight needs `.reliable()`"), "{e}");
-        assert!(validate("list `q`", Some(3), None).is_ok());
-        assert!(validate("list `q`", None, Some("never said")).is_ok());
+        let cannot = Some(("needs a reliable list", "add `.reliable()`"));
+        let e = validate("q", "max_in_flight", Some(0), None).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "max_in_flight");
+        assert_eq!(config.subject.as_deref(), Some("q"));
+        assert!(config.problem.contains("at least 1"), "{e}");
+        let e = validate("q", "group_max_in_flight", Some(3), cannot).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "group_max_in_flight");
+        assert_eq!(config.fix, "add `.reliable()`");
+        assert!(validate("q", "max_in_flight", Some(3), None).is_ok());
+        assert!(validate("q", "max_in_flight", None, cannot).is_ok());
     }
 }

@@ -20,7 +20,7 @@
 use std::time::Duration;
 
 use fred::prelude::*;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 use tokio_util::sync::CancellationToken;
 
 use super::Gate;
@@ -83,32 +83,41 @@ impl RateLimit {
         self.by.as_deref()
     }
 
-    /// Refuses `n` = 0, a zero or over-long period, and an empty header name; `what` names the
+    /// Refuses `n` = 0, a zero or over-long period, and an empty header name; `key` names the
     /// subscription.
-    pub(crate) fn validate(&self, what: &str) -> Result<()> {
-        if self.n == 0 {
-            return Err(Error::config(format!(
-                "{what}: rate_limit needs n of at least 1 (messages per period); to stop a queue, pause it (`ruststream pause`)"
-            )));
-        }
-        if self.per.is_zero() {
-            return Err(Error::config(format!(
-                "{what}: rate_limit needs a period longer than zero, e.g. `.rate_limit(100, Duration::from_secs(1))`"
-            )));
-        }
-        if self.per > MAX_PER {
-            return Err(Error::config(format!(
-                "{what}: rate_limit's period is at most {} days (it is {:?}); use a smaller n over a shorter period",
-                MAX_PER.as_secs() / 86_400,
-                self.per
-            )));
-        }
-        if self.by.as_deref() == Some("") {
-            return Err(Error::config(format!(
-                "{what}: rate_limit_by needs the name of the header that holds each message's key"
-            )));
-        }
-        Ok(())
+    pub(crate) fn validate(&self, key: &str) -> Result<()> {
+        let e = if self.n == 0 {
+            ConfigError::new(
+                "rate_limit",
+                "needs n of at least 1 (messages per period)",
+                "to stop a queue, pause it (`ruststream pause`)",
+            )
+        } else if self.per.is_zero() {
+            ConfigError::new(
+                "rate_limit",
+                "needs a period longer than zero",
+                "give one, e.g. `.rate_limit(100, Duration::from_secs(1))`",
+            )
+        } else if self.per > MAX_PER {
+            ConfigError::new(
+                "rate_limit",
+                format!(
+                    "its period is at most {} days (it is {:?})",
+                    MAX_PER.as_secs() / 86_400,
+                    self.per
+                ),
+                "use a smaller n over a shorter period",
+            )
+        } else if self.by.as_deref() == Some("") {
+            ConfigError::new(
+                "rate_limit_by",
+                "the header's name is empty",
+                "give the name of the header that holds each message's key",
+            )
+        } else {
+            return Ok(());
+        };
+        Err(e.on(key).into())
     }
 
     /// The full name of the limiter's key for the queue `queue` (full name): `K.rate`, or
@@ -252,16 +261,25 @@ impl Held {
 mod tests {
     use super::*;
 
-    fn err(l: &RateLimit) -> String {
-        l.validate("list `q`").unwrap_err().to_string()
+    /// The option and problem of `l`'s refusal, checked to be on the subscription `q`.
+    fn err(l: &RateLimit) -> (String, String) {
+        let e = l.validate("q").unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.subject.as_deref(), Some("q"), "{e}");
+        (config.option.to_string(), config.problem.to_string())
     }
 
     #[test]
     fn bad_limits_are_refused_with_the_fix() {
-        assert!(err(&RateLimit::new(0, Duration::from_secs(1))).contains("n of at least 1"));
-        assert!(err(&RateLimit::new(1, Duration::ZERO)).contains("longer than zero"));
-        assert!(err(&RateLimit::new(1, Duration::from_secs(u64::MAX))).contains("at most"));
-        assert!(err(&RateLimit::by("", 1, Duration::from_secs(1))).contains("name of the header"));
+        let (option, problem) = err(&RateLimit::new(0, Duration::from_secs(1)));
+        assert_eq!(option, "rate_limit");
+        assert!(problem.contains("n of at least 1"), "{problem}");
+        let (_, problem) = err(&RateLimit::new(1, Duration::ZERO));
+        assert!(problem.contains("longer than zero"), "{problem}");
+        let (_, problem) = err(&RateLimit::new(1, Duration::from_secs(u64::MAX)));
+        assert!(problem.contains("at most"), "{problem}");
+        let (option, _) = err(&RateLimit::by("", 1, Duration::from_secs(1)));
+        assert_eq!(option, "rate_limit_by");
         assert!(
             RateLimit::by("k", 1, Duration::from_millis(1))
                 .validate("q")

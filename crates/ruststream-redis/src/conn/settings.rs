@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::{Error as CoreError, Result};
+use ruststream_core::{ConfigError, Result};
 
 use crate::error::redact;
 
@@ -87,13 +87,19 @@ fn check_scheme(url: &str, bare: bool) -> Result<()> {
     match url.split_once("://") {
         Some(("redis" | "rediss", _)) => Ok(()),
         None if bare => Ok(()),
-        Some((scheme, _)) => Err(CoreError::config(format!(
-            "cannot connect to {}: unsupported URL scheme `{scheme}://`; {SCHEMES}",
-            redact(url)
-        ))),
-        None => Err(CoreError::config(format!(
-            "cannot connect to `{}`: the URL has no scheme; {SCHEMES}",
-            redact(url)
-        ))),
+        Some((scheme, _)) => Err(ConfigError::new(
+            "redis url",
+            format!("cannot connect: unsupported URL scheme `{scheme}://`"),
+            SCHEMES,
+        )
+        .on(redact(url))
+        .into()),
+        None => Err(ConfigError::new(
+            "redis url",
+            "cannot connect: the URL has no scheme",
+            SCHEMES,
+        )
+        .on(redact(url))
+        .into()),
     }
 }

@@ -38,7 +38,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::flow::{CHILD_HEADER, ChildOutcome, OutChild, OutFlow, RECORD_HEADER};
-use ruststream_core::{Error, Headers, OutMessage, Result};
+use ruststream_core::{ConfigError, Error, Headers, OutMessage, Result};
 
 use crate::back::Dest;
 use crate::conn::Connections;
@@ -207,12 +207,15 @@ fn parent_queue(
     m: &mut OutMessage,
 ) -> Result<(Dest, String)> {
     let policy = routes.get(&m.destination).unwrap_or_default();
-    policy.check(&m.destination).map_err(Error::config)?;
+    policy.check(&m.destination)?;
     if matches!(policy, PublishPolicy::PubSub(_)) || m.due.is_some() {
-        return Err(Error::config(format!(
-            "flow: the parent goes to `{}`, which must be a list or a stream, published without a delay",
-            m.destination
-        )));
+        return Err(ConfigError::new(
+            "flow",
+            "a flow's parent must go to a list or a stream, published without a delay",
+            "send the parent to a list queue or a stream, without `.delay(..)` or `.at(..)`",
+        )
+        .on(&m.destination)
+        .into());
     }
     let base = match policy.partitions() {
         Some(n) => {
@@ -223,8 +226,14 @@ fn parent_queue(
         None => conns.keys.key(&m.destination),
     };
     let (key, policy) = crate::list::place(&conns.keys, base.clone(), policy, m)?;
-    let dest = crate::publish::queue_dest(&conns.keys, &key, &base, policy)
-        .ok_or_else(|| Error::config("flow: the parent's destination is a channel"))?;
+    let dest = crate::publish::queue_dest(&conns.keys, &key, &base, policy).ok_or_else(|| {
+        ConfigError::new(
+            "flow",
+            "a flow's parent cannot go to a Pub/Sub channel",
+            "send the parent to a list queue or a stream",
+        )
+        .on(&m.destination)
+    })?;
     Ok((dest, base))
 }
 
@@ -277,10 +286,15 @@ async fn start(
     repair: bool,
 ) -> Result<Started> {
     if flow.children.len() > MOST_CHILDREN {
-        return Err(Error::config(format!(
-            "flow: {} children, more than the {MOST_CHILDREN} one flow may have: nest flows",
-            flow.children.len()
-        )));
+        return Err(ConfigError::new(
+            ".child(..)",
+            format!(
+                "{} children, more than the {MOST_CHILDREN} one flow may have",
+                flow.children.len()
+            ),
+            "nest flows",
+        )
+        .into());
     }
     let parent = &mut flow.parent;
     let id = parent.id.clone().unwrap_or_default();
@@ -367,7 +381,7 @@ pub(crate) async fn child_done(
         headers.get(CHILD_HEADER),
         headers.get(TO_HEADER).and_then(|d| Dest::decode(d)),
     ) else {
-        return Err(Error::config(format!(
+        return Err(Error::Decode(format!(
             "flow child `{child}` has a malformed `{CHILD_HEADER}` or `{TO_HEADER}` header"
         )));
     };

@@ -67,7 +67,7 @@ pub(crate) fn encode(flow: &OutFlow, routes: &Routes) -> Result<Bytes> {
     };
     serde_json::to_vec(&plan)
         .map(Bytes::from)
-        .map_err(|e| Error::config(format!("flow: its plan cannot be encoded: {e}")))
+        .map_err(|e| Error::Encode(format!("flow: its plan cannot be encoded: {e}")))
 }
 
 /// The flow a plan holds, and routes holding its policies.

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 use crate::claim;
 use crate::error::core;
@@ -76,10 +76,16 @@ pub(crate) fn gate(queue: String, ring: String, cap: Option<(String, u32)>) -> c
 /// A longer name, naming the destination.
 pub(crate) fn check(dest: &str, group: &str) -> Result<()> {
     if group.len() > MAX_GROUP_LEN {
-        return Err(Error::config(format!(
-            "publish to `{dest}`: the group name is {} bytes, more than {MAX_GROUP_LEN}: use a shorter id for the tenant",
-            group.len()
-        )));
+        return Err(ConfigError::new(
+            ".group(..)",
+            format!(
+                "the group name is {} bytes, more than {MAX_GROUP_LEN}",
+                group.len()
+            ),
+            "use a shorter id for the tenant",
+        )
+        .on(dest)
+        .into());
     }
     Ok(())
 }

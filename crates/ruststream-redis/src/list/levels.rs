@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use fred::prelude::*;
 use futures::future::select_all;
-use ruststream_core::{Error, OutMessage, Result};
+use ruststream_core::{ConfigError, OutMessage, Result};
 use tokio::sync::Notify;
 
 use crate::conn::Connections;
@@ -28,12 +28,18 @@ use crate::policy::{MAX_PRIORITIES, PublishPolicy};
 /// The frame header that carries a message's level.
 pub(crate) const HEADER: &str = "rs.priority";
 
-/// Checks the number of levels `n` of the list named by `what`.
-pub(super) fn check(what: &str, n: Option<u8>) -> Result<()> {
+/// Checks the number of levels `n` of the list `key`.
+pub(super) fn check(key: &str, n: Option<u8>) -> Result<()> {
     match n {
-        Some(n) if !(2..=MAX_PRIORITIES).contains(&n) => Err(Error::config(format!(
-            "{what}: priorities({n}) must be between 2 and {MAX_PRIORITIES} levels (level 0 is the lowest, n-1 the highest); for one level leave priorities out"
-        ))),
+        Some(n) if !(2..=MAX_PRIORITIES).contains(&n) => Err(ConfigError::new(
+            "priorities",
+            format!(
+                "priorities({n}) must be between 2 and {MAX_PRIORITIES} levels (level 0 is the lowest, n-1 the highest)"
+            ),
+            "give 2 or more levels; for one level leave priorities out",
+        )
+        .on(key)
+        .into()),
         _ => Ok(()),
     }
 }
@@ -61,22 +67,40 @@ pub(crate) fn place(
     }
     let dest = &m.destination;
     let PublishPolicy::List(mut list) = policy else {
-        return Err(Error::config(format!(
-            "publish to `{dest}`: priority {level} needs a list with priority levels, and `{dest}` is a {}: publish it without `.priority(..)`",
-            policy.transport()
-        )));
+        return Err(ConfigError::new(
+            ".priority(..)",
+            format!(
+                "priority {level} needs a list with priority levels, and `{dest}` is a {}",
+                policy.transport()
+            ),
+            "publish it without `.priority(..)`",
+        )
+        .on(dest)
+        .into());
     };
     let Some(n) = list.layout.priorities else {
-        return Err(Error::config(format!(
-            "publish to `{dest}`: priority {level} needs a list with priority levels: read it with `RedisList::new(\"{dest}\").priorities(n)`, or in a producer-only process `RedisBroker::route(\"{dest}\", list::Publish::new().priorities(n))`"
-        )));
+        return Err(ConfigError::new(
+            ".priority(..)",
+            format!("priority {level} needs a list with priority levels"),
+            format!(
+                "read it with `RedisList::new(\"{dest}\").priorities(n)`, or in a producer-only process `RedisBroker::route(\"{dest}\", list::Publish::new().priorities(n))`"
+            ),
+        )
+        .on(dest)
+        .into());
     };
     if level >= n {
-        return Err(Error::config(format!(
-            "publish to `{dest}`: priority {level} is above its highest level {} (priorities({n}) has levels 0 … {})",
-            n - 1,
-            n - 1
-        )));
+        return Err(ConfigError::new(
+            ".priority(..)",
+            format!(
+                "priority {level} is above its highest level {} (priorities({n}) has levels 0 … {})",
+                n - 1,
+                n - 1
+            ),
+            format!("give a priority from 0 to {}", n - 1),
+        )
+        .on(dest)
+        .into());
     }
     m.headers.insert(HEADER.to_owned(), level.to_string());
     if m.due.is_some() {

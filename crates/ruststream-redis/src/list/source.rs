@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 use super::levels;
 use crate::claim::limit::RateLimit;
@@ -231,33 +231,43 @@ impl RedisList {
         let queue = &self.queue;
         let recovery_options =
             self.recovery_zset.is_some() || queue.min_idle.is_some() || self.recovery_ttl.is_some();
-        if queue.no_recovery && recovery_options {
-            return Err(Error::config(format!(
-                "list `{key}`: no_recovery turns crash recovery off, so recovery_zset, min_idle and recovery_ttl do not apply: remove one or the other"
-            )));
-        }
-        if self.mode == Mode::Simple && (recovery_options || queue.no_recovery) {
-            return Err(Error::config(format!(
-                "list `{key}`: recovery options need a reliable list; add `.reliable()`"
-            )));
-        }
-        if let (Some(z), None) = (&self.recovery_zset, queue.min_idle) {
-            return Err(Error::config(format!(
-                "list `{key}`: recovery_zset `{z}` needs min_idle: add `.min_idle(Duration::from_secs(60))`, how long a dead worker's claims take to come back"
-            )));
-        }
-        let idle = queue.idle();
-        if idle.is_zero() {
-            return Err(Error::config(format!(
-                "list `{key}`: min_idle must be longer than zero, or every claim is recovered at once"
-            )));
-        }
-        match self.recovery_ttl {
-            Some(ttl) if ttl <= idle => Err(Error::config(format!(
-                "list `{key}`: recovery_ttl ({ttl:?}) must be longer than min_idle ({idle:?}), or the set expires under live claims"
-            ))),
-            _ => Ok(()),
-        }
+        let e = if queue.no_recovery && recovery_options {
+            ConfigError::new(
+                "no_recovery",
+                "no_recovery turns crash recovery off, so recovery_zset, min_idle and recovery_ttl do not apply",
+                "remove one or the other",
+            )
+        } else if self.mode == Mode::Simple && (recovery_options || queue.no_recovery) {
+            ConfigError::new(
+                "recovery options",
+                "recovery options need a reliable list",
+                "add `.reliable()`",
+            )
+        } else if let (Some(z), None) = (&self.recovery_zset, queue.min_idle) {
+            ConfigError::new(
+                "recovery_zset",
+                format!("recovery_zset `{z}` needs min_idle"),
+                "add `.min_idle(Duration::from_secs(60))`, how long a dead worker's claims take to come back",
+            )
+        } else if queue.idle().is_zero() {
+            ConfigError::new(
+                "min_idle",
+                "must be longer than zero, or every claim is recovered at once",
+                "give how long a dead worker's claims take to come back, e.g. `.min_idle(Duration::from_secs(60))`",
+            )
+        } else if let Some(ttl) = self.recovery_ttl.filter(|ttl| *ttl <= queue.idle()) {
+            ConfigError::new(
+                "recovery_ttl",
+                format!(
+                    "recovery_ttl ({ttl:?}) must be longer than min_idle ({:?}), or the set expires under live claims",
+                    queue.idle()
+                ),
+                "raise recovery_ttl above min_idle, or lower min_idle",
+            )
+        } else {
+            return Ok(());
+        };
+        Err(e.on(key.as_str()).into())
     }
 }
 

@@ -7,17 +7,41 @@ use crate::keys::KeySpace;
 use crate::policy::PublishPolicy;
 use crate::transport::Transport;
 
-fn err(l: &RedisList) -> String {
-    l.validate(&KeySpace::default()).unwrap_err().to_string()
+/// The configuration error `l` is refused with.
+fn err(l: &RedisList) -> ruststream_core::ConfigError {
+    let e = l.validate(&KeySpace::default()).unwrap_err();
+    e.config_error().cloned().expect("a configuration error")
+}
+
+#[test]
+fn a_bad_option_is_refused_naming_the_option_and_the_list() {
+    let e = err(&RedisList::new("jobs").reliable().concurrency(0));
+    assert_eq!(e.option, "concurrency");
+    assert_eq!(e.subject.as_deref(), Some("jobs"));
+    assert_eq!(
+        e.to_string(),
+        "`concurrency` of `jobs`: must be at least 1; set it to 1 or more, how many messages are handled at once"
+    );
+    let e = err(&RedisList::new("jobs").max_attempts(0));
+    assert_eq!(e.option, "max_attempts");
+    assert_eq!(e.subject.as_deref(), Some("jobs"));
 }
 
 #[test]
 fn recovery_needs_min_idle_and_a_longer_ttl() {
     let l = RedisList::new("{t}").reliable().recovery_zset("{t}.claims");
-    assert!(err(&l).contains("needs min_idle"));
+    let e = err(&l);
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("recovery_zset", Some("{t}"))
+    );
+    assert!(e.problem.contains("needs min_idle"), "{e}");
     let l = l.min_idle(Duration::from_secs(60));
     assert!(l.validate(&KeySpace::default()).is_ok());
-    assert!(err(&l.recovery_ttl(Duration::from_secs(60))).contains("must be longer than min_idle"));
+    assert_eq!(
+        err(&l.recovery_ttl(Duration::from_secs(60))).option,
+        "recovery_ttl"
+    );
     // Recovery is on by default: min_idle alone sets how soon a dead worker's claims return.
     assert!(
         RedisList::new("q")
@@ -26,14 +50,14 @@ fn recovery_needs_min_idle_and_a_longer_ttl() {
             .validate(&KeySpace::default())
             .is_ok()
     );
-    assert!(
-        err(&RedisList::new("q")
-            .reliable()
-            .no_recovery()
-            .min_idle(Duration::from_secs(1)))
-        .contains("no_recovery turns crash recovery off")
-    );
-    assert!(err(&RedisList::new("q").no_recovery()).contains("need a reliable list"));
+    let both = RedisList::new("q")
+        .reliable()
+        .no_recovery()
+        .min_idle(Duration::from_secs(1));
+    assert_eq!(err(&both).option, "no_recovery");
+    let simple = err(&RedisList::new("q").no_recovery());
+    assert_eq!(simple.option, "recovery options");
+    assert_eq!(simple.fix, "add `.reliable()`");
 }
 
 #[test]
@@ -67,7 +91,11 @@ fn on_a_cluster_untagged_simple_lists_pass_and_untagged_reliable_ones_get_the_ta
     );
     assert!(simple.validate(&cluster).is_ok());
     let e = err_on(&RedisList::new("jobs").reliable(), &cluster);
-    assert!(e.contains("hash tag: `{jobs}`"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("key", Some("jobs"))
+    );
+    assert!(e.fix.contains("hash tag: `{jobs}`"), "{e}");
     let tagged = RedisList::new("{thumbnails}")
         .reliable()
         .recovery_zset("{thumbnails}.claims")
@@ -80,8 +108,9 @@ fn on_a_cluster_untagged_simple_lists_pass_and_untagged_reliable_ones_get_the_ta
     assert!(stray.validate(&cluster).is_err());
 }
 
-fn err_on(l: &RedisList, space: &KeySpace) -> String {
-    l.validate(space).unwrap_err().to_string()
+fn err_on(l: &RedisList, space: &KeySpace) -> ruststream_core::ConfigError {
+    let e = l.validate(space).unwrap_err();
+    e.config_error().cloned().expect("a configuration error")
 }
 
 #[test]
@@ -96,9 +125,17 @@ fn priority_levels_live_in_the_queues_slot_and_bad_counts_are_refused() {
     let route = simple.route().expect("a route with the levels");
     assert_eq!(route.partitions(), None);
     assert!(matches!(route, PublishPolicy::List(p) if p.layout.priorities == Some(3)));
-    assert!(err(&RedisList::new("q").priorities(1)).contains("leave priorities out"));
-    assert!(err(&RedisList::new("q").priorities(0)).contains("between 2 and 16"));
-    assert!(err(&RedisList::new("q").priorities(17)).contains("between 2 and 16"));
+    for n in [0, 1, 17] {
+        let e = err(&RedisList::new("q").priorities(n));
+        assert_eq!(e.option, "priorities");
+        assert_eq!(e.subject.as_deref(), Some("q"));
+        assert!(e.problem.contains("between 2 and 16"), "{e}");
+    }
+    assert!(
+        err(&RedisList::new("q").priorities(1))
+            .fix
+            .contains("leave priorities out")
+    );
     assert_eq!(RedisList::new("q").level_keys(), ["q"]);
     assert!(RedisList::new("q").route().is_none());
 }

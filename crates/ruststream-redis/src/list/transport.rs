@@ -5,7 +5,7 @@
 
 use fred::prelude::*;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Retries};
+use ruststream_core::{ChannelDoc, ConfigError, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -139,39 +139,47 @@ impl Transport for RedisList {
     fn validate(&self, space: &KeySpace) -> Result<()> {
         let key = &self.key;
         if key.is_empty() {
-            return Err(Error::config("a RedisList has an empty key: name the list"));
+            return Err(
+                ConfigError::new("key", "a RedisList has an empty key", "name the list").into(),
+            );
         }
         let cannot = match (self.mode, self.layout.partitions) {
-            (Mode::Simple, _) => Some(
-                "needs a reliable list (a pop records nothing in flight to count): add `.reliable()`",
-            ),
-            (_, Some(_)) => Some(
-                "cannot span partitions (each partition records its claims in its own slot, and no one script sees them all): cap a queue without partitions, or lower each instance's `.concurrency(n)`",
-            ),
+            (Mode::Simple, _) => Some((
+                "needs a reliable list (a pop records nothing in flight to count)",
+                "add `.reliable()`",
+            )),
+            (_, Some(_)) => Some((
+                "cannot span partitions (each partition records its claims in its own slot, and no one script sees them all)",
+                "cap a queue without partitions, or lower each instance's `.concurrency(n)`",
+            )),
             _ => None,
         };
-        self.queue.validate(&format!("list `{key}`"), cannot)?;
+        self.queue.validate(key, cannot)?;
         let per_key = self
             .queue
             .rate
             .as_ref()
             .is_some_and(|r| r.header().is_some());
         if self.layout.partitions.is_some() && per_key {
-            return Err(Error::config(format!(
-                "list `{key}`: a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another); use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions"
-            )));
+            return Err(ConfigError::new(
+                "rate_limit_by",
+                "a per-key rate limit cannot span partitions (it looks at each entry's key inside the claim, and the entries live in the partitions' slots, the limiter in another)",
+                "use `.rate_limit(n, per)` for the whole queue, or a per-key limit without partitions",
+            )
+            .on(key)
+            .into());
         }
-        levels::check(&format!("list `{key}`"), self.layout.priorities)?;
+        levels::check(key, self.layout.priorities)?;
         if self.layout.groups && self.layout.priorities.is_some() {
-            return Err(Error::config(format!(
-                "list `{key}`: fair groups and priority levels do not combine (a claim takes round robin over the groups, not highest level first); give each priority a queue of its own with groups, or drop `.priorities(n)`"
-            )));
+            return Err(ConfigError::new(
+                "groups",
+                "fair groups and priority levels do not combine (a claim takes round robin over the groups, not highest level first)",
+                "give each priority a queue of its own with groups, or drop `.priorities(n)`",
+            )
+            .on(key)
+            .into());
         }
-        crate::claim::cap::validate(
-            &format!("list `{key}` (per group)"),
-            self.group_max_in_flight,
-            cannot,
-        )?;
+        crate::claim::cap::validate(key, "group_max_in_flight", self.group_max_in_flight, cannot)?;
         if let Some(n) = self.layout.partitions {
             let named = [
                 ("processing", self.processing.is_some()),
@@ -182,20 +190,28 @@ impl Transport for RedisList {
                 ),
             ];
             let named: Vec<&str> = named.iter().filter(|n| n.1).map(|n| n.0).collect();
-            crate::partition::validate(&format!("list `{key}`"), key, n, &named)?;
+            crate::partition::validate(key, n, &named)?;
             return self.partitions().iter().try_for_each(|p| p.validate(space));
         }
-        self.options.validate(&format!("list `{key}`"))?;
+        self.options.validate(key)?;
         if self.mode == Mode::Simple && self.processing.is_some() {
-            return Err(Error::config(format!(
-                "list `{key}`: processing needs a reliable list; add `.reliable()`"
-            )));
+            return Err(ConfigError::new(
+                "processing",
+                "needs a reliable list",
+                "add `.reliable()`",
+            )
+            .on(key)
+            .into());
         }
         self.check_recovery()?;
         if self.mode == Mode::Reliable && self.processing_key() == *key {
-            return Err(Error::config(format!(
-                "list `{key}`: the processing list must differ from the queue"
-            )));
+            return Err(ConfigError::new(
+                "processing",
+                "the processing list must differ from the queue",
+                "name another list, or leave it unset for the default",
+            )
+            .on(key)
+            .into());
         }
         space.check_same_slot(key, &self.keys(space).used_together())
     }

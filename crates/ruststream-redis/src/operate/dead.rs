@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::{Error, Headers, Result};
+use ruststream_core::{ConfigError, Headers, Result};
 use serde::Serialize;
 
 use super::{BATCH, Operator, Select, in_batches};
@@ -231,9 +231,13 @@ impl Operator {
                 bound,
             },
             _ if q.mode == "pattern" => {
-                return Err(Error::config(format!(
-                    "`{name}` is a pattern subscription: its dead letters came from many channels and RustStream does not know which; publish them again by hand"
-                )));
+                return Err(ConfigError::new(
+                    "requeue",
+                    "it is a pattern subscription: its dead letters came from many channels and RustStream does not know which",
+                    "publish them again by hand",
+                )
+                .on(name)
+                .into());
             }
             _ if q.mode == "sharded" => Dest::Sharded {
                 channel: q.queue.clone(),
@@ -291,10 +295,13 @@ impl Operator {
 /// The dead-letter list of `q`, or an error when dead letters are off.
 fn dead_key(q: &SourceKeys) -> Result<String> {
     q.dead.clone().ok_or_else(|| {
-        Error::config(format!(
-            "`{}` has no dead-letter list (no_dead_letter): nothing is kept",
-            q.name
-        ))
+        ConfigError::new(
+            "no_dead_letter",
+            "it has no dead-letter list: nothing is kept",
+            "give it one (leave out `.no_dead_letter()`) to keep dead letters from now on",
+        )
+        .on(&q.name)
+        .into()
     })
 }
 

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use bytes::Bytes;
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::{Error, Headers, Result};
+use ruststream_core::{ConfigError, Headers, Result};
 use serde::Serialize;
 
 use super::{Operator, Select, in_batches};
@@ -201,9 +201,12 @@ impl Operator {
 fn delayed_keys(q: &SourceKeys) -> Result<(String, String)> {
     match (&q.delayed, &q.delayed_payloads) {
         (Some(set), Some(payloads)) => Ok((set.clone(), payloads.clone())),
-        _ => Err(Error::config(format!(
-            "`{}` is a Pub/Sub subscription: it has no delayed entries",
-            q.name
-        ))),
+        _ => Err(ConfigError::new(
+            "delayed",
+            "it is a Pub/Sub subscription: it has no delayed entries",
+            "look at the delayed entries of a list queue or a stream",
+        )
+        .on(&q.name)
+        .into()),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 use serde::Serialize;
 
 use super::Operator;
@@ -148,9 +148,13 @@ impl Operator {
             .iter()
             .map(|q| {
                 q.groups.clone().ok_or_else(|| {
-                    Error::config(format!(
-                        "`{name}` has no fair groups (`RedisList::new(k).groups()`): pause the whole subscription instead"
-                    ))
+                    ConfigError::new(
+                        "pause group",
+                        "it has no fair groups (`RedisList::new(k).groups()`)",
+                        "pause the whole subscription instead",
+                    )
+                    .on(name)
+                    .into()
                 })
             })
             .collect()

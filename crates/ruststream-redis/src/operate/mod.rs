@@ -39,7 +39,7 @@ mod stream_jobs;
 
 use std::sync::Arc;
 
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Error, Result};
 
 pub use self::completed::COMPLETED_SCANNED;
 pub use self::dead::DeadLetter;
@@ -152,10 +152,13 @@ impl Operator {
     pub(crate) fn queue(&self, name: &str) -> Result<&SourceKeys> {
         self.find(name).ok_or_else(|| {
             let names: Vec<&str> = self.queues.iter().map(|q| q.name.as_str()).collect();
-            Error::config(format!(
-                "no subscription named `{name}`; this app has: {}",
-                names.join(", ")
-            ))
+            ConfigError::new(
+                "subscription",
+                "this app has no subscription of this name",
+                format!("name one of: {}", names.join(", ")),
+            )
+            .on(name)
+            .into()
         })
     }
 
@@ -215,10 +218,16 @@ impl Operator {
             let mut lists = Vec::new();
             for q in queues {
                 if q.transport != "list" {
-                    return Err(Error::config(format!(
-                        "`{name}` is a {} subscription: only list queues and streams can be cancelled from",
-                        q.transport
-                    )));
+                    return Err(ConfigError::new(
+                        "cancel",
+                        format!(
+                            "it is a {} subscription: only list queues and streams can be cancelled from",
+                            q.transport
+                        ),
+                        "cancel messages of a list queue or a stream",
+                    )
+                    .on(name)
+                    .into());
                 }
                 let mut levels = vec![q.queue.clone()];
                 levels.extend(q.levels.iter().cloned());
@@ -307,9 +316,13 @@ impl Operator {
     fn pause_key(&self, name: &str) -> Result<String> {
         let q = self.queue(name)?;
         q.paused.clone().ok_or_else(|| {
-            Error::config(format!(
-                "`{name}` is a Pub/Sub subscription: it stores nothing, so pausing it would lose what is published meanwhile; stop the service instead"
-            ))
+            ConfigError::new(
+                "pause",
+                "it is a Pub/Sub subscription: it stores nothing, so pausing it would lose what is published meanwhile",
+                "stop the service instead",
+            )
+            .on(name)
+            .into()
         })
     }
 }

@@ -3,6 +3,8 @@
 //! hold, so the route a subscription derives is its own layout; the macro that writes its
 //! setters on both; the most priority levels a list may have. Sends no command.
 
+use ruststream_core::ConfigError;
+
 /// The most priority levels a list may have
 /// ([`RedisList::priorities`](crate::RedisList::priorities)).
 pub const MAX_PRIORITIES: u8 = 16;
@@ -25,12 +27,14 @@ impl ListLayout {
     }
 
     /// Whether the layout can be sent, for the destination `key`; the error says what to fix.
-    pub(crate) fn check(&self, key: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, key: &str) -> Result<(), ConfigError> {
         match self.priorities {
-            Some(n) if !(2..=MAX_PRIORITIES).contains(&n) => Err(format!(
-                "list `{key}`: priorities({n}) must be between 2 and {} levels",
-                MAX_PRIORITIES
-            )),
+            Some(n) if !(2..=MAX_PRIORITIES).contains(&n) => Err(ConfigError::new(
+                "priorities",
+                format!("priorities({n}) must be between 2 and {MAX_PRIORITIES} levels"),
+                "give 2 or more levels; for one level leave priorities out",
+            )
+            .on(key)),
             _ => Ok(()),
         }
     }

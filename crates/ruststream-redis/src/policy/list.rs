@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::Durability;
+use ruststream_core::{ConfigError, Durability};
 
 use super::layout::{ListLayout, list_layout_setters};
 use super::setters::durable_setter;
@@ -41,7 +41,7 @@ impl ListPublish {
     ///
     /// # Errors
     /// Priority levels outside 2 ..= [`MAX_PRIORITIES`](super::MAX_PRIORITIES).
-    pub fn check(&self, key: &str) -> Result<(), String> {
+    pub fn check(&self, key: &str) -> Result<(), ConfigError> {
         self.layout.check(key)
     }
 }

@@ -47,7 +47,7 @@ impl PublishPolicy {
     }
 
     /// Whether the policy can be sent to `key`; the error says what to fix.
-    pub(crate) fn check(&self, key: &str) -> Result<(), String> {
+    pub(crate) fn check(&self, key: &str) -> Result<(), ruststream_core::ConfigError> {
         match self {
             Self::Stream(p) => p.check(key),
             Self::List(p) => p.check(key),

@@ -38,12 +38,14 @@ impl Routes {
     }
 
     /// Checks every route's policy; the error names the destination and what to fix.
-    pub(crate) fn check(&self) -> Result<(), String> {
-        let routes = self
-            .0
-            .read()
-            .map_err(|_| "routes lock poisoned".to_owned())?;
-        routes.iter().try_for_each(|(k, p)| p.check(k))
+    pub(crate) fn check(&self) -> ruststream_core::Result<()> {
+        let routes = self.0.read().map_err(|_| {
+            ruststream_core::Error::broker(
+                ruststream_core::ErrorKind::Other,
+                "routes lock poisoned",
+            )
+        })?;
+        Ok(routes.iter().try_for_each(|(k, p)| p.check(k))?)
     }
 
     /// Whether any route asks for durable publishes.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ruststream_core::Durability;
+use ruststream_core::{ConfigError, Durability};
 
 use super::setters::{durable_setter, partitions_setter};
 
@@ -64,19 +64,26 @@ impl StreamPublish {
     ///
     /// # Errors
     /// Both a `maxlen` and a `minid`, a `maxlen` of 0 or a `minid` age under a millisecond.
-    pub fn check(&self, key: &str) -> Result<(), String> {
-        match (self.maxlen, self.min_age) {
-            (Some(_), Some(_)) => Err(format!(
-                "stream `{key}`: maxlen and minid both bound the stream; choose one"
-            )),
-            (Some(0), None) => Err(format!(
-                "stream `{key}`: maxlen(0) would empty the stream on every publish; give the number of entries to keep"
-            )),
-            (None, Some(age)) if age.as_millis() == 0 => Err(format!(
-                "stream `{key}`: minid needs an age of at least a millisecond, or every publish drops everything older than itself"
-            )),
-            _ => Ok(()),
-        }
+    pub fn check(&self, key: &str) -> Result<(), ConfigError> {
+        let e = match (self.maxlen, self.min_age) {
+            (Some(_), Some(_)) => ConfigError::new(
+                "maxlen",
+                "maxlen and minid both bound the stream",
+                "choose one",
+            ),
+            (Some(0), None) => ConfigError::new(
+                "maxlen",
+                "maxlen(0) would empty the stream on every publish",
+                "give the number of entries to keep",
+            ),
+            (None, Some(age)) if age.as_millis() == 0 => ConfigError::new(
+                "minid",
+                "needs an age of at least a millisecond, or every publish drops everything older than itself",
+                "give how long entries are kept, e.g. an hour",
+            ),
+            _ => return Ok(()),
+        };
+        Err(e.on(key))
     }
 
     /// The trimming arguments of a plain `XADD` published at `now_ms` (the publisher's clock):

@@ -1,7 +1,7 @@
 //! Sharded Pub/Sub (`SSUBSCRIBE`): the startup checks of a sharded channel (its subscription is
 //! kept on the slot's owner by [`session`](super::session)). Sends no command.
 
-use ruststream_core::{Error, Result};
+use ruststream_core::{ConfigError, Result};
 
 use crate::keys::{DeadLetter, KeySpace};
 
@@ -12,9 +12,13 @@ const GLOB: [char; 3] = ['*', '?', '['];
 /// in the channel's slot (requeueing `SPUBLISH`es from a script on the list's node).
 pub(super) fn validate(name: &str, space: &KeySpace, dead: &DeadLetter) -> Result<()> {
     if name.contains(GLOB) {
-        return Err(Error::config(format!(
-            "sharded channel `{name}` contains a glob character (`*`, `?` or `[`), but Redis has no sharded pattern subscription: subscribe to each channel with RedisChannel::sharded, or use RedisChannel::pattern (not sharded)"
-        )));
+        return Err(ConfigError::new(
+            "sharded channel",
+            "it contains a glob character (`*`, `?` or `[`), but Redis has no sharded pattern subscription",
+            "subscribe to each channel with RedisChannel::sharded, or use RedisChannel::pattern (not sharded)",
+        )
+        .on(name)
+        .into());
     }
     let Some(list) = space.dead(name, dead) else {
         return Ok(());
@@ -22,9 +26,17 @@ pub(super) fn validate(name: &str, space: &KeySpace, dead: &DeadLetter) -> Resul
     let channel = space.key(name);
     let (a, b) = (slot(&channel), slot(&list));
     if space.is_cluster() && a != b {
-        return Err(Error::config(format!(
-            "sharded channel `{name}` (slot {a}) and its dead-letter list `{list}` (slot {b}) fall in different hash slots of the cluster, and a requeue SPUBLISHes from a script on the list's node: drop `.dead_letter(..)` for the default `{{{channel}}}.dead`, or give both names the same hash tag"
-        )));
+        return Err(ConfigError::new(
+            "dead_letter",
+            format!(
+                "the sharded channel (slot {a}) and its dead-letter list `{list}` (slot {b}) fall in different hash slots of the cluster, and a requeue SPUBLISHes from a script on the list's node"
+            ),
+            format!(
+                "drop `.dead_letter(..)` for the default `{{{channel}}}.dead`, or give both names the same hash tag"
+            ),
+        )
+        .on(name)
+        .into());
     }
     Ok(())
 }
@@ -41,10 +53,11 @@ mod tests {
     fn a_sharded_channel_is_no_pattern() {
         let space = KeySpace::default();
         for name in ["orders.*", "order?", "orders[12]"] {
-            let e = validate(name, &space, &DeadLetter::Default)
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains("no sharded pattern subscription"), "{e}");
+            let e = validate(name, &space, &DeadLetter::Default).unwrap_err();
+            let config = e.config_error().expect("a configuration error");
+            assert_eq!(config.option, "sharded channel");
+            assert_eq!(config.subject.as_deref(), Some(name));
+            assert!(config.problem.contains("no sharded pattern"), "{e}");
         }
         assert!(validate("orders", &space, &DeadLetter::Default).is_ok());
     }
@@ -55,11 +68,12 @@ mod tests {
         assert!(validate("orders", &cluster, &DeadLetter::Default).is_ok());
         assert!(validate("orders", &cluster, &DeadLetter::Off).is_ok());
         let named = |n: &str| DeadLetter::Named(n.to_owned());
-        let e = validate("orders", &cluster, &named("failed"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("different hash slots"), "{e}");
-        assert!(e.contains("{app:orders}.dead"), "{e}");
+        let e = validate("orders", &cluster, &named("failed")).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "dead_letter");
+        assert_eq!(config.subject.as_deref(), Some("orders"));
+        assert!(config.problem.contains("different hash slots"), "{e}");
+        assert!(config.fix.contains("{app:orders}.dead"), "{e}");
         assert!(validate("{o}.orders", &cluster, &named("{o}.failed")).is_ok());
         let standalone = KeySpace::new("app:".into(), false);
         assert!(validate("orders", &standalone, &named("failed")).is_ok());

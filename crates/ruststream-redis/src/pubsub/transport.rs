@@ -3,7 +3,7 @@
 //! retry ([`NO_REDELIVERY`]), and opening its receiver (`receive.rs`). Sends no command itself.
 
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, Result, Retries};
+use ruststream_core::{ChannelDoc, ConfigError, Result, Retries};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -83,16 +83,25 @@ impl Transport for RedisChannel {
         };
         let name = &self.name;
         if name.is_empty() {
-            return Err(Error::config(format!(
-                "a RedisChannel has an empty {what}: name it"
-            )));
+            return Err(ConfigError::new(
+                what,
+                format!("a RedisChannel has an empty {what}"),
+                "name it",
+            )
+            .into());
         }
-        self.options.validate(&format!("{what} `{name}`"))?;
+        self.options.validate(name)?;
         if self.buffer == 0 || self.buffer > MAX_BUFFER {
-            return Err(Error::config(format!(
-                "{what} `{name}`: buffer must be between 1 and {MAX_BUFFER} messages (it is {})",
-                self.buffer
-            )));
+            return Err(ConfigError::new(
+                "buffer",
+                format!(
+                    "must be between 1 and {MAX_BUFFER} messages (it is {})",
+                    self.buffer
+                ),
+                format!("give a buffer from 1 to {MAX_BUFFER}"),
+            )
+            .on(name)
+            .into());
         }
         if self.kind == Kind::Sharded {
             shard::validate(name, space, &self.options.dead_letter)?;
@@ -131,12 +140,17 @@ mod tests {
         let check = |c: RedisChannel| c.validate(&cluster);
         assert!(check(RedisChannel::new("events")).is_ok());
         assert!(check(RedisChannel::pattern("events.*")).is_ok());
-        let e = check(RedisChannel::new("")).unwrap_err().to_string();
-        assert!(e.contains("empty channel"), "{e}");
-        let e = check(RedisChannel::new("e").buffer(0))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("buffer must be between 1 and"), "{e}");
+        let e = check(RedisChannel::new("")).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(
+            (config.option.as_ref(), config.subject.as_deref()),
+            ("channel", None)
+        );
+        let e = check(RedisChannel::new("e").buffer(0)).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "buffer");
+        assert_eq!(config.subject.as_deref(), Some("e"));
+        assert!(config.problem.contains("between 1 and"), "{e}");
         assert!(check(RedisChannel::new("e").buffer(MAX_BUFFER + 1)).is_err());
         assert!(check(RedisChannel::pattern("e.*").concurrency(0)).is_err());
         assert!(check(RedisChannel::new("e").block(std::time::Duration::ZERO)).is_err());

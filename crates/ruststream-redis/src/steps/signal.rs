@@ -13,7 +13,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use futures::future::BoxFuture;
 use ruststream_core::steps::{MAX_STEP_FIELDS, STEPS_TTL, signal_field, wait_field};
-use ruststream_core::{Error, ErrorKind, Result, Signalled, Waited};
+use ruststream_core::{ConfigError, Error, ErrorKind, Result, Signalled, Waited};
 
 use crate::conn::Connections;
 use crate::lua::{self, Call};
@@ -163,15 +163,25 @@ pub(crate) async fn signal(
         crate::PublishPolicy::List(l) => l.layout.partitions.is_some(),
         crate::PublishPolicy::Stream(s) => s.partitions.is_some(),
         crate::PublishPolicy::PubSub(_) => {
-            return Err(Error::config(format!(
-                "signal `{name}` to `{destination}`: it is published on Pub/Sub, which keeps no step records; signal a list queue or a stream"
-            )));
+            return Err(ConfigError::new(
+                "signal",
+                format!(
+                    "signal `{name}`: the destination is published on Pub/Sub, which keeps no step records"
+                ),
+                "signal a list queue or a stream",
+            )
+            .on(destination)
+            .into());
         }
     };
     if partitioned {
-        return Err(Error::config(format!(
-            "signal `{name}` to `{destination}`: a destination with partitions cannot be signalled yet; signal a queue without partitions"
-        )));
+        return Err(ConfigError::new(
+            "signal",
+            format!("signal `{name}`: a destination with partitions cannot be signalled"),
+            "signal a queue without partitions",
+        )
+        .on(destination)
+        .into());
     }
     let pool = conns.pool()?;
     let keys = &conns.keys;

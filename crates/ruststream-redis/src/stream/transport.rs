@@ -6,7 +6,7 @@
 use crate::keys::slot_of;
 use fred::prelude::*;
 use futures::future::BoxFuture;
-use ruststream_core::{ChannelDoc, Error, ErrorKind, Result};
+use ruststream_core::{ChannelDoc, ConfigError, ErrorKind, Result};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -77,44 +77,59 @@ impl Transport for RedisStream {
     fn validate(&self, space: &KeySpace) -> Result<()> {
         let key = &self.key;
         if self.group.as_deref().is_none_or(str::is_empty) {
-            return Err(Error::config(format!(
-                "stream `{key}` has no consumer group: add `.group(\"name\")`"
-            )));
+            return Err(ConfigError::new(
+                "group",
+                "a stream subscription needs a consumer group",
+                "add `.group(\"name\")`",
+            )
+            .on(key)
+            .into());
         }
-        self.options.validate(&format!("stream `{key}`"))?;
+        self.options.validate(key)?;
+        let refuse =
+            |option: &'static str, problem: &'static str, fix: &'static str| -> Result<()> {
+                Err(ConfigError::new(option, problem, fix).on(key).into())
+            };
         if self.queue.no_recovery && self.queue.min_idle.is_some() {
-            return Err(Error::config(format!(
-                "stream `{key}`: no_recovery turns crash recovery off, so min_idle does not apply: remove one or the other"
-            )));
+            return refuse(
+                "no_recovery",
+                "no_recovery turns crash recovery off, so min_idle does not apply",
+                "remove one or the other",
+            );
         }
         if self.readers == Some(0) {
-            return Err(Error::config(format!(
-                "stream `{key}`: readers must be at least 1"
-            )));
+            return refuse("readers", "must be at least 1", "set it to 1 or more");
         }
         if self.partitions.is_some() && self.readers.is_some_and(|n| n > 1) {
-            return Err(Error::config(format!(
-                "stream `{key}`: a stream with partitions reads them all with one reader: remove `.readers(n)`"
-            )));
+            return refuse(
+                "readers",
+                "a stream with partitions reads them all with one reader",
+                "remove `.readers(n)`",
+            );
         }
         if self.trim_acked.is_some_and(|d| d.is_zero()) {
-            return Err(Error::config(format!(
-                "stream `{key}`: trim_acked needs a period longer than zero (e.g. 10 s): it runs a script each period"
-            )));
+            return refuse(
+                "trim_acked",
+                "needs a period longer than zero: it runs a script each period",
+                "give a period such as 10 s",
+            );
         }
         if self.queue.min_idle.is_some_and(|d| d.is_zero()) {
-            return Err(Error::config(format!(
-                "stream `{key}`: min_idle must be longer than zero, or every pending entry is claimed at once"
-            )));
+            return refuse(
+                "min_idle",
+                "must be longer than zero, or every pending entry is claimed at once",
+                "give how long a dead reader's entries take to come back, e.g. `.min_idle(Duration::from_secs(60))`",
+            );
         }
-        let cannot = self.partitions.is_some().then_some(
-            "cannot span partitions (each partition's pending entries are in its own slot, and no one script sees them all): cap a stream without partitions, or lower each instance's `.concurrency(n)`",
-        );
-        self.queue.validate(&format!("stream `{key}`"), cannot)?;
+        let cannot = self.partitions.is_some().then_some((
+            "cannot span partitions (each partition's pending entries are in its own slot, and no one script sees them all)",
+            "cap a stream without partitions, or lower each instance's `.concurrency(n)`",
+        ));
+        self.queue.validate(key, cannot)?;
         if let Some(n) = self.partitions {
             let named = matches!(self.options.dead_letter, crate::keys::DeadLetter::Named(_));
             let named: &[&str] = if named { &["dead_letter"] } else { &[] };
-            crate::partition::validate(&format!("stream `{key}`"), key, n, named)?;
+            crate::partition::validate(key, n, named)?;
             return self.partitions().iter().try_for_each(|p| p.validate(space));
         }
         space.check_same_slot(key, &self.keys(space).used_together())
@@ -243,19 +258,19 @@ mod tests {
         assert_eq!(stream().concurrency(127).reader_count(), 1);
         assert_eq!(stream().concurrency(16).readers(3).reader_count(), 3);
         assert_eq!(stream().partitions(2).reader_count(), 1);
-        let e = stream()
-            .readers(0)
-            .validate(&space)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("at least 1"), "{e}");
+        let e = stream().readers(0).validate(&space).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "readers");
+        assert_eq!(config.subject.as_deref(), Some("s"));
+        assert!(config.problem.contains("at least 1"), "{e}");
         let e = stream()
             .partitions(2)
             .readers(2)
             .validate(&space)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("one reader"), "{e}");
+            .unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "readers");
+        assert!(config.problem.contains("one reader"), "{e}");
     }
 
     #[test]
@@ -263,8 +278,10 @@ mod tests {
         let space = KeySpace::new(String::new(), false);
         let stream = || RedisStream::new("s").group("g").partitions(2);
         let capped = stream().max_in_flight(3).validate(&space);
-        let e = capped.map_err(|e| e.to_string()).unwrap_err();
-        assert!(e.contains("max_in_flight cannot span partitions"), "{e}");
+        let e = capped.unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "max_in_flight");
+        assert!(config.problem.contains("cannot span partitions"), "{e}");
         let limited = stream().rate_limit(5, std::time::Duration::from_secs(1));
         assert_eq!(
             limited.limiter(&space).map(|l| l.key),
@@ -289,10 +306,9 @@ mod tests {
         );
         let named = RedisStream::new("uploads").group("g").dead_letter("failed");
         assert!(named.validate(&cluster).is_err());
-        let e = RedisStream::new("uploads")
-            .validate(&cluster)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("no consumer group"), "{e}");
+        let e = RedisStream::new("uploads").validate(&cluster).unwrap_err();
+        let config = e.config_error().expect("a configuration error");
+        assert_eq!(config.option, "group");
+        assert_eq!(config.subject.as_deref(), Some("uploads"));
     }
 }

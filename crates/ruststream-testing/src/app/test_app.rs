@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::SystemTime;
 
-use ruststream_core::{App, Error, IntoSubscriber, Result, RunningApp, RustStream};
+use ruststream_core::{
+    App, ConfigError, Error, ErrorKind, IntoSubscriber, Result, RunningApp, RustStream,
+};
 use ruststream_redis::RedisBroker;
 
 use crate::MemoryRedis;
@@ -90,7 +92,8 @@ impl TestApp {
                     brokers.push((redis.clone(), m));
                     continue;
                 }
-                return Err(Error::config(
+                return Err(Error::broker(
+                    ErrorKind::Other,
                     "TestApp: a broker of this app already runs on an in-memory server; give TestApp a fresh app",
                 ));
             }
@@ -103,9 +106,12 @@ impl TestApp {
             brokers.push((redis.clone(), model));
         }
         let Some(first) = brokers.first() else {
-            return Err(Error::config(
-                "TestApp: the app has no RedisBroker to run in memory",
-            ));
+            return Err(ConfigError::new(
+                "TestApp",
+                "the app has no RedisBroker to run in memory",
+                "mount a RedisBroker with `with_broker`",
+            )
+            .into());
         };
         let first = first.clone();
         let recorder = Arc::new(Recorder::default());
@@ -149,7 +155,10 @@ impl TestApp {
     /// settle.
     pub async fn include<S: IntoSubscriber>(&mut self, subscriber: S) -> Result<()> {
         let Some(running) = self.running.as_mut() else {
-            return Err(Error::config("TestApp::include: the app was shut down"));
+            return Err(Error::broker(
+                ErrorKind::NotConnected,
+                "TestApp::include: the app was shut down",
+            ));
         };
         running.include(subscriber).await?;
         self.settle().await
@@ -162,7 +171,8 @@ impl TestApp {
     /// When no running subscription has that name, or the app does not settle.
     pub async fn stop_subscription(&mut self, name: &str) -> Result<()> {
         let Some(running) = self.running.as_mut() else {
-            return Err(Error::config(
+            return Err(Error::broker(
+                ErrorKind::NotConnected,
                 "TestApp::stop_subscription: the app was shut down",
             ));
         };
@@ -194,10 +204,13 @@ impl TestApp {
                 .iter()
                 .find(|(old, _)| old.key_prefix() == redis.key_prefix())
             else {
-                return Err(Error::config(format!(
-                    "TestApp::restart: no broker of the first app has the key prefix `{}`",
-                    redis.key_prefix()
-                )));
+                return Err(ConfigError::new(
+                    "prefix",
+                    "TestApp::restart: no broker of the first app has this key prefix",
+                    "give each broker of the new app the prefix of one of the first app's",
+                )
+                .on(redis.key_prefix())
+                .into());
             };
             redis.attach_memory(Arc::new(model.clone()))?;
         }

@@ -30,11 +30,14 @@ impl Guard {
     pub(super) fn new(addr: SocketAddr, token: Option<String>) -> crate::Result<Self> {
         let token = token.filter(|t| !t.is_empty());
         if token.is_none() && !addr.ip().is_loopback() {
-            return Err(crate::Error::config(format!(
-                "the dashboard on {addr} would be reachable from other machines without a token: \
-                 give it one (--token TOKEN, or RUSTSTREAM_DASHBOARD_TOKEN=TOKEN), or bind it to \
-                 a loopback address such as 127.0.0.1:8080"
-            )));
+            return Err(crate::ConfigError::new(
+                "--token",
+                "the dashboard would be reachable from other machines without a token",
+                "give it one (--token TOKEN, or RUSTSTREAM_DASHBOARD_TOKEN=TOKEN), or bind it to \
+                 a loopback address such as 127.0.0.1:8080",
+            )
+            .on(addr.to_string())
+            .into());
         }
         Ok(Self {
             token,
@@ -184,9 +187,10 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 fn random_hex() -> crate::Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| {
-        crate::Error::config(format!(
-            "cannot read the OS's random source for the dashboard's secrets: {e}"
-        ))
+        crate::Error::broker(
+            crate::ErrorKind::Other,
+            format!("cannot read the OS's random source for the dashboard's secrets: {e}"),
+        )
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -198,8 +202,10 @@ mod tests {
     #[test]
     fn a_non_loopback_address_needs_a_token() {
         let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
-        let err = Guard::new(any, None).err().unwrap().to_string();
-        assert!(err.contains("--token"), "{err}");
+        let err = Guard::new(any, None).err().unwrap();
+        let config = err.config_error().expect("a configuration error");
+        assert_eq!(config.option, "--token");
+        assert_eq!(config.subject.as_deref(), Some("0.0.0.0:8080"));
         assert!(Guard::new(any, Some(String::new())).is_err());
         assert!(Guard::new(any, Some("t".into())).is_ok());
         assert!(Guard::new("127.0.0.1:8080".parse().unwrap(), None).is_ok());

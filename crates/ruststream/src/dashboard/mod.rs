@@ -128,9 +128,12 @@ impl Dashboard {
     ) -> crate::Result<Self> {
         let guard = Guard::new(addr, token)?;
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            crate::Error::config(format!(
-                "cannot serve the dashboard on {addr}: {e}; choose a free address"
-            ))
+            crate::ConfigError::new(
+                "dashboard address",
+                format!("cannot serve the dashboard on it: {e}"),
+                "choose a free address",
+            )
+            .on(addr.to_string())
         })?;
         let info = crate::App::info(app);
         Ok(Self {
@@ -146,9 +149,13 @@ impl Dashboard {
 
     /// The address it listens on (the port the OS chose when bound to port 0).
     pub fn local_addr(&self) -> crate::Result<SocketAddr> {
-        self.listener
-            .local_addr()
-            .map_err(|e| crate::Error::config(format!("the dashboard's address: {e}")))
+        self.listener.local_addr().map_err(|e| {
+            crate::Error::broker_from(
+                crate::ErrorKind::Other,
+                format!("the dashboard's address: {e}"),
+                e,
+            )
+        })
     }
 
     /// Connects to Redis and serves until `shutdown` completes: the `dashboard` subcommand,
@@ -212,7 +219,13 @@ impl Dashboard {
             }
         };
         tokio::select! {
-            r = server => r.map_err(|e| crate::Error::config(format!("the dashboard's server failed: {e}"))),
+            r = server => r.map_err(|e| {
+                crate::Error::broker_from(
+                    crate::ErrorKind::Connection,
+                    format!("the dashboard's server failed: {e}"),
+                    e,
+                )
+            }),
             () = sampler => Ok(()),
         }
     }

@@ -48,7 +48,15 @@ const UPKEEP: Duration = Duration::from_secs(5);
 pub fn prometheus_builder() -> crate::Result<PrometheusBuilder> {
     let buckets = |b: PrometheusBuilder, name: &str, bounds: &[f64]| {
         b.set_buckets_for_metric(Matcher::Full(name.to_owned()), bounds)
-            .map_err(|e| crate::Error::config(format!("histogram buckets of {name}: {e}")))
+            .map_err(|e| {
+                crate::ConfigError::new(
+                    "histogram buckets",
+                    e.to_string(),
+                    "give at least one bucket bound",
+                )
+                .on(name)
+                .into()
+            })
     };
     let b = buckets(
         PrometheusBuilder::new(),
@@ -62,9 +70,14 @@ pub fn prometheus_builder() -> crate::Result<PrometheusBuilder> {
 /// `metrics` recorder. Install it before the app starts: metrics registered before it are not
 /// recorded. Fails when a recorder is installed already.
 pub fn install_recorder() -> crate::Result<PrometheusHandle> {
-    prometheus_builder()?
-        .install_recorder()
-        .map_err(|e| crate::Error::config(format!("cannot install the Prometheus recorder: {e}")))
+    prometheus_builder()?.install_recorder().map_err(|e| {
+        crate::ConfigError::new(
+            "metrics recorder",
+            format!("cannot install the Prometheus recorder: {e}"),
+            "install one recorder per process, before the app starts",
+        )
+        .into()
+    })
 }
 
 /// The metrics server: `/metrics`, `/healthz`, `/readyz` (see the [module docs](self)).

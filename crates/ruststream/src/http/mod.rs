@@ -33,13 +33,20 @@ impl HttpServer {
         what: &'static str,
     ) -> crate::Result<Self> {
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-            crate::Error::config(format!(
-                "cannot serve {what} on {addr}: {e}; choose a free address"
-            ))
+            crate::ConfigError::new(
+                format!("{what} address"),
+                format!("cannot serve {what} on it: {e}"),
+                "choose a free address",
+            )
+            .on(addr.to_string())
         })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| crate::Error::config(format!("cannot serve {what} on {addr}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| {
+            crate::Error::broker_from(
+                crate::ErrorKind::Other,
+                format!("cannot serve {what} on {addr}: {e}"),
+                e,
+            )
+        })?;
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             // A dropped sender stops the server as a sent stop does.

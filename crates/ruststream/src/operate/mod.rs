@@ -388,5 +388,9 @@ fn confirm(a: &ChangeArgs, action: &str) -> Result<bool> {
 }
 
 fn io(e: std::io::Error) -> Error {
-    Error::config(format!("cannot talk to the terminal: {e}"))
+    Error::broker_from(
+        crate::ErrorKind::Other,
+        format!("cannot talk to the terminal: {e}"),
+        e,
+    )
 }

@@ -42,9 +42,12 @@ pub async fn sample(url: &str) -> Result<HashMap<String, Rates>> {
 
 async fn scrape(url: &str) -> Result<String> {
     let uri: Uri = url.parse().map_err(|e| {
-        Error::config(format!(
-            "--metrics-url `{url}` is not a URL ({e}); give the service's metrics endpoint, e.g. http://127.0.0.1:9000/metrics"
-        ))
+        crate::ConfigError::new(
+            "--metrics-url",
+            format!("not a URL ({e})"),
+            "give the service's metrics endpoint, e.g. http://127.0.0.1:9000/metrics",
+        )
+        .on(url)
     })?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let read = async {

@@ -177,11 +177,12 @@ impl Env {
         super::try_start(app).await
     }
 
-    /// The error `app` is refused with at startup; fails the test if it starts.
-    pub async fn refusal(&self, app: RustStream) -> String {
+    /// The configuration error `app` is refused with at startup; fails the test if it starts
+    /// or is refused with another error.
+    pub async fn refusal(&self, app: RustStream) -> ruststream::ConfigError {
         match self.try_start(app).await {
             Ok(_) => panic!("the app started; it should have been refused"),
-            Err(e) => e.to_string(),
+            Err(e) => super::config_error(&e).clone(),
         }
     }
 

@@ -22,7 +22,8 @@
 //! reads only what names its own keys, ids or subscriptions.
 //!
 //! Every helper exists once, here: [`redis_url`], [`unique`], [`wait_until`], [`bounded`],
-//! [`Seen`] (a handler that records what it handled), [`Stuck`] (one that never finishes).
+//! [`config_error`], [`pubsub_refusal`], [`Seen`] (a handler that records what it handled),
+//! [`Stuck`] (one that never finishes).
 //! Every wait is bounded; a condition is polled, never slept on.
 
 // Each test binary includes this module and uses part of it.
@@ -176,6 +177,40 @@ pub fn unique(tag: &str) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     format!("rstest-{}-{ms}-{n}-{tag}", std::process::id())
+}
+
+/// The configuration error `e` is; panics (failing the test) on any other error.
+pub fn config_error(e: &ruststream::Error) -> &ruststream::ConfigError {
+    e.config_error()
+        .unwrap_or_else(|| panic!("a configuration error, not: {e}"))
+}
+
+/// A step's error as a test keeps it: its text, and the configuration error it carries.
+pub type StepFailure = (String, Option<ruststream::ConfigError>);
+
+/// `e` as a test keeps it ([`StepFailure`]).
+pub fn step_failure<E: std::fmt::Display>(e: &ruststream::steps::StepError<E>) -> StepFailure {
+    let config = match e {
+        ruststream::steps::StepError::Record(r) => r.config_error().cloned(),
+        _ => None,
+    };
+    (e.to_string(), config)
+}
+
+/// What `inspect_err` takes to keep a step's error in `errors` ([`step_failure`]).
+pub fn keep_failure<E: std::fmt::Display>(
+    errors: &std::sync::Mutex<Vec<StepFailure>>,
+) -> impl Fn(&ruststream::steps::StepError<E>) + '_ {
+    move |e| errors.lock().expect("lock").push(step_failure(e))
+}
+
+/// The Pub/Sub refusal `e` carries as its source, checked to be of kind `Configuration`;
+/// panics (failing the test) on any other error.
+pub fn pubsub_refusal(e: &ruststream::Error) -> &ruststream::redis::error::PubSubError {
+    assert_eq!(e.kind(), ruststream::ErrorKind::Configuration, "{e}");
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref())
+        .unwrap_or_else(|| panic!("a Pub/Sub refusal, not: {e}"))
 }
 
 /// Waits until `check` holds, polling every few milliseconds; panics with `what` after `limit`.

@@ -395,22 +395,28 @@ async fn bad_batch_sizes_are_refused_at_startup(env: &Env) {
     let wait = Duration::from_millis(10);
     let zero = env
         .try_start(app(&broker, Kind::Reliable, (0, wait, 8), &rec))
-        .await;
-    let message = zero.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(
-        message.contains("batch size 0: give it at least 1"),
-        "{message}"
+        .await
+        .expect_err("batch size 0 is refused");
+    let config = harness::config_error(&zero);
+    assert_eq!(config.option, "batch", "{zero}");
+    assert_eq!(
+        config.subject.as_deref(),
+        Some(key(Kind::Reliable)),
+        "{zero}"
     );
+    assert!(config.fix.contains("give it at least 1"), "{zero}");
 
     let big = env
         .try_start(app(&broker, Kind::Stream, (9, wait, 8), &rec))
-        .await;
-    let message = big.err().map(|e| e.to_string()).unwrap_or_default();
-    assert!(
-        message.contains("takes batches of 9")
-            && message
-                .contains("lower `batch` to at most 8, or raise the source's `.concurrency(9)`"),
-        "{message}"
+        .await
+        .expect_err("a batch above the concurrency is refused");
+    let config = harness::config_error(&big);
+    assert_eq!(config.option, "batch", "{big}");
+    assert_eq!(config.subject.as_deref(), Some(key(Kind::Stream)), "{big}");
+    assert!(config.problem.contains("batches of 9"), "{big}");
+    assert_eq!(
+        config.fix,
+        "lower `batch` to at most 8, or raise the source's `.concurrency(9)`"
     );
     assert_eq!(rec.items(), 0);
 }

@@ -258,7 +258,7 @@ async fn a_dead_workers_claims_hold_the_cap_until_swept(env: &Env) {
 }
 
 /// Why an app reading `source` does not start.
-async fn refusal(env: &Env, source: impl Source<Broker = RedisBroker>) -> String {
+async fn refusal(env: &Env, source: impl Source<Broker = RedisBroker>) -> ruststream::ConfigError {
     env.refusal(env.app(move |m| {
         m.include(subscriber(source, Overlaps::default()).build());
     }))
@@ -266,23 +266,29 @@ async fn refusal(env: &Env, source: impl Source<Broker = RedisBroker>) -> String
 }
 
 async fn a_cap_that_cannot_hold_is_refused_with_the_fix(env: &Env) {
+    let cap_of = |e: &ruststream::ConfigError, key: &str| {
+        assert_eq!(e.option, "max_in_flight", "{e}");
+        assert_eq!(e.subject.as_deref(), Some(key), "{e}");
+    };
     let e = refusal(env, RedisList::new("{s}").max_in_flight(2)).await;
-    assert!(
-        e.contains("max_in_flight needs a reliable list") && e.contains(".reliable()"),
-        "{e}"
-    );
+    cap_of(&e, "{s}");
+    assert!(e.problem.contains("needs a reliable list"), "{e}");
+    assert_eq!(e.fix, "add `.reliable()`", "{e}");
     let list = RedisList::new("p")
         .reliable()
         .partitions(2)
         .max_in_flight(2);
     let e = refusal(env, list).await;
-    assert!(e.contains("max_in_flight cannot span partitions"), "{e}");
+    cap_of(&e, "p");
+    assert!(e.problem.contains("cannot span partitions"), "{e}");
     let stream = RedisStream::new("p")
         .group("g")
         .partitions(2)
         .max_in_flight(2);
     let e = refusal(env, stream).await;
-    assert!(e.contains("max_in_flight cannot span partitions"), "{e}");
+    cap_of(&e, "p");
+    assert!(e.problem.contains("cannot span partitions"), "{e}");
     let e = refusal(env, RedisList::new("{z}").reliable().max_in_flight(0)).await;
-    assert!(e.contains("max_in_flight needs at least 1"), "{e}");
+    cap_of(&e, "{z}");
+    assert!(e.problem.contains("needs at least 1"), "{e}");
 }

@@ -253,7 +253,9 @@ async fn changes_need_the_csrf_token_and_the_same_origin(env: &Env) {
     let err = Dashboard::bind(&env.app(|_| {}), any, None)
         .await
         .expect_err("no token on a non-loopback address");
-    assert!(err.to_string().contains("--token"), "{err}");
+    let config = harness::config_error(&err);
+    assert_eq!(config.option, "--token", "{err}");
+    assert_eq!(config.subject.as_deref(), Some("0.0.0.0:0"), "{err}");
 
     let orders = Orders::default();
     let (running, addr) = start_with_dashboard(env, &orders, None).await;

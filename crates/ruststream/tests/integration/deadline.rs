@@ -410,11 +410,12 @@ async fn a_zero_timeout_is_refused_with_the_fix(env: &Env) {
             b.include(subscriber(list, Hanging::new(|_, _| false)).build());
         }))
         .await;
-    assert!(
-        e.contains("timeout must be longer than zero")
-            && e.contains(".timeout(Duration::from_secs"),
-        "{e}"
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("timeout", Some("{dz}"))
     );
+    assert!(e.problem.contains("longer than zero"), "{e}");
+    assert!(e.fix.contains(".timeout(Duration::from_secs"), "{e}");
 }
 
 /// An hour-long deadline on TestApp: the handler hangs, the clock moves an hour in model time

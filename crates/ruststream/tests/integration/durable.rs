@@ -13,6 +13,7 @@ use std::time::Duration;
 use fred::prelude::StreamsInterface as _;
 use harness::{Env, on};
 use ruststream::prelude::*;
+use ruststream::redis::error::PubSubError;
 use ruststream::{Enqueued, Error, list, stream};
 
 on!(
@@ -182,7 +183,13 @@ async fn a_durable_publish_to_a_channel_is_refused(env: &Env) {
         .publish()
         .await;
     let e = r.expect_err("pub/sub stores nothing to replicate");
-    assert!(matches!(e, Error::Config(_)), "{e}");
+    assert!(
+        matches!(
+            harness::pubsub_refusal(&e),
+            PubSubError::CannotBeDurable { channel } if channel == "news"
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("without .durable"), "{e}");
 }
 

@@ -223,7 +223,7 @@ async fn a_zero_grace_is_refused_at_startup(env: &Env) {
         },
     );
     let err = env.refusal(app).await;
-    assert!(err.contains("flow_repair_grace"), "{err}");
+    assert_eq!(err.option, "RedisBroker::flow_repair_grace", "{err}");
 }
 
 async fn a_partitioned_parents_flow_is_repaired_by_its_partitions_reader(env: &Env) {

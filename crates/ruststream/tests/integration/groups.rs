@@ -433,22 +433,35 @@ async fn a_key_of_another_type_changes_nothing(env: &Env) {
 async fn groups_and_priorities_are_refused_with_a_fix(env: &Env) {
     let source = RedisList::new(JOBS).reliable().groups().priorities(2);
     let e = env.refusal(app(env, source, Seen::acking())).await;
-    assert!(e.contains("do not combine"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("groups", Some(JOBS))
+    );
+    assert!(e.problem.contains("do not combine"), "{e}");
 }
 
 async fn a_group_cap_it_cannot_hold_is_refused(env: &Env) {
     let zero = RedisList::new(JOBS).reliable().group_max_in_flight(0);
     let e = env.refusal(app(env, zero, Seen::acking())).await;
-    assert!(e.contains("per group") && e.contains("at least 1"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("group_max_in_flight", Some(JOBS))
+    );
+    assert!(e.problem.contains("at least 1"), "{e}");
     let simple = RedisList::new(JOBS).group_max_in_flight(2);
     let e = env.refusal(app(env, simple, Seen::acking())).await;
-    assert!(e.contains("add `.reliable()`"), "{e}");
+    assert_eq!(e.option, "group_max_in_flight", "{e}");
+    assert_eq!(e.fix, "add `.reliable()`", "{e}");
     let split = RedisList::new("jobs")
         .reliable()
         .partitions(2)
         .group_max_in_flight(2);
     let e = env.refusal(app(env, split, Seen::acking())).await;
-    assert!(e.contains("cannot span partitions"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("group_max_in_flight", Some("jobs"))
+    );
+    assert!(e.problem.contains("cannot span partitions"), "{e}");
 }
 
 async fn a_queued_message_of_a_group_is_cancelled(env: &Env) {

@@ -331,27 +331,32 @@ async fn bad_partition_settings_stop_the_app_with_a_fix(env: &Env) {
     let cases = [
         (
             RedisList::new("{jobs}").reliable().partitions(4),
-            "name it without braces",
+            "partitions",
+            "{jobs}",
         ),
-        (RedisList::new("jobs").partitions(0), "between 1 and"),
+        (RedisList::new("jobs").partitions(0), "partitions", "jobs"),
         (
             RedisList::new("jobs")
                 .reliable()
                 .processing("jobs.p")
                 .partitions(2),
-            "`processing` names one key",
+            "processing",
+            "jobs",
         ),
         (
             RedisList::new("jobs").dead_letter("dead").partitions(2),
-            "`dead_letter` names one key",
+            "dead_letter",
+            "jobs",
         ),
     ];
-    for (source, says) in cases {
+    for (source, option, subject) in cases {
         let e = env
             .try_start(app(&env.broker(), source, Seen::acking()))
             .await
             .expect_err("refused");
-        assert!(e.to_string().contains(says), "{e}");
+        let config = harness::config_error(&e);
+        assert_eq!(config.option, option, "{e}");
+        assert_eq!(config.subject.as_deref(), Some(subject), "{e}");
     }
     let e = env
         .try_start(app(
@@ -361,7 +366,9 @@ async fn bad_partition_settings_stop_the_app_with_a_fix(env: &Env) {
         ))
         .await
         .expect_err("refused");
-    assert!(e.to_string().contains("without braces"), "{e}");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "partitions", "{e}");
+    assert_eq!(config.fix, "name it without braces", "{e}");
 }
 
 #[tokio::test]

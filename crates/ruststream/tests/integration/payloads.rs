@@ -217,9 +217,9 @@ async fn a_zero_payload_limit_is_refused_at_startup(env: &Env) {
         b.include(subscriber(source, Probe::acking()).build());
     });
     let e = env.refusal(app).await;
-    assert!(
-        e.contains("max_payload_bytes must be at least 1")
-            && e.contains(".max_payload_bytes(1 << 20)"),
-        "{e}"
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("max_payload_bytes", Some("{jobs}"))
     );
+    assert!(e.fix.contains(".max_payload_bytes(1 << 20)"), "{e}");
 }

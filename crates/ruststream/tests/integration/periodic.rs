@@ -400,17 +400,18 @@ async fn a_tick_whose_reply_was_lost_is_enqueued_once(env: &Env) {
 }
 
 async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
-    let refused = async |p: Periodic| -> String {
-        let app = instance(env, move || vec![p]);
-        env.try_start(app)
-            .await
-            .expect_err("the app is refused")
-            .to_string()
+    let refused = async |p: Periodic| -> ruststream::ConfigError {
+        env.refusal(instance(env, move || vec![p])).await
     };
     let e = refused(job("x", "*/5 * * * *", "k")).await;
-    assert!(e.contains("seconds first"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("cron", Some("x"))
+    );
+    assert!(e.fix.contains("seconds first"), "{e}");
     let e = refused(job("x", "*/5 * * * * *", "k").tz_named("Mars/Olympus")).await;
-    assert!(e.contains("Europe/Paris"), "{e}");
+    assert_eq!((e.option.as_ref(), e.subject.as_deref()), ("tz", Some("x")));
+    assert!(e.fix.contains("Europe/Paris"), "{e}");
     let publisher = env.broker().publisher();
     let e = refused(
         publisher
@@ -419,7 +420,8 @@ async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
             .message(|| Tick { at: 0 }),
     )
     .await;
-    assert!(e.contains("no time zone"), "{e}");
+    assert_eq!((e.option.as_ref(), e.subject.as_deref()), ("tz", Some("x")));
+    assert_eq!(e.problem, "no time zone", "{e}");
     let e = refused(
         publisher
             .every("*/5 * * * * *")
@@ -427,15 +429,24 @@ async fn bad_declarations_stop_the_app_with_a_fix(env: &Env) {
             .message(|| Tick { at: 0 }),
     )
     .await;
-    assert!(e.contains(".name("), "{e}");
+    assert_eq!((e.option.as_ref(), e.subject.as_deref()), ("name", None));
+    assert!(e.fix.contains(".name("), "{e}");
     let e = refused(Periodic::new("x", "*/5 * * * * *", Tz::UTC)).await;
-    assert!(e.contains(".message("), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("message", Some("x"))
+    );
+    assert!(e.fix.contains(".message("), "{e}");
     let app = RustStream::new(AppInfo::new("periodic", "0.0.0")).with_broker(env.broker(), |b| {
         b.periodic(job("twice", "* * * * * *", "a"))
             .periodic(job("twice", "* * * * * *", "b"));
     });
-    let e = env.try_start(app).await.expect_err("refused").to_string();
-    assert!(e.contains("own name"), "{e}");
+    let e = env.refusal(app).await;
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("name", Some("twice"))
+    );
+    assert!(e.fix.contains("own name"), "{e}");
 }
 
 // -- TestApp, on the virtual clock ------------------------------------------------------------

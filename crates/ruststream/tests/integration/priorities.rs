@@ -323,11 +323,7 @@ async fn every_partition_has_the_levels(env: &Env) {
 }
 
 async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
-    for (n, says) in [
-        (0, "between 2 and 16"),
-        (1, "leave priorities out"),
-        (17, "between 2 and 16"),
-    ] {
+    for n in [0, 1, 17] {
         let e = env
             .try_start(app(
                 env,
@@ -336,7 +332,11 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
             ))
             .await
             .expect_err("refused");
-        assert!(e.to_string().contains(says), "{n}: {e}");
+        let config = harness::config_error(&e);
+        assert_eq!(config.option, "priorities", "{n}: {e}");
+        assert_eq!(config.subject.as_deref(), Some(JOBS), "{n}: {e}");
+        assert!(config.problem.contains("between 2 and 16"), "{n}: {e}");
+        assert!(config.fix.contains("leave priorities out"), "{n}: {e}");
     }
     let e = env
         .try_start(RustStream::new(AppInfo::new("p", "0")).with_broker(
@@ -345,7 +345,9 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
         ))
         .await
         .expect_err("a route with 40 levels is refused");
-    assert!(e.to_string().contains("between 2 and 16"), "{e}");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "priorities", "{e}");
+    assert_eq!(config.subject.as_deref(), Some(JOBS), "{e}");
 
     let broker = producer(env, 3);
     broker.connect().await.expect("connect");
@@ -360,13 +362,20 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
                 .publish()
                 .await
                 .expect_err("refused")
-                .to_string()
+                .config_error()
+                .cloned()
+                .expect("a configuration error")
         }
     };
     let e = publish(JOBS, 3).await;
-    assert!(e.contains("above its highest level 2"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        (".priority(..)", Some(JOBS))
+    );
+    assert!(e.problem.contains("above its highest level 2"), "{e}");
     let e = publish("{plain}", 1).await;
-    assert!(e.contains("list::Publish::new().priorities(n)"), "{e}");
+    assert_eq!(e.subject.as_deref(), Some("{plain}"));
+    assert!(e.fix.contains("list::Publish::new().priorities(n)"), "{e}");
     assert_eq!(
         env.llen(JOBS).await + env.llen("{plain}").await,
         0,
@@ -380,9 +389,10 @@ async fn bad_priority_settings_are_refused_with_a_fix(env: &Env) {
         .priority(1)
         .publish()
         .await
-        .expect_err("refused")
-        .to_string();
-    assert!(e.contains("is a stream"), "{e}");
+        .expect_err("refused");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, ".priority(..)", "{e}");
+    assert!(config.problem.contains("is a stream"), "{e}");
 }
 
 async fn a_level_of_another_type_stops_the_claim_before_it_moves_anything(env: &Env) {

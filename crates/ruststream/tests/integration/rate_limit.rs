@@ -339,38 +339,54 @@ async fn the_virtual_clock_gives_exact_counts(env: &Env) {
 
 async fn bad_limits_stop_the_app_with_a_fix(env: &Env) {
     let second = Duration::from_secs(1);
-    let cases: Vec<(RedisList, &str)> = vec![
+    let cases: Vec<(RedisList, &str, &str, &str)> = vec![
         (
             RedisList::new("{q}").rate_limit(0, second),
+            "rate_limit",
+            "{q}",
             "n of at least 1",
         ),
         (
             RedisList::new("{q}")
                 .reliable()
                 .rate_limit(1, Duration::ZERO),
+            "rate_limit",
+            "{q}",
             "longer than zero",
         ),
         (
             RedisList::new("q")
                 .partitions(2)
                 .rate_limit_by("k", 1, second),
+            "rate_limit_by",
+            "q",
             "cannot span partitions",
         ),
         (
             RedisList::new("{q}").rate_limit_by("", 1, second),
-            "name of the header",
+            "rate_limit_by",
+            "{q}",
+            "header's name is empty",
         ),
     ];
     let seen = Seen::default();
-    for (source, says) in cases {
+    for (source, option, subject, says) in cases {
         let e = env.refusal(app(env, source, &seen)).await;
-        assert!(e.contains(says), "{e}");
+        assert_eq!(
+            (e.option.as_ref(), e.subject.as_deref()),
+            (option, Some(subject))
+        );
+        assert!(e.problem.contains(says), "{e}");
     }
     let stream = RedisStream::new("{s}")
         .group("g")
         .rate_limit(3, Duration::ZERO);
     let e = env.refusal(app(env, stream, &seen)).await;
-    assert!(e.contains("longer than zero"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("rate_limit", Some("{s}"))
+    );
+    assert!(e.problem.contains("longer than zero"), "{e}");
 }
 
 /// `TestApp`: a per-key limit of 2 per 10 s (a burst of 2, then one every 5 s per key), counted

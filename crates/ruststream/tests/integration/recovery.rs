@@ -358,16 +358,16 @@ async fn misconfigured_recovery_does_not_start(env: &Env) {
         .recovery_zset("{jobs}.claims");
     let e = try_start(app(env, no_idle, Record::default()))
         .await
-        .expect_err("must not start")
-        .to_string();
-    assert!(e.contains("{jobs}") && e.contains("min_idle"), "{e}");
+        .expect_err("must not start");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "recovery_zset", "{e}");
+    assert_eq!(config.subject.as_deref(), Some("{jobs}"), "{e}");
+    assert!(config.problem.contains("needs min_idle"), "{e}");
     let short_ttl = queue(Duration::from_secs(60)).recovery_ttl(Duration::from_secs(30));
     let e = try_start(app(env, short_ttl, Record::default()))
         .await
-        .expect_err("must not start")
-        .to_string();
-    assert!(
-        e.contains("recovery_ttl") && e.contains("longer than min_idle"),
-        "{e}"
-    );
+        .expect_err("must not start");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "recovery_ttl", "{e}");
+    assert!(config.problem.contains("longer than min_idle"), "{e}");
 }

@@ -180,8 +180,11 @@ async fn an_added_subscription_handles_with_its_own_concurrency_and_a_stopped_on
 }
 
 /// The error of adding `s` to `running`, which must fail.
-async fn refused(running: &mut RunningApp, s: ruststream::Subscriber<RedisBroker>) -> String {
-    running.include(s).await.expect_err("refused").to_string()
+async fn refused(
+    running: &mut RunningApp,
+    s: ruststream::Subscriber<RedisBroker>,
+) -> ruststream::Error {
+    running.include(s).await.expect_err("refused")
 }
 
 async fn a_refused_or_failed_addition_leaves_the_app_as_it_was(env: &Env) {
@@ -200,20 +203,21 @@ async fn a_refused_or_failed_addition_leaves_the_app_as_it_was(env: &Env) {
             b.include(bad());
         }))
         .await
-        .expect_err("refused at startup")
-        .to_string();
+        .expect_err("refused at startup");
     let at_runtime = refused(&mut running, bad()).await;
-    assert_eq!(at_runtime, at_startup);
-    assert!(
-        at_runtime.contains("concurrency must be at least 1"),
-        "{at_runtime}"
-    );
+    assert_eq!(at_runtime.to_string(), at_startup.to_string());
+    let config = harness::config_error(&at_runtime);
+    assert_eq!(config, harness::config_error(&at_startup));
+    assert_eq!(config.option, "concurrency", "{at_runtime}");
+    assert_eq!(config.subject.as_deref(), Some("{bad}"), "{at_runtime}");
 
     if env.is_cluster() {
         // The slot rule: an untagged reliable queue cannot keep its keys in one slot.
         let untagged = subscriber(RedisList::new("plain").reliable(), Counter::default()).build();
         let e = refused(&mut running, untagged).await;
-        assert!(e.contains("hash tag"), "{e}");
+        let config = harness::config_error(&e);
+        assert_eq!(config.option, "key", "{e}");
+        assert!(config.fix.contains("hash tag"), "{e}");
     }
 
     // Group creation fails on a key of the wrong type: nothing is half-started.
@@ -223,7 +227,7 @@ async fn a_refused_or_failed_addition_leaves_the_app_as_it_was(env: &Env) {
         .await
         .expect("SET");
     let stream = subscriber(RedisStream::new("{taken}").group("g"), Counter::default()).build();
-    let e = refused(&mut running, stream).await;
+    let e = refused(&mut running, stream).await.to_string();
     assert!(e.contains("cannot create consumer group"), "{e}");
 
     assert_eq!(running.subscriptions().collect::<Vec<_>>(), ["{base}"]);
@@ -318,10 +322,9 @@ async fn testapp_adds_and_removes_a_subscription() -> ruststream::Result<()> {
         .include(subscriber(RedisList::new("{bad}").move_batch(0), Counter::default()).build())
         .await
         .expect_err("refused");
-    assert!(
-        e.to_string()
-            .contains("move_batch must be between 1 and 1000"),
-        "{e}"
-    );
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "move_batch", "{e}");
+    assert_eq!(config.subject.as_deref(), Some("{bad}"), "{e}");
+    assert!(config.problem.contains("between 1 and 1000"), "{e}");
     tb.shutdown().await
 }

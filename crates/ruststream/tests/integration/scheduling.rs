@@ -206,38 +206,50 @@ async fn entries_due_a_millisecond_apart_are_each_moved_when_due() -> ruststream
 #[tokio::test(start_paused = true)]
 async fn bad_scheduling_settings_are_refused_at_startup() {
     let zero = Duration::ZERO;
-    let cases: [(RedisList, RedisBroker, &str); 4] = [
+    let cases: [(RedisList, RedisBroker, &str, Option<&str>, &str); 4] = [
         (
             RedisList::new("{jobs}").schedule_interval(zero),
             broker(),
-            "list `{jobs}`: schedule_interval must be longer than zero",
+            "schedule_interval",
+            Some("{jobs}"),
+            "must be longer than zero",
         ),
         (
             RedisList::new("{jobs}").move_batch(0),
             broker(),
-            "list `{jobs}`: move_batch must be between 1 and 1000 (it is 0)",
+            "move_batch",
+            Some("{jobs}"),
+            "must be between 1 and 1000 (it is 0)",
         ),
         (
             RedisList::new("{jobs}").move_batch(1001),
             broker(),
-            "move_batch must be between 1 and 1000 (it is 1001)",
+            "move_batch",
+            Some("{jobs}"),
+            "must be between 1 and 1000 (it is 1001)",
         ),
         (
             RedisList::new("{jobs}"),
             broker().schedule_interval(zero),
-            "RedisBroker: schedule_interval must be longer than zero",
+            "RedisBroker::schedule_interval",
+            None,
+            "must be longer than zero",
         ),
     ];
-    for (source, broker, expected) in cases {
-        let e = TestApp::start(app(source, Arrivals::default(), broker))
-            .await
-            .expect_err("refused")
-            .to_string();
-        assert!(e.contains(expected), "{e}");
+    for (source, broker, option, subject, problem) in cases {
+        let Err(e) = TestApp::start(app(source, Arrivals::default(), broker)).await else {
+            panic!("`{option}` must be refused");
+        };
+        let config = harness::config_error(&e);
+        assert_eq!(config.option, option, "{e}");
+        assert_eq!(config.subject.as_deref(), subject, "{e}");
+        assert!(config.problem.starts_with(problem), "{e}");
         assert!(
-            e.contains(".schedule_interval(Duration::from_secs(1))")
-                || e.contains(".move_batch(128)"),
-            "the message says how to fix it: {e}"
+            config
+                .fix
+                .contains(".schedule_interval(Duration::from_secs(1))")
+                || config.fix.contains(".move_batch(128)"),
+            "the error says how to fix it: {e}"
         );
     }
 }

@@ -149,9 +149,14 @@ async fn a_tls_server_with_a_private_ca() {
         .start(),
     )
     .await
-    .expect_err("a missing CA file must stop the app")
-    .to_string();
-    assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    .expect_err("a missing CA file must stop the app");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "tls_ca_file", "{e}");
+    assert_eq!(
+        config.subject.as_deref(),
+        Some("/nonexistent/ca.pem"),
+        "{e}"
+    );
 }
 
 async fn an_acl_user_limited_to_the_apps_keys_runs_a_reliable_list(env: &Env) {

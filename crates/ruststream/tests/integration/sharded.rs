@@ -318,13 +318,21 @@ async fn config_errors_are_refused_at_startup(env: &Env) {
         let app = env.app(move |b| {
             b.include(subscriber(source, Recorder::default()).build());
         });
-        async move { env.try_start(app).await.expect_err("refused").to_string() }
+        env.refusal(app)
     };
     let e = refused(RedisChannel::sharded("orders.*")).await;
-    assert!(e.contains("no sharded pattern subscription"), "{e}");
+    assert_eq!(
+        (e.option.as_ref(), e.subject.as_deref()),
+        ("sharded channel", Some("orders.*"))
+    );
+    assert!(e.problem.contains("no sharded pattern subscription"), "{e}");
     if env.is_cluster() {
         let e = refused(RedisChannel::sharded("orders").dead_letter("failed")).await;
-        assert!(e.contains("different hash slots"), "{e}");
+        assert_eq!(
+            (e.option.as_ref(), e.subject.as_deref()),
+            ("dead_letter", Some("orders"))
+        );
+        assert!(e.problem.contains("different hash slots"), "{e}");
         let tagged = RedisChannel::sharded("{o}.orders").dead_letter("{o}.failed");
         let app = env.start_with(|b| {
             b.include(subscriber(tagged, Recorder::default()).build());

@@ -59,7 +59,7 @@ struct Checkout {
     /// `reserve` never returns on its first run: the worker dies there.
     hang: bool,
     nap: Option<Duration>,
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Arc<Mutex<Vec<harness::StepFailure>>>,
 }
 
 impl Checkout {
@@ -109,7 +109,7 @@ impl Handle<Order> for Checkout {
                 Ok::<_, String>(format!("{key}:{}", order.n))
             })
             .await
-            .inspect_err(|e| self.errors.lock().expect("lock").push(e.to_string()))?;
+            .inspect_err(harness::keep_failure(&self.errors))?;
         ctx.step("reserve", || async {
             let first = self.ran("reserve") == 1;
             if first && self.hang {
@@ -341,7 +341,10 @@ async fn a_simple_list_refuses_steps(env: &Env) {
     )
     .await;
     let errors = checkout.errors.lock().expect("lock").clone();
-    assert!(errors[0].contains("redeliver"), "{errors:?}");
+    let config = errors[0].1.as_ref().expect("a configuration error");
+    assert_eq!(config.option, "steps", "{errors:?}");
+    assert_eq!(config.subject.as_deref(), Some("{sim}"), "{errors:?}");
+    assert!(config.problem.contains("redeliver"), "{errors:?}");
     assert_eq!(checkout.runs("charge"), 0);
     assert!(env.keys_matching("*steps*").await.is_empty());
 }

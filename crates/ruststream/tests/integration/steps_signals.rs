@@ -46,7 +46,7 @@ struct Checkout {
     charges: Arc<Mutex<u32>>,
     calls: Arc<Mutex<u32>>,
     seen: Arc<Mutex<Vec<Result<Paid, WaitTimedOut>>>>,
-    errors: Arc<Mutex<Vec<String>>>,
+    errors: Arc<Mutex<Vec<harness::StepFailure>>>,
 }
 
 impl Checkout {
@@ -84,7 +84,7 @@ impl Handle<Order> for Checkout {
                 Ok::<_, String>(())
             })
             .await
-            .inspect_err(|e| self.errors.lock().expect("lock").push(e.to_string()))?;
+            .inspect_err(harness::keep_failure(&self.errors))?;
         }
         let paid = ctx.wait_for::<Paid>("paid", self.timeout).await;
         if let (Err(_), Some(dest)) = (&paid, &self.signal_inside) {
@@ -98,7 +98,7 @@ impl Handle<Order> for Checkout {
                 "the message is running"
             );
         }
-        let paid = paid.inspect_err(|e| self.errors.lock().expect("lock").push(e.to_string()))?;
+        let paid = paid.inspect_err(harness::keep_failure(&self.errors))?;
         self.seen.lock().expect("lock").push(paid);
         Ok(())
     }
@@ -305,7 +305,10 @@ async fn a_simple_list_refuses_a_wait(env: &Env) {
     .await;
     env.stop(running).await;
     let errors = checkout.errors.lock().expect("lock").clone();
-    assert!(errors[0].contains("redeliver"), "{errors:?}");
+    let config = errors[0].1.as_ref().expect("a configuration error");
+    assert_eq!(config.option, "steps", "{errors:?}");
+    assert_eq!(config.subject.as_deref(), Some("{ssw}"), "{errors:?}");
+    assert!(config.problem.contains("redeliver"), "{errors:?}");
 }
 
 /// Pub/Sub keeps nothing: a signal to a channel is refused, saying why.
@@ -317,7 +320,10 @@ async fn pubsub_cannot_be_signalled(env: &Env) {
         .signal("news", "order-1", "paid", &paid_of("r"))
         .await
         .expect_err("refused");
-    assert!(e.to_string().contains("Pub/Sub"), "{e}");
+    let config = harness::config_error(&e);
+    assert_eq!(config.option, "signal", "{e}");
+    assert_eq!(config.subject.as_deref(), Some("news"), "{e}");
+    assert!(config.problem.contains("Pub/Sub"), "{e}");
 }
 
 /// A cancel of a parked message removes it from the delayed set and deletes its step record.

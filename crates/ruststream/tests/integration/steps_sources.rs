@@ -72,15 +72,12 @@ async fn refused(
         Err(e) => e,
     };
     assert_eq!(e.kind(), ErrorKind::Configuration, "{e}");
-    let text = e.to_string();
-    for said in [
-        &format!("`{key}`"),
-        "uses durable steps",
-        "cannot redeliver",
-        ".reliable()",
-        "stream group",
-    ] {
-        assert!(text.contains(said), "says {said:?}: {text}");
+    let config = e.config_error().expect("a configuration error");
+    assert_eq!(config.option, "steps", "{e}");
+    assert_eq!(config.subject.as_deref(), Some(key), "{e}");
+    assert!(config.problem.contains("cannot redeliver"), "{e}");
+    for said in [".reliable()", "stream group"] {
+        assert!(config.fix.contains(said), "says {said:?}: {e}");
     }
 }
 

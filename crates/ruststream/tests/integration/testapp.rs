@@ -91,6 +91,24 @@ async fn a_delayed_publish_waits_for_the_clock() -> ruststream::Result<()> {
     tb.shutdown().await
 }
 
+/// A bad option stops the app at startup with a `ConfigError` that names the option and the
+/// subscription, and says the fix.
+#[tokio::test(start_paused = true)]
+async fn a_bad_option_is_refused_naming_the_option_and_the_subscription() {
+    let source = RedisList::new("{orders}").reliable().max_attempts(0);
+    let Err(e) = TestApp::start(app(source, Worker::default())).await else {
+        panic!("max_attempts(0) must stop the app");
+    };
+    assert_eq!(e.kind(), ruststream::ErrorKind::Configuration, "{e}");
+    let config = e.config_error().expect("a configuration error");
+    assert_eq!(config.option, "max_attempts");
+    assert_eq!(config.subject.as_deref(), Some("{orders}"));
+    assert_eq!(
+        e.to_string(),
+        "configuration: `max_attempts` of `{orders}`: must be at least 1; set it to 1 or more (1 handles each message once, without retries)"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn at_reads_the_model_clock() -> ruststream::Result<()> {
     let tb = TestApp::start(app(RedisList::new("{jobs}").reliable(), Worker::default())).await?;

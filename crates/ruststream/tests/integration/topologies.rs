@@ -165,11 +165,14 @@ async fn an_untagged_reliable_queue_is_refused_on_the_cluster_with_the_tag_to_us
     );
     let err = bounded("start", Duration::from_secs(10), app.start())
         .await
-        .expect_err("an untagged reliable queue must not start on a cluster")
-        .to_string();
-    assert!(err.contains("{thumbnails}"), "the tag to use: {err}");
+        .expect_err("an untagged reliable queue must not start on a cluster");
+    let config = harness::config_error(&err);
+    assert_eq!(config.option, "key", "{err}");
+    assert_eq!(config.subject.as_deref(), Some("thumbnails"), "{err}");
+    assert!(config.fix.contains("{thumbnails}"), "the tag to use: {err}");
     assert!(
-        err.contains("x:thumbnails") && err.contains("x:thumbnails.processing"),
+        config.problem.contains("x:thumbnails")
+            && config.problem.contains("x:thumbnails.processing"),
         "{err}"
     );
     // The same queue runs on a standalone server, where slots do not matter.

@@ -13,6 +13,7 @@ use fred::prelude::*;
 use harness::proxy::Proxy;
 use harness::{Env, on};
 use ruststream::prelude::*;
+use ruststream::redis::error::PubSubError;
 use ruststream::{Enqueued, list, stream};
 
 on!(
@@ -236,6 +237,13 @@ async fn a_unique_publish_is_refused_where_it_cannot_hold(env: &Env) {
         .await
         .expect_err("pub/sub stores nothing to hold a window with");
     assert!(
+        matches!(
+            harness::pubsub_refusal(&err),
+            PubSubError::CannotBeUnique { channel } if channel == "news"
+        ),
+        "{err}"
+    );
+    assert!(
         err.to_string().contains("without .unique_for"),
         "the error says how to fix it: {err}"
     );
@@ -248,7 +256,9 @@ async fn a_unique_publish_is_refused_where_it_cannot_hold(env: &Env) {
         .publish()
         .await
         .expect_err("a window needs an id");
-    assert!(err.to_string().contains(".id("), "{err}");
+    let config = harness::config_error(&err);
+    assert_eq!(config.option, ".unique_for(..)", "{err}");
+    assert!(config.fix.contains(".id("), "{err}");
     assert_eq!(env.llen(Q).await, 0, "nothing published");
 }
 

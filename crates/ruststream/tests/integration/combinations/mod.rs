@@ -266,18 +266,33 @@ const CAP: u32 = 4;
 /// Jobs per pair.
 const N: u32 = 24;
 
-/// Why a pair does not start, for the pairs that are refused (the README's table says why).
-fn refusal(pair: [Feature; 2]) -> Option<&'static str> {
+/// Why a pair does not run, for the pairs that do not (the README's table says why).
+enum NoRun {
+    /// There is no way to build the pair.
+    Unbuilt,
+    /// The app is refused with a configuration error naming this option, whose problem says
+    /// this.
+    Refused(&'static str, &'static str),
+}
+
+/// Why `pair` does not run, or `None` for a pair that runs.
+fn refusal(pair: [Feature; 2]) -> Option<NoRun> {
     match pair {
-        [Rate, KeyRate] | [KeyRate, Rate] => Some("one rate limit a queue"),
-        [Partitions, KeyRate] | [KeyRate, Partitions] => {
-            Some("per-key rate limit cannot span partitions")
+        // One option holds the queue's limit.
+        [Rate, KeyRate] | [KeyRate, Rate] => Some(NoRun::Unbuilt),
+        [Partitions, KeyRate] | [KeyRate, Partitions] => Some(NoRun::Refused(
+            "rate_limit_by",
+            "per-key rate limit cannot span partitions",
+        )),
+        [Partitions, Cap] | [Cap, Partitions] => {
+            Some(NoRun::Refused("max_in_flight", "cannot span partitions"))
         }
-        [Partitions, Cap] | [Cap, Partitions] => Some("max_in_flight cannot span partitions"),
-        [Priorities, Groups] | [Groups, Priorities] => {
-            Some("fair groups and priority levels do not combine")
-        }
-        [Batch, Steps] | [Steps, Batch] => Some("a batch handler has no steps"),
+        [Priorities, Groups] | [Groups, Priorities] => Some(NoRun::Refused(
+            "groups",
+            "fair groups and priority levels do not combine",
+        )),
+        // A batch handler's context has no steps.
+        [Batch, Steps] | [Steps, Batch] => Some(NoRun::Unbuilt),
         _ => None,
     }
 }
@@ -287,16 +302,15 @@ async fn every_supported_pair_of_features_loses_and_duplicates_nothing(env: &Env
         for &b in &FEATURES[i + 1..] {
             let pair = [a, b];
             match refusal(pair) {
-                // One option holds the queue's limit, and a batch handler's context has no
-                // steps: there is no pair to build.
-                Some("one rate limit a queue" | "a batch handler has no steps") => {}
-                Some(says) => {
+                Some(NoRun::Unbuilt) => {}
+                Some(NoRun::Refused(option, says)) => {
                     let source = source(&format!("combo{i}"), &pair);
                     let app = env.app(move |m| {
                         m.include(subscriber(source, Tally::default()).build());
                     });
                     let e = env.refusal(app).await;
-                    assert!(e.contains(says), "{pair:?}: {e}");
+                    assert_eq!(e.option, option, "{pair:?}: {e}");
+                    assert!(e.problem.contains(says), "{pair:?}: {e}");
                 }
                 None => run_pair(env, &format!("{a:?}{b:?}").to_lowercase(), &pair).await,
             }

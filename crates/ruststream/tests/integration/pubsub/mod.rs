@@ -460,6 +460,13 @@ async fn a_delayed_publish_to_a_channel_is_refused(env: &Env) {
         .publish()
         .await
         .expect_err("refused");
+    assert!(
+        matches!(
+            harness::pubsub_refusal(&e),
+            ruststream::redis::error::PubSubError::CannotDelay { channel } if channel == "ev"
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("pub/sub cannot delay"), "{e}");
     assert!(env.keys().await.is_empty(), "left: {:?}", env.keys().await);
 }

@@ -114,7 +114,11 @@ async fn a_zero_result_ttl_is_refused_at_startup(env: &Env) {
     let Err(err) = env.try_start(app).await else {
         panic!("a zero result ttl must be refused at startup");
     };
-    assert!(err.to_string().contains("result_ttl"), "{err}");
+    assert_eq!(
+        harness::config_error(&err).option,
+        "RedisBroker::result_ttl",
+        "{err}"
+    );
 }
 
 async fn a_result_whose_reply_was_lost_is_written_once(env: &Env) {
