@@ -328,6 +328,14 @@ impl StreamReceiver {
     /// Creates the group again if the connection came back since the last time (see the
     /// module docs); before the group's entries are claimed or read.
     async fn regroup(&self) -> Result<()> {
+        // fred reconnected without a failed read: seen exactly here, since the reconnect's
+        // listener may run after the read. The leases are renewed too.
+        if self.conn.came_back() {
+            self.regroup.store(true, Ordering::Release);
+            if let Some(r) = &self.recovery {
+                r.rejoin.mark();
+            }
+        }
         if !self.regroup.swap(false, Ordering::AcqRel) {
             return Ok(());
         }

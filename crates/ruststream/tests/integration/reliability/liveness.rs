@@ -28,6 +28,7 @@ on!(
     a_simple_list_reader_resumes_after_its_connection_goes_silent,
     a_pubsub_subscriber_resumes_after_its_connection_goes_silent,
     a_stream_reader_rejoins_after_two_outages_in_a_row,
+    a_capped_stream_reader_rejoins_after_two_outages_in_a_row,
 );
 
 /// How often each test breaks a worker's connections mid-read.
@@ -113,6 +114,17 @@ async fn break_while_reading(
 /// A worker reading the stream `key` (group `g`) through `proxy`, recording into the returned
 /// [`Rec`]; and a publisher to the stream that goes through no proxy.
 async fn stream_worker(env: &Env, proxy: &Proxy, key: &str) -> (RunningApp, Rec, RedisBroker) {
+    stream_worker_capped(env, proxy, key, None).await
+}
+
+/// [`stream_worker`], its group capped at `cap` in flight when given: then every read runs the
+/// read script, not the native read.
+async fn stream_worker_capped(
+    env: &Env,
+    proxy: &Proxy,
+    key: &str,
+    cap: Option<u32>,
+) -> (RunningApp, Rec, RedisBroker) {
     let rec = Rec::acking();
     let r = rec.clone();
     // An entry a silenced read delivered (its reply never came) is pending on this consumer:
@@ -121,6 +133,10 @@ async fn stream_worker(env: &Env, proxy: &Proxy, key: &str) -> (RunningApp, Rec,
         .group("g")
         .block(BLOCK)
         .min_idle(MIN_IDLE);
+    let source = match cap {
+        Some(n) => source.max_in_flight(n),
+        None => source,
+    };
     let app = start(app_on(
         via(proxy, env).route(key, stream::Publish::new()),
         Duration::from_millis(100),
@@ -266,12 +282,22 @@ async fn destroy_group(env: &Env, key: &str, group: &str) {
 // it, an operator's `XGROUP DESTROY`). Without creating it again, every read answers `NOGROUP`
 // until the process restarts.
 async fn a_stream_reader_rejoins_after_two_outages_in_a_row(env: &Env) {
+    rejoins_after_two_outages(env, "{live-twice}", None).await;
+}
+
+// The same on a group that reads through its script (a cap): fred reconnects under its blocking
+// wait and sends the wait again, so no read fails; the reader must still see the reconnect
+// before its next read.
+async fn a_capped_stream_reader_rejoins_after_two_outages_in_a_row(env: &Env) {
+    rejoins_after_two_outages(env, "{live-twice-capped}", Some(100)).await;
+}
+
+async fn rejoins_after_two_outages(env: &Env, key: &str, cap: Option<u32>) {
     logs::capture();
-    let key = "{live-twice}";
     let proxy = Proxy::start(env.url().expect("standalone")).await;
     // The reader's connections, as its logs name them.
     let target = proxy.url();
-    let (app, rec, publisher) = stream_worker(env, &proxy, key).await;
+    let (app, rec, publisher) = stream_worker_capped(env, &proxy, key, cap).await;
     let send = async |n: u32| {
         publisher
             .publisher()
