@@ -15,8 +15,9 @@
 //! script, whose gates handle both, and looks at the keys again every [`RECHECK`] (`WATCH` and
 //! `EXISTS`, one round trip).
 //!
-//! The connection goes where the reader's fred client is connected (the URL's server, or the
-//! primary sentinel names); on a cluster, to the node a `MOVED` reply names. Any failure (the
+//! The connection goes where the reader's fred client sends the queue's key: the URL's server,
+//! the primary sentinel names, or on a cluster the owner of the key's slot in fred's map of the
+//! slots (a `MOVED` reply, after a slot moved, names the new one). Any failure (the
 //! connection's, a timeout, an error reply outside the transaction) closes it, and the next
 //! read connects again. A new connection watches nothing, so it is watched (`WATCH`, `EXISTS`)
 //! before its first read. The `EXISTS` inside the `MULTI` still says whether a key existed when
@@ -216,7 +217,7 @@ impl Watched {
         if conn.wire.is_none() {
             let server = match conn.owner.clone() {
                 Some(owner) => owner,
-                None => server_of(client)?,
+                None => server_of(client, self.keys.first().map_or("", String::as_str))?,
             };
             let wire = self.dial.connect(&server).await;
             conn.wire = Some(wire.inspect_err(|_| conn.owner = None)?);
@@ -359,8 +360,18 @@ impl Watched {
     }
 }
 
-/// Where the reader's fred client is connected: its server, or on a cluster one of its nodes.
-fn server_of(client: &Client) -> Result<Server, FredError> {
+/// Where the reader's fred client sends `key`: on a cluster, the primary that owns its slot in
+/// fred's map of the slots; else the server it is connected to.
+fn server_of(client: &Client, key: &str) -> Result<Server, FredError> {
+    if client.is_clustered() {
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let owner = client
+            .cached_cluster_state()
+            .and_then(|slots| slots.get_server(slot).cloned());
+        if let Some(owner) = owner {
+            return Ok(owner);
+        }
+    }
     let mut servers = client.active_connections();
     servers.sort_by(|a, b| (&*a.host, a.port).cmp(&(&*b.host, b.port)));
     servers
