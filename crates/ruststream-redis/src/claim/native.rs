@@ -222,17 +222,14 @@ impl Watched {
             let wire = self.dial.connect(&server).await;
             conn.wire = Some(wire.inspect_err(|_| conn.owner = None)?);
         }
-        let command = |name: &[u8]| -> Vec<Vec<u8>> {
-            let keys = self.keys.iter().map(|k| k.as_bytes().to_vec());
-            [name.to_vec()].into_iter().chain(keys).collect()
-        };
-        let commands = [command(b"WATCH"), command(b"EXISTS")];
+        let commands = [self.command(b"WATCH", true), self.command(b"EXISTS", true)];
         let mut replies = self.round_trip(conn, &commands).await?;
         let set = replies.pop();
         match (replies.pop(), set) {
             (Some(Frame::SimpleString(_)), Some(Frame::Integer(set))) => Ok(Some(set)),
             (Some(Frame::Error(e)), _) | (_, Some(Frame::Error(e))) => {
-                Ok(self.refused(conn, &crate::error::reply_error(&e)))
+                self.refused(conn, &crate::error::reply_error(&e));
+                Ok(None)
             }
             other => Err(unexpected(&format!("WATCH and EXISTS answered {other:?}"))),
         }
@@ -241,33 +238,29 @@ impl Watched {
     /// One round trip: the read in its `MULTI`, then the `WATCH` for the next. `None` when the
     /// `EXEC` failed (a key was written since the last `WATCH`).
     async fn once(&self, conn: &mut Conn, read: Read<'_>) -> Result<Option<Native>, FredError> {
-        let command = |name: &[u8], keys: bool| -> Vec<Vec<u8>> {
-            let keys = if keys { self.keys.as_slice() } else { &[] };
-            let keys = keys.iter().map(|k| k.as_bytes().to_vec());
-            [name.to_vec()].into_iter().chain(keys).collect()
-        };
         let reads = read.commands();
-        let mut commands = vec![command(b"MULTI", false), command(b"EXISTS", true)];
-        commands.extend(reads.iter().cloned());
-        commands.push(command(b"EXEC", false));
-        commands.push(command(b"WATCH", true));
-        commands.push(command(b"EXISTS", true));
+        let n = reads.len();
+        let mut commands = vec![self.command(b"MULTI", false), self.command(b"EXISTS", true)];
+        commands.extend(reads);
+        commands.push(self.command(b"EXEC", false));
+        commands.push(self.command(b"WATCH", true));
+        commands.push(self.command(b"EXISTS", true));
         let mut replies = self.round_trip(conn, &commands).await?.into_iter();
         if let Some(Frame::Error(e)) = replies.next() {
             // No transaction: the commands after `MULTI` ran one by one, the read unwatched.
             let e = crate::error::reply_error(&e);
             self.refused(conn, &e);
-            let plain: Vec<Frame> = replies.skip(1).take(reads.len()).collect();
-            if plain.len() != reads.len() || plain.iter().any(|r| matches!(r, Frame::Error(_))) {
+            let plain: Vec<Frame> = replies.skip(1).take(n).collect();
+            if plain.len() != n || plain.iter().any(|r| matches!(r, Frame::Error(_))) {
                 return Ok(Some(Native::Script));
             }
             return Ok(Some(Native::Unsure(plain.into_iter().map(value).collect())));
         }
         // One QUEUED a command inside the transaction.
-        for reply in replies.by_ref().take(1 + reads.len()) {
+        for reply in replies.by_ref().take(1 + n) {
             if let Frame::Error(e) = reply {
-                let e = crate::error::reply_error(&e);
-                return Ok(self.refused(conn, &e).map(|_| Native::Script));
+                self.refused(conn, &crate::error::reply_error(&e));
+                return Ok(None);
             }
         }
         let (exec, watch, after) = (replies.next(), replies.next(), replies.next());
@@ -287,7 +280,7 @@ impl Watched {
             _ => 1,
         };
         let replies: Vec<Frame> = items.collect();
-        if replies.len() != reads.len() {
+        if replies.len() != n {
             return Err(unexpected("EXEC answered another number of replies"));
         }
         // An error reply of the read: the script reports it.
@@ -313,12 +306,7 @@ impl Watched {
             return Err(FredError::new(FredKind::IO, "native read: not connected"));
         };
         let all = async {
-            let args: Vec<Vec<&[u8]>> = commands
-                .iter()
-                .map(|c| c.iter().map(Vec::as_slice).collect())
-                .collect();
-            let args: Vec<&[&[u8]]> = args.iter().map(Vec::as_slice).collect();
-            wire.send_all(&args).await?;
+            wire.send_all(commands).await?;
             let mut replies = Vec::with_capacity(commands.len());
             for _ in commands {
                 replies.push(wire.next().await?);
@@ -342,8 +330,7 @@ impl Watched {
     /// the native reads of this reader for good, with a warning that says how to grant them.
     /// Anything else (a replica's `READONLY` after a failover) closes the connection for
     /// [`RECHECK`], with a warning when a refusal starts. Either way this read uses the script.
-    /// Always `None`.
-    fn refused(&self, conn: &mut Conn, e: &FredError) -> Option<i64> {
+    fn refused(&self, conn: &mut Conn, e: &FredError) {
         let moved = e.is_moved().then(|| moved_to(e.details())).flatten();
         let wait = moved.is_none();
         conn.close(wait);
@@ -356,7 +343,13 @@ impl Watched {
             conn.refusing = true;
             tracing::warn!(%error, keys = ?self.keys, "the server refused a native read: reading through the script, trying again every second");
         }
-        None
+    }
+
+    /// The command `name`, followed by the keys when `with_keys`.
+    fn command(&self, name: &[u8], with_keys: bool) -> Vec<Vec<u8>> {
+        let keys = if with_keys { self.keys.as_slice() } else { &[] };
+        let keys = keys.iter().map(|k| k.as_bytes().to_vec());
+        [name.to_vec()].into_iter().chain(keys).collect()
     }
 }
 

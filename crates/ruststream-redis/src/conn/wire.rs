@@ -121,13 +121,18 @@ impl Wire {
         self.send_all(&[args]).await
     }
 
-    /// Sends `commands` in one write.
-    pub(crate) async fn send_all(&mut self, commands: &[&[&[u8]]]) -> Result<(), Error> {
+    /// Sends `commands` (each its arguments) in one write.
+    pub(crate) async fn send_all<C, A>(&mut self, commands: &[C]) -> Result<(), Error>
+    where
+        C: AsRef<[A]>,
+        A: AsRef<[u8]>,
+    {
         let mut out = BytesMut::new();
         for args in commands {
             let frame = Frame::Array(
-                args.iter()
-                    .map(|a| Frame::BulkString(Bytes::copy_from_slice(a)))
+                args.as_ref()
+                    .iter()
+                    .map(|a| Frame::BulkString(Bytes::copy_from_slice(a.as_ref())))
                     .collect(),
             );
             extend_encode(&mut out, &frame, false)?;
